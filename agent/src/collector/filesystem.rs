@@ -1,0 +1,386 @@
+//! `filesystem`: size, free space and inodes of mounted filesystems.
+//!
+//! Mounts come from pid 1's mountinfo (falling back to our own), statfs runs
+//! under `--path.rootfs`. Every statfs runs on a small pool of worker threads
+//! with a deadline (`--collector.filesystem.mount-timeout`): a mount that does
+//! not answer in time (a dead NFS server, a hung FUSE daemon) is reported with
+//! `node_filesystem_device_error 1` and skipped in later scrapes until its
+//! pending statfs returns, so it can never hang a scrape.
+
+use std::collections::HashSet;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::{Arg, ArgMatches};
+
+use super::util::{self, read_into};
+use super::{ConfigError, Error, Paths};
+use crate::metrics::{Kind, Sink};
+use crate::sys::{self, FsStats};
+
+const DEFAULT_MOUNT_POINTS_EXCLUDE: &str = "^/(dev|proc|run/credentials/.+|sys|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)";
+const DEFAULT_FS_TYPES_EXCLUDE: &str = "^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|erofs|sysfs|tracefs)$";
+/// The label node_exporter gives a mount whose statfs timed out.
+pub const TIMEOUT_LABEL: &str = "mountpoint timeout";
+/// Upper bound on statfs threads, counting replacements for hung ones.
+const MAX_WORKERS: usize = 32;
+
+pub fn args() -> Vec<Arg> {
+    vec![
+        util::string_arg("collector.filesystem.mount-points-exclude", DEFAULT_MOUNT_POINTS_EXCLUDE, "Regexp of mount points to exclude for filesystem collector.")
+            .alias("collector.filesystem.ignored-mount-points"),
+        util::string_arg("collector.filesystem.mount-points-include", "", "Regexp of mount points to include for filesystem collector (mutually exclusive to mount-points-exclude)."),
+        util::string_arg("collector.filesystem.fs-types-exclude", DEFAULT_FS_TYPES_EXCLUDE, "Regexp of filesystem types to exclude for filesystem collector.")
+            .alias("collector.filesystem.ignored-fs-types"),
+        util::string_arg("collector.filesystem.fs-types-include", "", "Regexp of filesystem types to include for filesystem collector (mutually exclusive to fs-types-exclude)."),
+        util::string_arg("collector.filesystem.mount-timeout", "5s", "how long to wait for a mount to respond before marking it as stale"),
+        util::string_arg("collector.filesystem.stat-workers", "4", "how many stat calls to process simultaneously"),
+    ]
+}
+
+/// One mount from mountinfo.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mount {
+    pub major: String,
+    pub minor: String,
+    pub mount_point: String,
+    pub fstype: String,
+    pub device: String,
+    pub read_only: bool,
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape(s: &str) -> String {
+    if !s.contains('\\') {
+        return s.to_string();
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') as u32 * 64 + (b[i + 2] - b'0') as u32 * 8 + (b[i + 3] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Parses /proc/PID/mountinfo.
+pub fn parse_mountinfo(text: &str) -> Result<Vec<Mount>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let sep = f.iter().position(|x| *x == "-").ok_or_else(|| format!("line {}: no separator", n + 1))?;
+        if sep < 6 || f.len() < sep + 3 {
+            return Err(format!("line {}: too few fields", n + 1));
+        }
+        let (major, minor) = f[2].split_once(':').ok_or_else(|| format!("line {}: bad major:minor", n + 1))?;
+        let opts = f[5];
+        let super_opts = f.get(sep + 3).copied().unwrap_or("");
+        let read_only = opts.split(',').any(|o| o == "ro") || super_opts.split(',').any(|o| o == "ro");
+        out.push(Mount {
+            major: major.to_string(),
+            minor: minor.to_string(),
+            mount_point: unescape(f[4]),
+            fstype: f[sep + 1].to_string(),
+            device: unescape(f[sep + 2]),
+            read_only,
+        });
+    }
+    Ok(out)
+}
+
+/// Parses a Go-style duration such as `5s`, `500ms`, `1m`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.')?);
+    let v: f64 = num.parse().ok()?;
+    let secs = match unit {
+        "ns" => v / 1e9,
+        "us" | "µs" => v / 1e6,
+        "ms" => v / 1e3,
+        "s" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return None,
+    };
+    (secs.is_finite() && secs > 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+type Reply = (usize, io::Result<FsStats>);
+
+struct Job {
+    index: usize,
+    key: String,
+    path: PathBuf,
+    reply: Sender<Reply>,
+}
+
+/// Worker threads running statfs, and the mounts whose statfs is overdue.
+struct Pool {
+    jobs: Sender<Job>,
+    queue: Arc<Mutex<Receiver<Job>>>,
+    stuck: Arc<Mutex<HashSet<String>>>,
+    workers: usize,
+}
+
+impl Pool {
+    fn new(workers: usize) -> Self {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let mut p = Pool {
+            jobs: tx,
+            queue: Arc::new(Mutex::new(rx)),
+            stuck: Arc::new(Mutex::new(HashSet::new())),
+            workers: 0,
+        };
+        for _ in 0..workers {
+            p.spawn();
+        }
+        p
+    }
+
+    fn spawn(&mut self) {
+        let queue = Arc::clone(&self.queue);
+        let stuck = Arc::clone(&self.stuck);
+        let spawned = std::thread::Builder::new()
+            .name("statfs".into())
+            .spawn(move || loop {
+                let job = {
+                    let Ok(q) = queue.lock() else { return };
+                    match q.recv() {
+                        Ok(j) => j,
+                        Err(_) => return,
+                    }
+                };
+                let res = sys::statfs(&job.path);
+                // Clear a timed-out mark and answer under the lock, so the
+                // scrape that gives up on us sees either the answer or the mark.
+                let Ok(mut s) = stuck.lock() else { return };
+                if s.remove(&job.key) {
+                    tracing::info!(mountpoint = %job.key, "mount point responds again");
+                }
+                let _ = job.reply.send((job.index, res));
+                drop(s);
+            });
+        match spawned {
+            Ok(_) => self.workers += 1,
+            Err(e) => tracing::warn!(err = %e, "cannot start statfs worker"),
+        }
+    }
+}
+
+pub struct Collector {
+    procfs: PathBuf,
+    rootfs: PathBuf,
+    mount_points: util::DeviceFilter,
+    fs_types: util::DeviceFilter,
+    timeout: Duration,
+    pool: Pool,
+    text: Vec<u8>,
+}
+
+impl Collector {
+    pub fn new(m: &ArgMatches, p: &Paths) -> Result<Self, ConfigError> {
+        let timeout_s = util::string_flag(m, "collector.filesystem.mount-timeout");
+        let timeout = parse_duration(&timeout_s).ok_or_else(|| ConfigError::Invalid {
+            flag: "collector.filesystem.mount-timeout".into(),
+            msg: format!("invalid duration {timeout_s:?}"),
+        })?;
+        let workers_s = util::string_flag(m, "collector.filesystem.stat-workers");
+        let workers: usize = workers_s.parse().ok().filter(|w| (1..=MAX_WORKERS).contains(w)).ok_or_else(|| ConfigError::Invalid {
+            flag: "collector.filesystem.stat-workers".into(),
+            msg: format!("must be a number from 1 to {MAX_WORKERS}, got {workers_s:?}"),
+        })?;
+        Ok(Collector {
+            procfs: p.procfs.clone(),
+            rootfs: p.rootfs.clone(),
+            mount_points: util::DeviceFilter::from_flags(m, "collector.filesystem.mount-points-exclude", "collector.filesystem.mount-points-include")?,
+            fs_types: util::DeviceFilter::from_flags(m, "collector.filesystem.fs-types-exclude", "collector.filesystem.fs-types-include")?,
+            timeout,
+            pool: Pool::new(workers),
+            text: Vec::new(),
+        })
+    }
+
+    fn mounts(&mut self) -> Result<Vec<Mount>, Error> {
+        let one = self.procfs.join("1/mountinfo");
+        let path = match read_into(&one, &mut self.text) {
+            Ok(()) => one,
+            Err(e) => {
+                tracing::debug!(path = %one.display(), err = %e, "reading pid 1 mountinfo failed, falling back to self");
+                let own = self.procfs.join("self/mountinfo");
+                read_into(&own, &mut self.text).map_err(|e| Error::from_read(&own, e))?;
+                own
+            }
+        };
+        let text = std::str::from_utf8(&self.text).map_err(|_| Error::parse(&path, "invalid UTF-8"))?;
+        parse_mountinfo(text).map_err(|m| Error::parse(&path, m))
+    }
+
+    /// The mount point as node_exporter labels it: without the rootfs prefix.
+    fn label_mount_point(&self, mp: &str) -> String {
+        let root = self.rootfs.to_string_lossy();
+        if root == "/" {
+            return mp.to_string();
+        }
+        match mp.strip_prefix(root.trim_end_matches('/')) {
+            Some("") => "/".into(),
+            Some(rest) if rest.starts_with('/') => rest.to_string(),
+            _ => mp.to_string(),
+        }
+    }
+}
+
+fn statfs_path(rootfs: &Path, mp: &str) -> PathBuf {
+    rootfs.join(mp.trim_start_matches('/'))
+}
+
+impl super::Collector for Collector {
+    fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
+        let mounts = self.mounts()?;
+        let mut seen = HashSet::new();
+        let mut selected: Vec<(Mount, String)> = Vec::new();
+        for m in mounts {
+            let label = self.label_mount_point(&m.mount_point);
+            if self.mount_points.ignored(&label) || self.fs_types.ignored(&m.fstype) {
+                continue;
+            }
+            if !seen.insert((m.device.clone(), label.clone(), m.fstype.clone())) {
+                continue;
+            }
+            selected.push((m, label));
+        }
+
+        // Submit every statfs that isn't known to hang, then wait until the deadline.
+        let (tx, rx) = mpsc::channel::<Reply>();
+        let mut results: Vec<Option<Result<FsStats, String>>> = vec![None; selected.len()];
+        let mut pending = 0usize;
+        {
+            let stuck = self.pool.stuck.lock().map_err(|_| Error::NoData("statfs pool poisoned".into()))?;
+            for (i, (m, label)) in selected.iter().enumerate() {
+                if stuck.contains(label) {
+                    tracing::debug!(mountpoint = %label, "mount point is in an unresponsive state, skipping");
+                    results[i] = Some(Err(TIMEOUT_LABEL.to_string()));
+                    continue;
+                }
+                let job = Job { index: i, key: label.clone(), path: statfs_path(&self.rootfs, &m.mount_point), reply: tx.clone() };
+                if self.pool.jobs.send(job).is_ok() {
+                    pending += 1;
+                }
+            }
+        }
+        drop(tx);
+        let deadline = Instant::now() + self.timeout;
+        while pending > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((i, r)) => {
+                    pending -= 1;
+                    results[i] = Some(r.map_err(|e| sys::error_label(&e)));
+                }
+                Err(_) => break,
+            }
+        }
+        if pending > 0 {
+            // Under the lock: take answers that raced in, mark the rest stuck.
+            let mut stuck = self.pool.stuck.lock().map_err(|_| Error::NoData("statfs pool poisoned".into()))?;
+            while let Ok((i, r)) = rx.try_recv() {
+                results[i] = Some(r.map_err(|e| sys::error_label(&e)));
+            }
+            let mut hung = 0;
+            for (i, (_, label)) in selected.iter().enumerate() {
+                if results[i].is_none() {
+                    tracing::warn!(mountpoint = %label, timeout = ?self.timeout, "statfs timed out, marking mount point stale");
+                    stuck.insert(label.clone());
+                    results[i] = Some(Err(TIMEOUT_LABEL.to_string()));
+                    hung += 1;
+                }
+            }
+            drop(stuck);
+            // Replace the workers now blocked in statfs.
+            for _ in 0..hung {
+                if self.pool.workers < MAX_WORKERS {
+                    self.pool.spawn();
+                }
+            }
+        }
+
+        for ((m, label), res) in selected.iter().zip(results) {
+            let res = res.unwrap_or_else(|| Err(TIMEOUT_LABEL.to_string()));
+            let err_label = res.as_ref().err().map(String::as_str).unwrap_or("");
+            let l = [("device", m.device.as_str()), ("device_error", err_label), ("fstype", m.fstype.as_str()), ("mountpoint", label.as_str())];
+            sink.family("node_filesystem_device_error", "Whether an error occurred while getting statistics for the given device.", Kind::Gauge)
+                .sample(&l, if res.is_err() { 1.0 } else { 0.0 });
+            sink.family("node_filesystem_readonly", "Filesystem read-only status.", Kind::Gauge)
+                .sample(&l, if m.read_only { 1.0 } else { 0.0 });
+            sink.family("node_filesystem_mount_info", "Filesystem mount information.", Kind::Gauge)
+                .sample(&[("device", m.device.as_str()), ("major", &m.major), ("minor", &m.minor), ("mountpoint", label.as_str())], 1.0);
+            let Ok(s) = res else { continue };
+            for (name, help, v) in [
+                ("node_filesystem_size_bytes", "Filesystem size in bytes.", s.size),
+                ("node_filesystem_free_bytes", "Filesystem free space in bytes.", s.free),
+                ("node_filesystem_avail_bytes", "Filesystem space available to non-root users in bytes.", s.avail),
+                ("node_filesystem_files", "Filesystem total file nodes.", s.files),
+                ("node_filesystem_files_free", "Filesystem total free file nodes.", s.files_free),
+            ] {
+                sink.family(name, help, Kind::Gauge).sample(&l, v);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_mountinfo() {
+        let t = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw,errors=remount-ro\n\
+                 30 22 0:25 / /mnt/my\\040disk ro,nosuid - vfat /dev/sdb1 rw\n\
+                 31 22 0:26 / /run rw - tmpfs tmpfs rw\n";
+        let m = parse_mountinfo(t).unwrap();
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[0].device, "/dev/sda1");
+        assert_eq!((m[0].major.as_str(), m[0].minor.as_str()), ("8", "1"));
+        assert!(!m[0].read_only);
+        assert_eq!(m[1].mount_point, "/mnt/my disk");
+        assert!(m[1].read_only);
+        assert_eq!(m[2].fstype, "tmpfs");
+        assert!(parse_mountinfo("1 2 3\n").is_err());
+        assert!(parse_mountinfo("22 1 81 / / rw - ext4 /dev/sda1 rw\n").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5s"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("5"), None);
+        assert_eq!(parse_duration("0s"), None);
+        assert_eq!(parse_duration("x"), None);
+    }
+
+    #[test]
+    fn default_excludes() {
+        use regex::Regex;
+        let mp = Regex::new(DEFAULT_MOUNT_POINTS_EXCLUDE).unwrap();
+        assert!(mp.is_match("/proc/sys/fs/binfmt_misc"));
+        assert!(mp.is_match("/var/lib/docker/overlay2/x"));
+        assert!(!mp.is_match("/var/lib/docker"));
+        assert!(!mp.is_match("/home"));
+        let fs = Regex::new(DEFAULT_FS_TYPES_EXCLUDE).unwrap();
+        assert!(fs.is_match("cgroup2") && fs.is_match("overlay") && !fs.is_match("ext4"));
+    }
+}

@@ -1,0 +1,261 @@
+//! Shared helpers: reading files into reused buffers, byte-level number
+//! parsing, and node_exporter's include/exclude flags.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+
+use clap::{Arg, ArgAction, ArgMatches};
+use regex::Regex;
+
+use super::{ConfigError, Error};
+
+/// Reads `path` into `buf` (cleared first), keeping its capacity.
+pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
+    buf.clear();
+    let mut f = File::open(path)?;
+    f.read_to_end(buf)?;
+    Ok(())
+}
+
+/// Reads `path` into `buf`; a missing file is [`Error::NoData`].
+pub fn read_file(path: &Path, buf: &mut Vec<u8>) -> Result<(), Error> {
+    read_into(path, buf).map_err(|e| Error::from_read(path, e))
+}
+
+/// Reads a small sysfs attribute, trimmed. `None` when it can't be read.
+pub fn read_trimmed(path: &Path) -> Option<String> {
+    let s = std::fs::read_to_string(path).ok()?;
+    Some(s.trim().to_string())
+}
+
+/// Reads a sysfs attribute as an unsigned integer.
+pub fn read_u64(path: &Path) -> Option<u64> {
+    read_trimmed(path)?.parse().ok()
+}
+
+/// Reads a sysfs attribute as a signed integer.
+pub fn read_i64(path: &Path) -> Option<i64> {
+    read_trimmed(path)?.parse().ok()
+}
+
+/// Parses an unsigned decimal integer from ASCII bytes.
+pub fn parse_u64(b: &[u8]) -> Option<u64> {
+    if b.is_empty() || b.len() > 20 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in b {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(d as u64)?;
+    }
+    Some(v)
+}
+
+/// Parses a signed decimal integer from ASCII bytes.
+pub fn parse_i64(b: &[u8]) -> Option<i64> {
+    match b.first() {
+        Some(b'-') => parse_u64(&b[1..]).and_then(|v| i64::try_from(v).ok()).map(|v| -v),
+        _ => parse_u64(b).and_then(|v| i64::try_from(v).ok()),
+    }
+}
+
+/// Parses a float from ASCII bytes (integers take the fast path).
+pub fn parse_f64(b: &[u8]) -> Option<f64> {
+    if let Some(v) = parse_u64(b) {
+        return Some(v as f64);
+    }
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// Splits on ASCII whitespace, skipping empty fields.
+pub fn fields(line: &[u8]) -> impl Iterator<Item = &[u8]> {
+    line.split(|c| c.is_ascii_whitespace())
+        .filter(|f| !f.is_empty())
+}
+
+/// Lines of a byte buffer, without the trailing newline.
+pub fn lines(buf: &[u8]) -> impl Iterator<Item = &[u8]> {
+    buf.split(|&c| c == b'\n').filter(|l| !l.is_empty())
+}
+
+/// Bytes as `&str`, for label values; invalid UTF-8 is a parse error.
+pub fn as_str<'a>(b: &'a [u8], path: &Path) -> Result<&'a str, Error> {
+    std::str::from_utf8(b).map_err(|_| Error::parse(path, "invalid UTF-8"))
+}
+
+/// A string-valued flag.
+pub fn string_arg(name: &'static str, default: &'static str, help: &'static str) -> Arg {
+    Arg::new(name)
+        .long(name)
+        .value_name("VALUE")
+        .default_value(default)
+        .help(help)
+        .action(ArgAction::Set)
+}
+
+/// A kingpin-style boolean flag: `--name` and `--no-name`, the last wins.
+pub fn bool_args(name: &'static str, default: bool, help: &'static str) -> [Arg; 2] {
+    let no: &'static str = Box::leak(format!("no-{name}").into_boxed_str());
+    let help_text = if default {
+        format!("{help} [default: enabled]")
+    } else {
+        format!("{help} [default: disabled]")
+    };
+    [
+        Arg::new(name)
+            .long(name)
+            .help(help_text)
+            .action(ArgAction::SetTrue)
+            .overrides_with(no),
+        Arg::new(no)
+            .long(no)
+            .hide(true)
+            .action(ArgAction::SetTrue)
+            .overrides_with(name),
+    ]
+}
+
+/// Resolves a kingpin-style boolean flag pair.
+pub fn bool_flag(m: &ArgMatches, name: &str, default: bool) -> bool {
+    let no = format!("no-{name}");
+    if m.try_get_one::<bool>(name).ok().flatten().copied().unwrap_or(false)
+        && m.value_source(name) == Some(clap::parser::ValueSource::CommandLine)
+    {
+        return true;
+    }
+    if m.try_get_one::<bool>(&no).ok().flatten().copied().unwrap_or(false)
+        && m.value_source(&no) == Some(clap::parser::ValueSource::CommandLine)
+    {
+        return false;
+    }
+    default
+}
+
+/// The value of a string flag.
+pub fn string_flag(m: &ArgMatches, name: &str) -> String {
+    m.try_get_one::<String>(name)
+        .ok()
+        .flatten()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Compiles a regex flag; an empty value means "not set".
+pub fn regex_flag(m: &ArgMatches, name: &str) -> Result<Option<Regex>, ConfigError> {
+    let value = string_flag(m, name);
+    if value.is_empty() {
+        return Ok(None);
+    }
+    Regex::new(&value)
+        .map(Some)
+        .map_err(|e| ConfigError::Regex {
+            flag: name.to_string(),
+            value,
+            source: Box::new(e),
+        })
+}
+
+/// node_exporter's device filter: a name is ignored when it matches the
+/// exclude pattern or fails the include pattern.
+#[derive(Debug, Default, Clone)]
+pub struct DeviceFilter {
+    exclude: Option<Regex>,
+    include: Option<Regex>,
+}
+
+impl DeviceFilter {
+    pub fn new(exclude: Option<Regex>, include: Option<Regex>) -> Self {
+        DeviceFilter { exclude, include }
+    }
+
+    /// Builds the filter from an include and an exclude flag, which may not
+    /// both be set.
+    pub fn from_flags(m: &ArgMatches, exclude: &str, include: &str) -> Result<Self, ConfigError> {
+        let ex = regex_flag(m, exclude)?;
+        let inc = regex_flag(m, include)?;
+        if ex.is_some()
+            && inc.is_some()
+            && m.value_source(exclude) == Some(clap::parser::ValueSource::CommandLine)
+        {
+            return Err(ConfigError::Invalid {
+                flag: include.to_string(),
+                msg: format!("cannot be used together with --{exclude}"),
+            });
+        }
+        // A given include pattern replaces a default exclude pattern.
+        if inc.is_some() {
+            return Ok(DeviceFilter::new(None, inc));
+        }
+        Ok(DeviceFilter::new(ex, None))
+    }
+
+    pub fn ignored(&self, name: &str) -> bool {
+        self.exclude.as_ref().is_some_and(|r| r.is_match(name))
+            || self.include.as_ref().is_some_and(|r| !r.is_match(name))
+    }
+}
+
+/// Formats an integer into a reusable stack buffer, for label values.
+pub fn itoa(buf: &mut itoa::Buffer, v: impl itoa::Integer) -> &str {
+    buf.format(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_numbers() {
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(parse_u64(b""), None);
+        assert_eq!(parse_u64(b"12a"), None);
+        assert_eq!(parse_i64(b"-5"), Some(-5));
+        assert_eq!(parse_f64(b"0.25"), Some(0.25));
+        assert_eq!(parse_f64(b"7"), Some(7.0));
+        assert_eq!(parse_f64(b"x"), None);
+    }
+
+    #[test]
+    fn splits_fields() {
+        let f: Vec<&[u8]> = fields(b"  a \t bb  c\n").collect();
+        assert_eq!(f, vec![&b"a"[..], b"bb", b"c"]);
+    }
+
+    #[test]
+    fn device_filter() {
+        let f = DeviceFilter::new(Some(Regex::new("^lo$").unwrap()), None);
+        assert!(f.ignored("lo"));
+        assert!(!f.ignored("eth0"));
+        let f = DeviceFilter::new(None, Some(Regex::new("^eth").unwrap()));
+        assert!(f.ignored("lo"));
+        assert!(!f.ignored("eth0"));
+    }
+}
+
+/// Remembers whether a field name matched a pattern, so a collector runs
+/// its regex once per distinct name instead of once per scrape.
+#[derive(Debug, Default)]
+pub struct MatchCache {
+    seen: std::collections::HashMap<String, bool>,
+}
+
+impl MatchCache {
+    /// With no pattern everything matches.
+    pub fn matches(&mut self, re: Option<&Regex>, key: &str) -> bool {
+        let Some(re) = re else { return true };
+        if let Some(&m) = self.seen.get(key) {
+            return m;
+        }
+        let m = re.is_match(key);
+        // Bounded: a hostile file with endless new names can't grow it forever.
+        if self.seen.len() < 65536 {
+            self.seen.insert(key.to_string(), m);
+        }
+        m
+    }
+}

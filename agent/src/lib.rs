@@ -1,0 +1,13 @@
+//! node-agent: node_exporter-compatible host metrics, kernel events through
+//! eBPF, and DaemonSet planning, for one Kubernetes node.
+
+pub mod cli;
+pub mod collector;
+pub mod config;
+pub mod expfmt;
+pub mod logging;
+pub mod metrics;
+pub mod process;
+pub mod scrape;
+pub mod server;
+pub mod sys;

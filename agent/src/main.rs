@@ -1,0 +1,22 @@
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let m = match node_agent::cli::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    let res = match m.subcommand() {
+        Some(("serve", sub)) => node_agent::cli::serve(sub),
+        _ => node_agent::cli::serve(&m),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("node-agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
