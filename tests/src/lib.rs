@@ -1,1 +1,86 @@
-//! Workspace-level integration tests live in tests/tests/.
+//! Helpers for node-agent's workspace-level integration tests.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The node_exporter conformance fixtures, from `../shared` beside the
+/// repository (or `NODE_AGENT_CONFORMANCE_DIR`). Outside CI their absence is a
+/// skip with a message; in CI (`CI` set) it is a failure.
+pub fn conformance_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("NODE_AGENT_CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance/node_exporter"));
+    if dir.join("e2e-output.txt").is_file() {
+        return Some(dir);
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("conformance fixtures missing at {} (they must be present in CI)", dir.display());
+    }
+    eprintln!("SKIP: node_exporter conformance fixtures not found at {}", dir.display());
+    None
+}
+
+/// Copies a fixture tree, restoring the symbolic links that the text-archive
+/// extraction flattened into small files holding their target path.
+pub fn materialize(src: &Path, dst: &Path) -> io::Result<usize> {
+    copy_tree(src, dst)?;
+    let mut restored = 0;
+    restore_links(dst, &mut restored)?;
+    Ok(restored)
+}
+
+fn copy_tree(src: &Path, dst: &Path) -> io::Result<()> {
+    fs::create_dir_all(dst)?;
+    for e in fs::read_dir(src)? {
+        let e = e?;
+        let to = dst.join(e.file_name());
+        let ft = e.file_type()?;
+        if ft.is_dir() {
+            copy_tree(&e.path(), &to)?;
+        } else if ft.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(e.path())?, &to)?;
+        } else {
+            fs::copy(e.path(), &to)?;
+            let mut perm = fs::metadata(&to)?.permissions();
+            #[allow(clippy::permissions_set_readonly_false)]
+            perm.set_readonly(false);
+            fs::set_permissions(&to, perm)?;
+        }
+    }
+    Ok(())
+}
+
+/// A flattened link: a small file whose whole content is a relative path to
+/// an existing entry (containing a `/`, or naming a sibling directory).
+fn link_target(file: &Path) -> Option<String> {
+    let meta = fs::metadata(file).ok()?;
+    if meta.len() == 0 || meta.len() > 512 {
+        return None;
+    }
+    let content = fs::read_to_string(file).ok()?;
+    let t = content.trim_end_matches('\n');
+    if t.is_empty() || t.contains(char::is_whitespace) || t.starts_with('/') {
+        return None;
+    }
+    let target = file.parent()?.join(t.trim_end_matches('/'));
+    let exists = if t.contains('/') { target.exists() } else { target.is_dir() };
+    exists.then(|| t.trim_end_matches('/').to_string())
+}
+
+fn restore_links(dir: &Path, restored: &mut usize) -> io::Result<()> {
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let ft = e.file_type()?;
+        if ft.is_dir() {
+            restore_links(&e.path(), restored)?;
+        } else if ft.is_file() {
+            if let Some(t) = link_target(&e.path()) {
+                fs::remove_file(e.path())?;
+                std::os::unix::fs::symlink(t, e.path())?;
+                *restored += 1;
+            }
+        }
+    }
+    Ok(())
+}

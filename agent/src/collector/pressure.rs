@@ -55,7 +55,8 @@ impl super::Collector for Collector {
                 return Err(Error::io(path, e));
             }
             let (some, full) = parse(&self.buf).ok_or_else(|| Error::parse(path, "malformed PSI line"))?;
-            let secs = |us: u64| us as f64 / 1e6;
+            // Microseconds to seconds in two steps, exactly as node_exporter computes it.
+            let secs = |us: u64| us as f64 / 1000.0 / 1000.0;
             match *res {
                 "cpu" => {
                     if let Some(s) = some {
