@@ -30,35 +30,80 @@ pub enum Error {
     Runtime(std::io::Error),
 }
 
-/// Runs `serve` with the given matches until SIGTERM or SIGINT.
-pub fn serve(m: &ArgMatches) -> Result<(), Error> {
-    let defs = collector::definitions();
-    let cfg = config::resolve(m, &defs)?;
-    crate::logging::init(cfg.log_level, cfg.log_format);
-    let names: Vec<&str> = cfg.collectors.iter().map(|(n, _)| *n).collect();
-    tracing::info!(collectors = %names.join(","), procfs = %cfg.paths.procfs.display(), sysfs = %cfg.paths.sysfs.display(), rootfs = %cfg.paths.rootfs.display(), "starting node-agent");
-    let scraper = Arc::new(crate::scrape::Scraper::new(cfg.collectors, cfg.exporter_metrics));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .max_blocking_threads(8)
-        .enable_all()
-        .build()
-        .map_err(Error::Runtime)?;
-    rt.block_on(async move {
-        let listeners = crate::server::bind(&cfg.listen).await?;
-        for l in &listeners {
-            if let Ok(a) = l.local_addr() {
-                tracing::info!(address = %a, "listening");
-            }
+/// A running agent: its bound addresses, and a handle to stop it.
+pub struct Agent {
+    pub addrs: Vec<std::net::SocketAddr>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Agent {
+    /// Resolves the flags, binds every listen address and starts serving on
+    /// a runtime of its own. Fails, naming the flag, on bad configuration.
+    pub fn start(m: &ArgMatches) -> Result<Agent, Error> {
+        let defs = collector::definitions();
+        let cfg = config::resolve(m, &defs)?;
+        crate::logging::init(cfg.log_level, cfg.log_format);
+        let names: Vec<&str> = cfg.collectors.iter().map(|(n, _)| *n).collect();
+        tracing::info!(collectors = %names.join(","), procfs = %cfg.paths.procfs.display(), sysfs = %cfg.paths.sysfs.display(), rootfs = %cfg.paths.rootfs.display(), "starting node-agent");
+        let scraper = Arc::new(crate::scrape::Scraper::new(cfg.collectors, cfg.exporter_metrics));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(8)
+            .enable_all()
+            .build()
+            .map_err(Error::Runtime)?;
+        let listeners = rt.block_on(crate::server::bind(&cfg.listen))?;
+        let addrs: Vec<_> = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
+        for a in &addrs {
+            tracing::info!(address = %a, "listening");
         }
         let state = Arc::new(crate::server::State {
             scraper,
             telemetry_path: cfg.telemetry_path,
             limit: (cfg.max_requests > 0).then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_requests))),
         });
-        crate::server::serve(listeners, state, shutdown_signal(), Duration::from_secs(10)).await;
-        Ok::<(), Error>(())
-    })
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("node-agent-http".into())
+            .spawn(move || {
+                rt.block_on(crate::server::serve(listeners, state, async move {
+                    let _ = rx.await;
+                }, Duration::from_secs(10)));
+            })
+            .map_err(Error::Runtime)?;
+        Ok(Agent { addrs, stop: Some(tx), thread: Some(thread) })
+    }
+
+    /// Stops serving, letting in-flight requests finish.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Runs `serve` with the given matches until SIGTERM or SIGINT.
+pub fn serve(m: &ArgMatches) -> Result<(), Error> {
+    let agent = Agent::start(m)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Error::Runtime)?;
+    rt.block_on(shutdown_signal());
+    tracing::info!("signal received, shutting down");
+    agent.stop();
+    Ok(())
 }
 
 async fn shutdown_signal() {

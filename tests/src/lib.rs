@@ -1,5 +1,7 @@
 //! Helpers for node-agent's workspace-level integration tests.
 
+pub mod compare;
+
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};

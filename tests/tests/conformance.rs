@@ -18,6 +18,7 @@ const OURS: &[&str] = &[
     "node_schedstat_", "node_sockstat_", "node_softnet_", "node_intr_total", "node_context_switches_total",
     "node_forks_total", "node_boot_time_seconds", "node_procs_", "node_softirqs_total", "node_textfile_",
     "node_thermal_zone_", "node_cooling_device_", "node_time_", "node_udp_queues", "node_uname_", "node_vmstat_",
+    "node_timex_", "node_selinux_",
     "testmetric",
 ];
 
@@ -95,6 +96,8 @@ fn run_agent(root: &std::path::Path, fixtures: &std::path::Path) -> String {
         "--no-collector.arp.netlink".into(),
         "--no-collector.filesystem".into(),
         "--no-collector.uname".into(),
+        "--no-collector.timex".into(),
+        "--no-collector.selinux".into(),
         "--web.disable-exporter-metrics".into(),
     ];
     let m = node_agent::cli::command().try_get_matches_from(args).expect("flags parse");

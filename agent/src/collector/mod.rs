@@ -28,12 +28,14 @@ pub mod netstat;
 pub mod os;
 pub mod pressure;
 pub mod schedstat;
+pub mod selinux;
 pub mod sockstat;
 pub mod softnet;
 pub mod stat;
 pub mod textfile;
 pub mod thermal_zone;
 pub mod time;
+pub mod timex;
 pub mod udp_queues;
 pub mod uname;
 pub mod util;
@@ -178,12 +180,14 @@ pub fn definitions() -> Vec<Definition> {
         simple!("os", true, os),
         simple!("pressure", true, pressure),
         simple!("schedstat", true, schedstat),
+        simple!("selinux", true, selinux),
         simple!("sockstat", true, sockstat),
         simple!("softnet", true, softnet),
         with_flags!("stat", true, stat),
         with_flags!("textfile", true, textfile),
         simple!("thermal_zone", true, thermal_zone),
         simple!("time", true, time),
+        simple!("timex", true, timex),
         simple!("udp_queues", true, udp_queues),
         simple!("uname", true, uname),
         with_flags!("vmstat", true, vmstat),
