@@ -146,7 +146,7 @@ impl super::Collector for Collector {
             let mut files: Vec<PathBuf> = rd
                 .flatten()
                 .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "prom") && p.is_file())
+                .filter(|p| p.extension().is_some_and(|e| e == "prom") && !p.is_dir())
                 .collect();
             files.sort();
             for path in files {

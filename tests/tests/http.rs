@@ -1,0 +1,176 @@
+//! The HTTP surface, end to end against an in-process agent on a crafted
+//! host tree: formats, gzip, collect[]/exclude[], the request limit, health
+//! endpoints, and a malformed /proc file failing only its collector.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+use node_agent::cli::Agent;
+
+fn host_tree() -> tempfile::TempDir {
+    let t = tempfile::tempdir().expect("tempdir");
+    let proc = t.path().join("proc");
+    std::fs::create_dir_all(proc.join("sys/kernel/random")).expect("mkdir");
+    std::fs::write(proc.join("loadavg"), "0.21 0.37 0.39 1/719 19737\n").expect("write");
+    std::fs::write(proc.join("meminfo"), "MemTotal:        3742148 kB\nHugePages_Total:       0\n").expect("write");
+    std::fs::write(proc.join("sys/kernel/random/entropy_avail"), "256\n").expect("write");
+    std::fs::write(proc.join("sys/kernel/random/poolsize"), "256\n").expect("write");
+    t
+}
+
+fn start(root: &Path, extra: &[&str]) -> Agent {
+    let mut args = vec![
+        "node-agent".to_string(),
+        "--web.listen-address=127.0.0.1:0".into(),
+        format!("--path.procfs={}", root.join("proc").display()),
+        format!("--path.sysfs={}", root.join("sys").display()),
+        "--collector.disable-defaults".into(),
+        "--collector.loadavg".into(),
+        "--collector.meminfo".into(),
+        "--collector.entropy".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let m = node_agent::cli::command().try_get_matches_from(args).expect("flags");
+    Agent::start(&m).expect("agent starts")
+}
+
+/// A raw HTTP/1.1 request; returns (status, headers, body bytes).
+fn request(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).expect("send");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("header end");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("status");
+    (status, head.to_lowercase(), raw[split + 4..].to_vec())
+}
+
+fn body(addr: SocketAddr, path: &str) -> String {
+    let (status, _, b) = request(addr, path, &[]);
+    assert_eq!(status, 200, "{path}");
+    String::from_utf8(b).expect("utf-8")
+}
+
+#[test]
+fn serves_text_openmetrics_and_gzip() {
+    let t = host_tree();
+    let a = start(t.path(), &[]);
+    let addr = a.addrs[0];
+    let (status, head, b) = request(addr, "/metrics", &[]);
+    assert_eq!(status, 200);
+    assert!(head.contains("content-type: text/plain; version=0.0.4"), "{head}");
+    let text = String::from_utf8(b).expect("utf-8");
+    assert!(text.contains("node_load1 0.21\n"), "{text}");
+    assert!(text.contains("node_memory_MemTotal_bytes 3831959552"), "{text}");
+    assert!(text.contains("node_scrape_collector_success{collector=\"loadavg\"} 1"), "{text}");
+    assert!(text.contains("node_agent_build_info{"), "{text}");
+    assert!(text.contains("process_resident_memory_bytes "), "{text}");
+    assert!(!text.contains("# EOF"));
+
+    let (_, head, b) = request(addr, "/metrics", &[("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")]);
+    assert!(head.contains("content-type: application/openmetrics-text; version=1.0.0"), "{head}");
+    let om = String::from_utf8(b).expect("utf-8");
+    assert!(om.ends_with("# EOF\n"));
+    assert!(om.contains("# TYPE process_cpu_seconds counter"), "{om}");
+
+    let (_, head, b) = request(addr, "/metrics", &[("Accept-Encoding", "gzip, deflate")]);
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    let mut plain = String::new();
+    flate2::read::GzDecoder::new(&b[..]).read_to_string(&mut plain).expect("gunzip");
+    assert!(plain.contains("node_load1 0.21\n"));
+}
+
+#[test]
+fn collect_and_exclude_parameters() {
+    let t = host_tree();
+    let a = start(t.path(), &[]);
+    let addr = a.addrs[0];
+    let only = body(addr, "/metrics?collect%5B%5D=loadavg");
+    assert!(only.contains("node_load1 "));
+    assert!(!only.contains("node_memory_"));
+    assert!(!only.contains("collector=\"meminfo\""));
+    let ex = body(addr, "/metrics?exclude[]=loadavg");
+    assert!(!ex.contains("node_load1 "));
+    assert!(ex.contains("node_memory_MemTotal_bytes"));
+    let (status, _, b) = request(addr, "/metrics?collect[]=nope", &[]);
+    assert_eq!(status, 400);
+    assert!(String::from_utf8_lossy(&b).contains("missing collector: nope"));
+}
+
+#[test]
+fn malformed_file_fails_only_its_collector() {
+    let t = host_tree();
+    std::fs::write(t.path().join("proc/meminfo"), "MemTotal: lots kB\n").expect("write");
+    let a = start(t.path(), &[]);
+    let text = body(a.addrs[0], "/metrics");
+    assert!(text.contains("node_scrape_collector_success{collector=\"meminfo\"} 0"), "{text}");
+    assert!(text.contains("node_scrape_collector_success{collector=\"loadavg\"} 1"), "{text}");
+    assert!(text.contains("node_load1 0.21"));
+    assert!(!text.contains("node_memory_"), "partial output of a failed collector must be dropped");
+    // A missing file is "no data": success 0 as well, and the scrape goes on.
+    std::fs::remove_file(t.path().join("proc/loadavg")).expect("rm");
+    let text = body(a.addrs[0], "/metrics");
+    assert!(text.contains("node_scrape_collector_success{collector=\"loadavg\"} 0"), "{text}");
+}
+
+#[test]
+fn health_landing_and_unknown_paths() {
+    let t = host_tree();
+    let a = start(t.path(), &["--web.telemetry-path=/m"]);
+    let addr = a.addrs[0];
+    assert_eq!(request(addr, "/healthz", &[]).0, 200);
+    assert_eq!(request(addr, "/readyz", &[]).0, 200);
+    assert!(body(addr, "/").contains("href=\"/m\""));
+    assert!(body(addr, "/m").contains("node_load1"));
+    assert_eq!(request(addr, "/metrics", &[]).0, 404);
+}
+
+#[test]
+fn requests_above_the_limit_get_503() {
+    // A FIFO as a textfile blocks the textfile collector until written to,
+    // holding the only request slot.
+    let t = host_tree();
+    let dir = t.path().join("textfile");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let fifo = dir.join("slow.prom");
+    let c = std::ffi::CString::new(fifo.to_str().expect("path")).expect("cstr");
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo");
+    let a = start(t.path(), &["--web.max-requests=1", "--collector.textfile", &format!("--collector.textfile.directory={}", dir.display())]);
+    let addr = a.addrs[0];
+    let slow = std::thread::spawn(move || request(addr, "/metrics", &[]));
+    // Wait until the slow scrape holds the slot.
+    let mut refused = None;
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(20));
+        let (status, _, b) = request(addr, "/metrics", &[]);
+        if status == 503 {
+            refused = Some(String::from_utf8_lossy(&b).to_string());
+            break;
+        }
+    }
+    // Health checks are not scrapes: never limited.
+    assert_eq!(request(addr, "/healthz", &[]).0, 200);
+    // Release the slow scrape.
+    // Non-blocking: fails at once (instead of hanging) if no scrape is reading.
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .and_then(|mut f| f.write_all(b"slow_metric 1\n"))
+        .expect("the slow scrape is reading the FIFO");
+    let (status, _, b) = slow.join().expect("slow request");
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&b).contains("slow_metric 1"));
+    assert!(refused.expect("a concurrent scrape was refused").contains("Limit of concurrent requests"));
+}
