@@ -111,7 +111,9 @@ fn family_of<'a>(name: &'a str, declared: &dyn Fn(&str) -> Option<Type>) -> &'a 
     name
 }
 
-fn parse_labels(s: &str, line: usize) -> Result<(Vec<(String, String)>, &str), ParseError> {
+type Labels = Vec<(String, String)>;
+
+fn parse_labels(s: &str, line: usize) -> Result<(Labels, &str), ParseError> {
     // `s` starts right after `{`.
     let mut labels = Vec::new();
     let bytes = s.as_bytes();
@@ -217,7 +219,7 @@ pub fn parse(text: &str) -> Result<Vec<Family>, ParseError> {
             continue;
         }
         let name_end = line
-            .find(|c: char| c == '{' || c == ' ' || c == '\t')
+            .find(['{', ' ', '\t'])
             .ok_or_else(|| err(n, "sample without value"))?;
         let name = &line[..name_end];
         if !valid_metric_name(name) {

@@ -127,11 +127,14 @@ pub trait Collector: Send {
 
 /// What a collector module registers: its name, default state, own flags
 /// and constructor.
+/// Builds a collector from the flags and host paths.
+pub type Builder = fn(&ArgMatches, &Paths) -> Result<Box<dyn Collector>, ConfigError>;
+
 pub struct Definition {
     pub name: &'static str,
     pub enabled_by_default: bool,
     pub args: fn() -> Vec<Arg>,
-    pub build: fn(&ArgMatches, &Paths) -> Result<Box<dyn Collector>, ConfigError>,
+    pub build: Builder,
 }
 
 fn no_args() -> Vec<Arg> {

@@ -37,6 +37,9 @@ impl Collector {
     }
 }
 
+/// Buckets (upper bound, cumulative count), sum and count of one series.
+type HistogramParts = (Vec<(f64, u64)>, f64, u64);
+
 /// Families merged across files: name → (type, help, samples).
 type Merged = BTreeMap<String, (Type, Option<String>, Vec<expfmt::Sample>)>;
 
@@ -82,7 +85,7 @@ pub fn emit(sink: &mut Sink, merged: &Merged) {
         match kind {
             Type::Histogram => {
                 // Group by the labels other than `le`.
-                let mut groups: BTreeMap<Vec<(&str, &str)>, (Vec<(f64, u64)>, f64, u64)> = BTreeMap::new();
+                let mut groups: BTreeMap<Vec<(&str, &str)>, HistogramParts> = BTreeMap::new();
                 for s in samples {
                     let g = groups.entry(padded(&names, s)).or_default();
                     if s.name.ends_with("_bucket") {
