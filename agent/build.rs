@@ -1,5 +1,11 @@
-//! Records the git revision and rustc version for `node_agent_build_info`.
+//! Builds and embeds the eBPF programs, and records the git revision and
+//! rustc version for `node_agent_build_info`.
+//!
+//! The agent is never built without its eBPF programs: when the eBPF
+//! toolchain is missing the build fails with a message naming
+//! `cargo xtask build-ebpf`, which installs it.
 
+use std::path::PathBuf;
 use std::process::Command;
 
 fn output(cmd: &str, args: &[&str]) -> Option<String> {
@@ -17,4 +23,29 @@ fn main() {
     println!("cargo:rustc-env=NODE_AGENT_RUSTC={version}");
     println!("cargo:rerun-if-changed=../.git/HEAD");
     println!("cargo:rerun-if-changed=../.git/refs");
+
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let root = manifest.parent().map(PathBuf::from).unwrap_or_default();
+    for p in ["agent-ebpf/src", "agent-ebpf/Cargo.toml", "agent-ebpf/Cargo.lock", "agent-ebpf/build.sh", "agent-common/src", "agent-common/Cargo.toml"] {
+        println!("cargo:rerun-if-changed={}", root.join(p).display());
+    }
+    let target_dir = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target")).join("ebpf");
+    let status = Command::new("bash")
+        .arg(root.join("agent-ebpf/build.sh"))
+        .arg(&target_dir)
+        .env_remove("CARGO_TARGET_DIR")
+        .status();
+    let object = target_dir.join("bpfel-unknown-none/release/agent-ebpf");
+    match status {
+        Ok(s) if s.success() && object.is_file() => {}
+        _ => panic!(
+            "\n\nnode-agent: building the eBPF programs failed (see above).\n\
+             Run `cargo xtask build-ebpf`: it installs the eBPF toolchain (Debian rustc-web, \
+             libstd-rust-web-dev-bpf, llvm-22-dev, bpf-linker) and builds agent-ebpf.\n\n"
+        ),
+    }
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("agent-ebpf.o");
+    if let Err(e) = std::fs::copy(&object, &out) {
+        panic!("copying {} to {}: {e}", object.display(), out.display());
+    }
 }

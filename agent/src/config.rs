@@ -53,6 +53,7 @@ pub fn serve_args(defs: &[Definition]) -> Vec<Arg> {
     ];
     v.extend(util::bool_args("web.disable-exporter-metrics", false, "Exclude metrics about the exporter itself (process_*, node_agent_build_info)."));
     v.extend(util::bool_args("collector.disable-defaults", false, "Set all collectors to disabled by default."));
+    v.extend(util::bool_args("ebpf.bpf-stats", false, "Enable the kernel's BPF run-time statistics while running, for node_ebpf_program_run_seconds_total and node_ebpf_program_runs_total."));
     for d in defs {
         let enable: &'static str = Box::leak(format!("collector.{}", d.name).into_boxed_str());
         let help: &'static str = Box::leak(format!("Enable the {} collector", d.name).into_boxed_str());
@@ -110,10 +111,12 @@ pub fn resolve(m: &ArgMatches, defs: &[Definition]) -> Result<ServeConfig, Error
     }
     let defaults_off = util::bool_flag(m, "collector.disable-defaults", false);
     let mut collectors = Vec::new();
+    let mut ctx = collector::BuildContext::default();
+    ctx.bpf_stats = util::bool_flag(m, "ebpf.bpf-stats", false);
     for d in defs {
         let default = d.enabled_by_default && !defaults_off;
         if util::bool_flag(m, &format!("collector.{}", d.name), default) {
-            collectors.push((d.name, (d.build)(m, &paths)?));
+            collectors.push((d.name, (d.build)(m, &paths, &mut ctx)?));
         }
     }
     Ok(ServeConfig {

@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod collector;
 pub mod config;
+pub mod ebpf;
 pub mod expfmt;
 pub mod logging;
 pub mod metrics;

@@ -167,17 +167,16 @@ impl Family {
         })
     }
 
-    fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
-        let (name, metric_type) = match self.kind {
-            Kind::Counter => (
-                self.name.strip_suffix("_total").unwrap_or(&self.name),
-                MetricType::Counter,
-            ),
+    fn descriptor(&self) -> (&str, MetricType) {
+        match self.kind {
+            Kind::Counter => (self.name.strip_suffix("_total").unwrap_or(&self.name), MetricType::Counter),
             Kind::Gauge => (self.name.as_str(), MetricType::Gauge),
             Kind::Untyped => (self.name.as_str(), MetricType::Unknown),
             Kind::Histogram => (self.name.as_str(), MetricType::Histogram),
-        };
-        let mut family = encoder.encode_descriptor(name, &self.help, None, metric_type)?;
+        }
+    }
+
+    fn encode_samples(&self, family: &mut MetricEncoder) -> Result<(), fmt::Error> {
         for s in &self.samples {
             let labels = SampleLabels {
                 family: self,
@@ -190,6 +189,18 @@ impl Family {
                 buckets: &self.buckets[s.buckets.start as usize..s.buckets.end as usize],
             };
             sample.encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+
+    /// Encodes this family, with the samples of `more` families of the same
+    /// name and type appended (several collectors may share a family).
+    fn encode_with(&self, more: &[&Family], encoder: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+        let (name, metric_type) = self.descriptor();
+        let mut family = encoder.encode_descriptor(name, &self.help, None, metric_type)?;
+        self.encode_samples(&mut family)?;
+        for f in more {
+            f.encode_samples(&mut family)?;
         }
         Ok(())
     }
@@ -321,15 +332,6 @@ impl Sink {
         }
     }
 
-    /// Encodes every non-empty family.
-    pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
-        for f in self.families() {
-            if !f.is_empty() {
-                f.encode(encoder)?;
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Several sinks exposed through prometheus-client as one [`Collector`].
@@ -339,10 +341,26 @@ pub struct Exposition {
 }
 
 impl Collector for Exposition {
+    /// Encodes every non-empty family once: a family several sinks produce
+    /// (e.g. `node_ebpf_program_up` of each eBPF probe) is written under one
+    /// descriptor with all their samples. A later family of the same name but
+    /// another type is dropped rather than break the exposition.
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
         let sinks = self.sinks.lock().map_err(|_| fmt::Error)?;
-        for s in sinks.iter() {
-            s.encode(&mut encoder)?;
+        let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::with_capacity(1024);
+        let mut groups: Vec<(&Family, Vec<&Family>)> = Vec::with_capacity(1024);
+        for f in sinks.iter().flat_map(|s| s.families()).filter(|f| !f.is_empty()) {
+            match seen.get(f.name()) {
+                Some(&i) if groups[i].0.kind == f.kind => groups[i].1.push(f),
+                Some(_) => tracing::warn!(family = f.name(), "family produced with two different types; dropping the later"),
+                None => {
+                    seen.insert(f.name(), groups.len());
+                    groups.push((f, Vec::new()));
+                }
+            }
+        }
+        for (first, more) in &groups {
+            first.encode_with(more, &mut encoder)?;
         }
         Ok(())
     }
@@ -398,6 +416,23 @@ mod tests {
         assert!(om.contains("node_cpu_seconds_total{cpu=\"0\"} 2.0\n"), "{om}");
         assert!(om.contains("# TYPE node_vmstat_pgfault unknown\n"), "{om}");
         assert!(om.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn merges_families_across_sinks() {
+        let mut a = Sink::new();
+        a.family("x_up", "h", Kind::Gauge).sample(&[("p", "a")], 1.0);
+        let mut b = Sink::new();
+        b.family("x_up", "h", Kind::Gauge).sample(&[("p", "b")], 0.0);
+        b.family("x_up2", "h", Kind::Counter);
+        let exp = Arc::new(Exposition { sinks: std::sync::Mutex::new(vec![a, b]) });
+        let mut reg = Registry::default();
+        reg.register_collector(Box::new(exp));
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &reg).unwrap();
+        assert_eq!(out.matches("# TYPE x_up gauge").count(), 1, "{out}");
+        assert!(out.contains("x_up{p=\"a\"} 1") && out.contains("x_up{p=\"b\"} 0"), "{out}");
+        assert!(!out.contains("x_up2"), "empty families are not written: {out}");
     }
 
     #[test]

@@ -98,6 +98,13 @@ fn run_agent(root: &std::path::Path, fixtures: &std::path::Path) -> String {
         "--no-collector.uname".into(),
         "--no-collector.timex".into(),
         "--no-collector.selinux".into(),
+        // Kernel-event collectors have no node_exporter counterpart.
+        "--no-collector.ebpf_block_io".into(),
+        "--no-collector.ebpf_oom_kills".into(),
+        "--no-collector.ebpf_process".into(),
+        "--no-collector.ebpf_runqueue".into(),
+        "--no-collector.ebpf_syscalls".into(),
+        "--no-collector.ebpf_tcp_retransmits".into(),
         "--web.disable-exporter-metrics".into(),
     ];
     let m = node_agent::cli::command().try_get_matches_from(args).expect("flags parse");

@@ -16,6 +16,12 @@ pub mod conntrack;
 pub mod cpu;
 pub mod cpufreq;
 pub mod diskstats;
+pub mod ebpf_block_io;
+pub mod ebpf_oom_kills;
+pub mod ebpf_process;
+pub mod ebpf_runqueue;
+pub mod ebpf_syscalls;
+pub mod ebpf_tcp_retransmits;
 pub mod entropy;
 pub mod filefd;
 pub mod filesystem;
@@ -127,8 +133,24 @@ pub trait Collector: Send {
 
 /// What a collector module registers: its name, default state, own flags
 /// and constructor.
-/// Builds a collector from the flags and host paths.
-pub type Builder = fn(&ArgMatches, &Paths) -> Result<Box<dyn Collector>, ConfigError>;
+/// Builds a collector from the flags, host paths and shared state.
+pub type Builder = fn(&ArgMatches, &Paths, &mut BuildContext) -> Result<Box<dyn Collector>, ConfigError>;
+
+/// State shared by collectors while they are built: the eBPF object is
+/// loaded once, by the first eBPF collector that asks for it.
+#[derive(Default)]
+pub struct BuildContext {
+    ebpf: Option<Result<std::sync::Arc<crate::ebpf::Shared>, crate::ebpf::LoadError>>,
+    /// Ask the kernel for BPF run-time statistics.
+    pub bpf_stats: bool,
+}
+
+impl BuildContext {
+    pub fn ebpf(&mut self) -> Result<std::sync::Arc<crate::ebpf::Shared>, crate::ebpf::LoadError> {
+        let stats = self.bpf_stats;
+        self.ebpf.get_or_insert_with(|| crate::ebpf::Shared::load(stats)).clone()
+    }
+}
 
 pub struct Definition {
     pub name: &'static str,
@@ -147,7 +169,7 @@ macro_rules! simple {
             name: $name,
             enabled_by_default: $default,
             args: no_args,
-            build: |_m, p| Ok(Box::new($module::Collector::new(p))),
+            build: |_m, p, _ctx| Ok(Box::new($module::Collector::new(p))),
         }
     };
 }
@@ -158,7 +180,18 @@ macro_rules! with_flags {
             name: $name,
             enabled_by_default: $default,
             args: $module::args,
-            build: |m, p| Ok(Box::new($module::Collector::new(m, p)?)),
+            build: |m, p, _ctx| Ok(Box::new($module::Collector::new(m, p)?)),
+        }
+    };
+}
+
+macro_rules! ebpf {
+    ($name:literal, $module:ident) => {
+        Definition {
+            name: $name,
+            enabled_by_default: true,
+            args: no_args,
+            build: |_m, p, ctx| Ok(Box::new($module::Collector::new(p, ctx))),
         }
     };
 }
@@ -171,6 +204,12 @@ pub fn definitions() -> Vec<Definition> {
         with_flags!("cpu", true, cpu),
         simple!("cpufreq", true, cpufreq),
         with_flags!("diskstats", true, diskstats),
+        ebpf!("ebpf_block_io", ebpf_block_io),
+        ebpf!("ebpf_oom_kills", ebpf_oom_kills),
+        ebpf!("ebpf_process", ebpf_process),
+        ebpf!("ebpf_runqueue", ebpf_runqueue),
+        ebpf!("ebpf_syscalls", ebpf_syscalls),
+        ebpf!("ebpf_tcp_retransmits", ebpf_tcp_retransmits),
         simple!("entropy", true, entropy),
         simple!("filefd", true, filefd),
         with_flags!("filesystem", true, filesystem),
