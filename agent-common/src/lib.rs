@@ -149,7 +149,9 @@ pub struct Offsets {
     pub switch_state_mask: u32,
     /// Offset of the syscall number in `struct pt_regs` (orig_ax / syscallno).
     pub regs_syscall_nr: u32,
-    pub _pad: u32,
+    /// tcp_retransmit_skb: `err` (kernels >= 6.10 also trace failed
+    /// retransmits); 0 when the field does not exist.
+    pub tcp_err: u32,
 }
 
 #[cfg(feature = "user")]

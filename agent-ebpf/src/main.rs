@@ -36,7 +36,7 @@ static OFFSETS: Global<Offsets> = Global::new(Offsets {
     tcp_family: 0,
     switch_state_mask: 0xff,
     regs_syscall_nr: 0,
-    _pad: 0,
+    tcp_err: 0,
 });
 
 /// A zeroed histogram in read-only data, used to create map entries.
@@ -281,6 +281,14 @@ fn try_tcp_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
     let off = OFFSETS.load();
     // SAFETY: the offset comes from this tracepoint's format file.
     let family: u16 = unsafe { ctx.read_at(off.tcp_family as usize)? };
+    // Count retransmits that went out, as RetransSegs does.
+    if off.tcp_err != 0 {
+        // SAFETY: the offset comes from this tracepoint's format file.
+        let err: i32 = unsafe { ctx.read_at(off.tcp_err as usize)? };
+        if err != 0 {
+            return Ok(());
+        }
+    }
     match family {
         2 => inc(&EVENTS, CNT_TCP_RETRANS_V4),
         10 => inc(&EVENTS, CNT_TCP_RETRANS_V6),

@@ -1,14 +1,17 @@
 //! Development commands: `cargo xtask <command>`.
 //!
-//! - `run [-- FLAGS]`: set up what the agent needs and run it (release build).
-//! - `test`: set up what the test suite needs and run it.
+//! - `setup`: install what building, running and testing need (idempotent).
+//! - `build-ebpf`: install the eBPF toolchain and build `agent-ebpf`.
+//! - `run [-- FLAGS]`: set up, build in release mode and run the agent.
+//! - `test`: set up and run the whole test suite.
 //! - `compare-node-exporter`: node-agent beside Debian's node_exporter on this
 //!   machine; prints family and stable-value differences.
-//! - `setup`: install the apt packages the suite needs, idempotently.
+//!
+//! xtask depends on no workspace crate, so it builds on a machine that does
+//! not have the eBPF toolchain yet.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -37,10 +40,19 @@ enum Cmd {
     },
     /// Run node-agent and Debian's node_exporter side by side and compare.
     CompareNodeExporter,
+    /// Install the eBPF toolchain (idempotent) and build the eBPF programs.
+    BuildEbpf,
 }
 
-/// Debian packages the test suite uses: promtool and the peer exporter.
-const TEST_PACKAGES: &[&str] = &["prometheus", "prometheus-node-exporter"];
+/// Debian packages the test suite uses: promtool, the peer exporter, and
+/// losetup/ip for the eBPF truth tests.
+const TEST_PACKAGES: &[&str] = &["prometheus", "prometheus-node-exporter", "mount", "iproute2"];
+
+/// The offline eBPF toolchain (see ../shared/notes/ebpf-toolchain.md):
+/// Debian's rustc-web with a prebuilt `core` for bpfel-unknown-none, and the
+/// LLVM bpf-linker links against.
+const EBPF_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf", "llvm-22-dev"];
+const BPF_LINKER_VERSION: &str = "0.13.0";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
@@ -86,8 +98,39 @@ fn apt_install(pkgs: &[&str]) -> Result<()> {
     apt(&args)
 }
 
+fn bpf_linker_ok() -> bool {
+    Command::new("bpf-linker")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(BPF_LINKER_VERSION))
+        .unwrap_or(false)
+}
+
+/// Installs the eBPF toolchain when any piece is missing.
+fn setup_ebpf() -> Result<()> {
+    apt_install(EBPF_PACKAGES)?;
+    if !bpf_linker_ok() {
+        eprintln!("xtask: installing bpf-linker {BPF_LINKER_VERSION} (about a minute)");
+        run(Command::new("/usr/bin/cargo")
+            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--no-default-features", "--features", "llvm-22", "--root", "/usr/local"])
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22")
+            .env_remove("RUSTC")
+            .env_remove("RUSTUP_TOOLCHAIN"))?;
+    }
+    Ok(())
+}
+
 fn setup() -> Result<()> {
+    setup_ebpf()?;
     apt_install(TEST_PACKAGES)
+}
+
+fn build_ebpf() -> Result<()> {
+    setup_ebpf()?;
+    let target = root().join("target/ebpf");
+    run(Command::new("bash").arg(root().join("agent-ebpf/build.sh")).arg(&target))?;
+    eprintln!("xtask: eBPF programs at {}", target.join("bpfel-unknown-none/release/agent-ebpf").display());
+    Ok(())
 }
 
 fn build_release() -> Result<PathBuf> {
@@ -95,80 +138,31 @@ fn build_release() -> Result<PathBuf> {
     Ok(root().join("target/release/node-agent"))
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-struct Kill(std::process::Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn_and_wait(bin: &Path, flags: &[String], url: &str) -> Result<Kill> {
-    let child = Command::new(bin)
-        .args(flags)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let k = Kill(child);
-    let start = Instant::now();
-    while node_agent_tests::compare::http_get(url).is_err() {
-        if start.elapsed() > Duration::from_secs(15) {
-            bail!("{} did not answer on {url}", bin.display());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(k)
-}
-
-fn compare_node_exporter() -> Result<bool> {
-    use node_agent_tests::compare;
-    setup()?;
-    let agent = build_release()?;
-    let ne = compare::which("prometheus-node-exporter").context("prometheus-node-exporter not on PATH")?;
-    let (pa, pn) = (free_port()?, free_port()?);
-    let common: Vec<String> = compare::COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
-    let mut fa = vec![format!("--web.listen-address=127.0.0.1:{pa}")];
-    fa.extend(common.clone());
-    let mut fne = vec![format!("--web.listen-address=127.0.0.1:{pn}")];
-    fne.extend(common);
-    let (ua, un) = (format!("http://127.0.0.1:{pa}/metrics"), format!("http://127.0.0.1:{pn}/metrics"));
-    let _a = spawn_and_wait(&agent, &fa, &ua)?;
-    let _n = spawn_and_wait(&ne, &fne, &un)?;
-    let ours = compare::http_get(&ua).map_err(anyhow::Error::msg)?;
-    let theirs = compare::http_get(&un).map_err(anyhow::Error::msg)?;
-    let report = compare::compare(&ours, &theirs)?;
-    print!("{}", report.render());
-    if let Some(promtool) = compare::which("promtool") {
-        let extra = compare::promtool_extra(&compare::promtool_check(&promtool, &ours)?, &compare::promtool_check(&promtool, &theirs)?);
-        println!("promtool check metrics: {} complaint(s) about node-agent beyond node_exporter's", extra.len());
-        for l in &extra {
-            println!("  {l}");
-        }
-        return Ok(report.ok() && extra.is_empty());
-    }
-    Ok(report.ok())
+fn cargo_test(args: &[&str]) -> Result<()> {
+    let mut c = Command::new(cargo());
+    c.current_dir(root()).arg("test").args(args);
+    run(&mut c)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Setup => setup().map(|_| true),
+        Cmd::BuildEbpf => build_ebpf().map(|_| true),
         Cmd::Run { flags } => setup().and_then(|_| build_release()).and_then(|bin| {
             let mut c = Command::new(bin);
             c.args(flags);
             run(&mut c).map(|_| true)
         }),
         Cmd::Test { args } => setup().and_then(|_| {
-            let mut c = Command::new(cargo());
-            c.current_dir(root()).args(["test", "--workspace"]).args(args);
-            run(&mut c).map(|_| true)
+            let mut all = vec!["--workspace"];
+            all.extend(args.iter().map(String::as_str));
+            cargo_test(&all).map(|_| true)
         }),
-        Cmd::CompareNodeExporter => compare_node_exporter(),
+        // The side-by-side test prints the full report.
+        Cmd::CompareNodeExporter => setup()
+            .and_then(|_| cargo_test(&["-p", "node-agent-tests", "--test", "side_by_side", "--", "--nocapture"]))
+            .map(|_| true),
     };
     match res {
         Ok(true) => ExitCode::SUCCESS,

@@ -29,8 +29,11 @@ pub fn read_counter(ebpf: &Ebpf, index: u32) -> Result<u64, Error> {
     Ok(v.iter().fold(0u64, |a, b| a.wrapping_add(*b)))
 }
 
+/// A counter of the shared event array: slot, family, help, labels.
+pub type Counter<'a> = (u32, &'a str, &'a str, &'a [(&'a str, &'a str)]);
+
 /// Emits counters from the shared event array for a probe whose programs are up.
-pub fn emit_counters(probe: &Probe, sink: &mut Sink, counters: &[(u32, &str, &str, &[(&str, &str)])]) -> Result<(), Error> {
+pub fn emit_counters(probe: &Probe, sink: &mut Sink, counters: &[Counter]) -> Result<(), Error> {
     probe.self_metrics(sink);
     let (Some(shared), true) = (&probe.shared, probe.up()) else { return Ok(()) };
     let ebpf = shared.lock().ok_or_else(|| map_err("eBPF state poisoned"))?;

@@ -138,6 +138,7 @@ fn offsets(tracefs: Option<&Path>) -> Offsets {
     o.rq_complete_rwbs = get(&c, "rwbs");
     let (tcp, _) = read_format(t, "tcp", "tcp_retransmit_skb");
     o.tcp_family = get(&tcp, "family");
+    o.tcp_err = get(&tcp, "err");
     o
 }
 

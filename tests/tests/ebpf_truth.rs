@@ -1,0 +1,418 @@
+//! Truth tests of the eBPF probes: real programs loaded into this kernel,
+//! real events caused by the test, and the exported numbers checked against
+//! ground truth (syscalls made, forks/execs run, /proc/diskstats,
+//! /proc/vmstat, the network namespace's /proc/net/snmp).
+//!
+//! They need root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN). Outside CI without
+//! root they skip with a message; in CI they must run, and fail when eBPF
+//! cannot load.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use node_agent::expfmt;
+use node_agent::scrape::{Format, Scraper, Selection};
+
+/// The probes count events machine-wide: tests take turns so that one
+/// test's events never land in another's window.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn can_run() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "eBPF truth tests must run as root in CI");
+    eprintln!("SKIP: eBPF truth tests need root");
+    false
+}
+
+/// An agent with only the given eBPF collectors, scraped in process.
+struct Probe {
+    scraper: Scraper,
+}
+
+impl Probe {
+    fn new(collectors: &[&str]) -> Probe {
+        let mut args = vec!["node-agent".to_string(), "--collector.disable-defaults".to_string()];
+        args.extend(collectors.iter().map(|c| format!("--collector.{c}")));
+        let m = node_agent::cli::command().try_get_matches_from(args).expect("flags");
+        let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("config");
+        let p = Probe { scraper: Scraper::new(cfg.collectors, false) };
+        // Every program must be up: in CI a failure to load is a failure.
+        for (labels, v) in p.samples("node_ebpf_program_up") {
+            assert_eq!(v, 1.0, "eBPF program down: {labels:?}");
+        }
+        p
+    }
+
+    fn families(&self) -> Vec<expfmt::Family> {
+        let text = String::from_utf8(self.scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8");
+        expfmt::parse(&text).expect("exposition parses")
+    }
+
+    /// Samples of a family (or of a histogram's `_count`/`_sum` series).
+    fn samples(&self, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        self.families()
+            .into_iter()
+            .flat_map(|f| f.samples)
+            .filter(|s| s.name == name)
+            .map(|s| (s.labels.into_iter().collect(), s.value))
+            .collect()
+    }
+
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.samples(name)
+            .into_iter()
+            .find(|(l, _)| labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
+            .map(|(_, v)| v)
+            .unwrap_or(0.0)
+    }
+}
+
+fn vmstat(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .expect("vmstat")
+        .lines()
+        .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+/// (reads completed, writes completed) of a device in /proc/diskstats.
+fn diskstats(dev: &str) -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/diskstats").expect("diskstats");
+    for l in text.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.get(2) == Some(&dev) {
+            return (f[3].parse().unwrap_or(0), f[7].parse().unwrap_or(0));
+        }
+    }
+    panic!("{dev} not in /proc/diskstats");
+}
+
+#[test]
+fn syscalls_counted_with_errors() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    let p = Probe::new(&["ebpf_syscalls"]);
+    let calls0 = p.value("node_ebpf_syscalls_total", &[("syscall", "getpid")]);
+    let close_err0 = p.value("node_ebpf_syscall_errors_total", &[("syscall", "close")]);
+    const N: usize = 10_000;
+    for _ in 0..N {
+        // SAFETY: getpid has no preconditions.
+        unsafe { libc::syscall(libc::SYS_getpid) };
+    }
+    for _ in 0..N {
+        // SAFETY: closing an invalid descriptor only returns EBADF.
+        unsafe { libc::close(-1) };
+    }
+    let calls = p.value("node_ebpf_syscalls_total", &[("syscall", "getpid")]) - calls0;
+    let errs = p.value("node_ebpf_syscall_errors_total", &[("syscall", "close")]) - close_err0;
+    eprintln!("getpid calls +{calls} (made {N}); close errors +{errs} (made {N})");
+    assert!(calls >= N as f64, "getpid counted {calls}, made {N}");
+    assert!(errs >= N as f64, "close errors counted {errs}, made {N}");
+    // getpid never fails: its error series must not grow from our calls.
+    assert_eq!(p.value("node_ebpf_syscall_errors_total", &[("syscall", "getpid")]), 0.0);
+}
+
+#[test]
+fn process_churn_counted() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    let p = Probe::new(&["ebpf_process"]);
+    let get = |n: &str| p.value(n, &[]);
+    let (f0, e0, x0) = (get("node_ebpf_process_forks_total"), get("node_ebpf_process_execs_total"), get("node_ebpf_process_exits_total"));
+    const K: usize = 25;
+    let status = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!("i=0; while [ $i -lt {K} ]; do /bin/true; i=$((i+1)); done"))
+        .status()
+        .expect("run sh");
+    assert!(status.success());
+    let (f, e, x) = (get("node_ebpf_process_forks_total") - f0, get("node_ebpf_process_execs_total") - e0, get("node_ebpf_process_exits_total") - x0);
+    eprintln!("forks +{f} execs +{e} exits +{x} (k = {K})");
+    assert!(f >= K as f64 && e >= K as f64 && x >= K as f64, "forks {f}, execs {e}, exits {x} for k = {K}");
+}
+
+/// Two threads handing a token back and forth through pipes: every hand-off
+/// wakes a blocked thread, which waits on a run queue before running.
+#[test]
+fn runqueue_latency_from_ping_pong() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    let p = Probe::new(&["ebpf_runqueue"]);
+    let count0 = p.value("node_ebpf_runqueue_latency_seconds_count", &[]);
+    let sum0 = p.value("node_ebpf_runqueue_latency_seconds_sum", &[]);
+    const ROUNDS: usize = 5_000;
+    let (mut a_r, mut a_w) = std::io::pipe().expect("pipe");
+    let (mut b_r, mut b_w) = std::io::pipe().expect("pipe");
+    let start = Instant::now();
+    let t = std::thread::spawn(move || {
+        let mut buf = [0u8; 1];
+        for _ in 0..ROUNDS {
+            a_r.read_exact(&mut buf).expect("read");
+            b_w.write_all(&buf).expect("write");
+        }
+    });
+    let mut buf = [7u8; 1];
+    for _ in 0..ROUNDS {
+        a_w.write_all(&buf).expect("write");
+        b_r.read_exact(&mut buf).expect("read");
+    }
+    t.join().expect("thread");
+    let wall = start.elapsed().as_secs_f64();
+    // Count, sum and buckets from one scrape.
+    let fam = p.families().into_iter().find(|f| f.name == "node_ebpf_runqueue_latency_seconds").expect("histogram");
+    let pick = |suffix: &str| fam.samples.iter().filter(|s| s.name.ends_with(suffix)).map(|s| s.value).collect::<Vec<f64>>();
+    let (count1, sum1, buckets) = (pick("_count")[0], pick("_sum")[0], pick("_bucket"));
+    let count = count1 - count0;
+    let sum = sum1 - sum0;
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    eprintln!("{ROUNDS} round trips in {wall:.3}s: run-queue waits +{count}, waited {sum:.6}s");
+    assert!(count >= ROUNDS as f64, "expected at least {ROUNDS} waits, got {count}");
+    assert!(sum > 0.0 && sum <= (wall + 0.5) * cpus, "waited {sum}s in {wall}s on {cpus} CPUs");
+    // Buckets are cumulative and end at the count.
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "buckets not cumulative");
+    assert_eq!(buckets.last().copied(), Some(count1));
+}
+
+struct Loop {
+    dev: String,
+    _file: tempfile::NamedTempFile,
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup").args(["-d", &format!("/dev/{}", self.dev)]).status();
+    }
+}
+
+fn loop_device() -> Loop {
+    let file = tempfile::NamedTempFile::new_in("/var/tmp").expect("backing file");
+    file.as_file().set_len(64 << 20).expect("size");
+    let out = std::process::Command::new("losetup")
+        .args(["--find", "--show", "--direct-io=on"])
+        .arg(file.path())
+        .output()
+        .expect("losetup");
+    assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    Loop { dev: path.trim_start_matches("/dev/").to_string(), _file: file }
+}
+
+#[test]
+fn block_io_matches_diskstats() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let lo = loop_device();
+    let p = Probe::new(&["ebpf_block_io"]);
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(format!("/dev/{}", lo.dev))
+        .expect("open loop device O_DIRECT");
+    // O_DIRECT needs an aligned buffer.
+    let layout = std::alloc::Layout::from_size_align(4096, 4096).expect("layout");
+    // SAFETY: the layout is non-zero; the buffer is freed below.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!ptr.is_null());
+    // SAFETY: `ptr` points to 4096 bytes we own.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 4096) };
+    let labels = |op: &'static str| [("device", lo.dev.clone()), ("operation", op.to_string())];
+    let count = |op: &'static str| {
+        let l = labels(op);
+        p.value("node_ebpf_block_io_latency_seconds_count", &[("device", l[0].1.as_str()), ("operation", l[1].1.as_str())])
+    };
+    let (r0, w0) = diskstats(&lo.dev);
+    let (cr0, cw0) = (count("read"), count("write"));
+    const N: u64 = 200;
+    for i in 0..N {
+        dev.write_all_at(buf, i * 8192).expect("O_DIRECT write");
+    }
+    for i in 0..N {
+        dev.read_exact_at(buf, i * 8192 + 4096).expect("O_DIRECT read");
+    }
+    // SAFETY: allocated above with this layout.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+    let (r1, w1) = diskstats(&lo.dev);
+    let (cr, cw) = (count("read") - cr0, count("write") - cw0);
+    eprintln!("{}: diskstats reads +{} writes +{}; eBPF reads +{cr} writes +{cw}", lo.dev, r1 - r0, w1 - w0);
+    assert!(w1 - w0 >= N && r1 - r0 >= N, "the I/O reached the device");
+    assert_eq!(cr, (r1 - r0) as f64, "read requests: eBPF vs /proc/diskstats");
+    assert_eq!(cw, (w1 - w0) as f64, "write requests: eBPF vs /proc/diskstats");
+}
+
+#[test]
+fn oom_kill_counted_once() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    let p = Probe::new(&["ebpf_oom_kills"]);
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory");
+    let (dir, limit_file) = if v1.join("memory.limit_in_bytes").exists() {
+        (v1.join(format!("node-agent-oom-{}", std::process::id())), "memory.limit_in_bytes")
+    } else {
+        (std::path::PathBuf::from(format!("/sys/fs/cgroup/node-agent-oom-{}", std::process::id())), "memory.max")
+    };
+    std::fs::create_dir(&dir).expect("create memory cgroup");
+    std::fs::write(dir.join(limit_file), "33554432").expect("limit memory");
+    let _ = std::fs::write(dir.join("memory.swappiness"), "0");
+    let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+    let ebpf0 = p.value("node_ebpf_oom_kills_total", &[]);
+    let vm0 = vmstat("oom_kill");
+    // `tail` keeps the endless line of /dev/zero in memory until killed.
+    let status = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!("echo $$ > {}/cgroup.procs && exec tail /dev/zero", dir.display()))
+        .status()
+        .expect("run the memory hog");
+    let killed = status.signal_killed();
+    // Give the OOM reaper a moment, then compare.
+    std::thread::sleep(Duration::from_millis(200));
+    let vm = vmstat("oom_kill") - vm0;
+    let ebpf = p.value("node_ebpf_oom_kills_total", &[]) - ebpf0;
+    let _ = std::fs::remove_dir(&dir);
+    eprintln!("memory hog killed by signal: {killed}; /proc/vmstat oom_kill +{vm}; eBPF +{ebpf}");
+    assert!(killed, "the memory hog was not OOM-killed: {status:?}");
+    assert_eq!(vm, 1, "exactly one OOM kill expected");
+    assert_eq!(ebpf, vm as f64, "eBPF OOM kills vs /proc/vmstat");
+}
+
+trait Killed {
+    fn signal_killed(&self) -> bool;
+}
+impl Killed for std::process::ExitStatus {
+    fn signal_killed(&self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        self.signal() == Some(libc::SIGKILL)
+    }
+}
+
+/// RetransSegs of the calling thread's network namespace.
+fn retrans_segs() -> u64 {
+    let text = std::fs::read_to_string("/proc/thread-self/net/snmp").expect("snmp");
+    let mut lines = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (h, v) = (lines.next().expect("header"), lines.next().expect("values"));
+    let i = h.split_whitespace().position(|f| f == "RetransSegs").expect("RetransSegs");
+    v.split_whitespace().nth(i).and_then(|x| x.parse().ok()).expect("value")
+}
+
+fn snmp_retrans(path: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut lines = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (h, v) = (lines.next()?, lines.next()?);
+    let i = h.split_whitespace().position(|f| f == "RetransSegs")?;
+    v.split_whitespace().nth(i)?.parse().ok()
+}
+
+/// RetransSegs summed over every network namespace some task is in (the
+/// eBPF counter sees them all).
+fn all_netns_retrans_segs() -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0;
+    for p in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else { continue };
+        for t in tasks.flatten() {
+            let Ok(ns) = std::fs::read_link(t.path().join("ns/net")) else { continue };
+            if seen.insert(ns) {
+                total += snmp_retrans(&t.path().join("net/snmp")).unwrap_or(0);
+            }
+        }
+    }
+    total
+}
+
+/// Brings `lo` up in the calling thread's network namespace.
+fn lo_up() {
+    // SAFETY: plain socket and ioctl calls on a zeroed ifreq we own.
+    unsafe {
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+        assert!(s >= 0);
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (d, c) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
+            *d = *c as libc::c_char;
+        }
+        assert_eq!(libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr), 0);
+        ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        assert_eq!(libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr), 0);
+        libc::close(s);
+    }
+}
+
+/// Drops every segment arriving at a socket (a one-instruction classic BPF
+/// filter), or lifts the filter.
+fn drop_incoming(fd: i32, on: bool) {
+    let mut insn = [libc::sock_filter { code: 0x06 /* BPF_RET|BPF_K */, jt: 0, jf: 0, k: 0 }];
+    let prog = libc::sock_fprog { len: 1, filter: insn.as_mut_ptr() };
+    // SAFETY: valid socket, option value sized as the option requires.
+    let rc = unsafe {
+        if on {
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, (&prog as *const libc::sock_fprog).cast(), std::mem::size_of::<libc::sock_fprog>() as u32)
+        } else {
+            // The kernel wants an int-sized option value even here.
+            let zero: libc::c_int = 0;
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, (&zero as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as u32)
+        }
+    };
+    assert_eq!(rc, 0, "socket filter: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn tcp_retransmits_match_netns_snmp() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    let p = Probe::new(&["ebpf_tcp_retransmits"]);
+    let ebpf0 = p.value("node_ebpf_tcp_retransmits_total", &[("family", "ipv4")]);
+    let others0 = all_netns_retrans_segs();
+    // A thread of its own in a fresh network namespace.
+    let ns_delta = std::thread::spawn(|| {
+        // SAFETY: moves only this thread into a new network namespace.
+        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare: {}", std::io::Error::last_os_error());
+        lo_up();
+        let before = retrans_segs();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let mut client = std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (mut server, _) = listener.accept().expect("accept");
+        client.set_nodelay(true).expect("nodelay");
+        // The receiver drops everything for a while: the sender retransmits.
+        drop_incoming(server.as_raw_fd(), true);
+        client.write_all(b"hello").expect("send");
+        std::thread::sleep(Duration::from_millis(1700));
+        drop_incoming(server.as_raw_fd(), false);
+        let mut got = [0u8; 5];
+        server.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        server.read_exact(&mut got).expect("the data arrives once the filter is lifted");
+        assert_eq!(&got, b"hello");
+        // Close everything and let the namespace settle before reading it.
+        drop((client, server, listener));
+        std::thread::sleep(Duration::from_millis(300));
+        retrans_segs() - before
+    })
+    .join()
+    .expect("netns thread");
+    let ebpf = p.value("node_ebpf_tcp_retransmits_total", &[("family", "ipv4")]) - ebpf0;
+    // Read after the eBPF counter: an upper bound for the other namespaces.
+    let others = all_netns_retrans_segs().saturating_sub(others0);
+    eprintln!("RetransSegs in the test namespace +{ns_delta}, in all other namespaces +{others}; eBPF ipv4 +{ebpf}");
+    assert!(ns_delta >= 2, "the dropped segment should have been retransmitted, got {ns_delta}");
+    assert!(ebpf >= ns_delta as f64 && ebpf <= (ns_delta + others) as f64, "eBPF {ebpf} vs test namespace {ns_delta} (+ others {others})");
+}
