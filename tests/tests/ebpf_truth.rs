@@ -416,3 +416,72 @@ fn tcp_retransmits_match_netns_snmp() {
     assert!(ns_delta >= 2, "the dropped segment should have been retransmitted, got {ns_delta}");
     assert!(ebpf >= ns_delta as f64 && ebpf <= (ns_delta + others) as f64, "eBPF {ebpf} vs test namespace {ns_delta} (+ others {others})");
 }
+
+/// Loaded BPF programs with one of our program names.
+fn loaded(name: &str) -> usize {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| p.name_as_str() == Some(name))
+        .count()
+}
+
+#[test]
+fn programs_released_on_stop() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    let before = loaded("sched_switch");
+    let m = node_agent::cli::command()
+        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.ebpf_runqueue"])
+        .expect("flags");
+    let agent = node_agent::cli::Agent::start(&m).expect("start");
+    assert_eq!(loaded("sched_switch"), before + 1, "the agent's program is loaded");
+    agent.stop();
+    assert_eq!(loaded("sched_switch"), before, "stopping the agent unloads its programs");
+}
+
+#[test]
+fn missing_tracepoint_reported_down() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    use node_agent::ebpf::{Hook, Probe, Shared};
+    let probe = Probe::attach(Shared::load(false), &[("sched_switch", Hook::TracePoint("no_such_category", "no_such_event"))]);
+    assert!(!probe.up());
+    let mut sink = node_agent::metrics::Sink::new();
+    probe.self_metrics(&mut sink);
+    let up: Vec<_> = sink.families().iter().filter(|f| f.name() == "node_ebpf_program_up").flat_map(|f| f.samples().map(|s| s.1).collect::<Vec<_>>()).collect();
+    assert_eq!(up, vec![0.0]);
+}
+
+/// Without privileges (this thread alone becomes `nobody`, losing every
+/// capability), the agent still starts and serves host metrics, and reports
+/// every eBPF program down.
+#[test]
+fn unprivileged_agent_degrades() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    let text = std::thread::spawn(|| {
+        // SAFETY: the raw syscall changes only this thread's credentials
+        // (glibc's setresuid would change every thread's).
+        let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
+        assert_eq!(rc, 0, "setresuid: {}", std::io::Error::last_os_error());
+        let m = node_agent::cli::command()
+            .try_get_matches_from(["node-agent", "--collector.disable-defaults", "--collector.loadavg", "--collector.ebpf_syscalls", "--collector.ebpf_runqueue"])
+            .expect("flags");
+        let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("starts without privileges");
+        let scraper = Scraper::new(cfg.collectors, false);
+        String::from_utf8(scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8")
+    })
+    .join()
+    .expect("unprivileged thread");
+    assert!(text.contains("node_load1 "), "host metrics still served");
+    for prog in ["sys_enter", "sys_exit", "sched_switch"] {
+        assert!(text.contains(&format!("node_ebpf_program_up{{program=\"{prog}\"}} 0")), "{prog} reported down:\n{text}");
+    }
+    assert!(!text.contains("node_ebpf_syscalls_total"));
+}
