@@ -17,6 +17,9 @@ pub fn command() -> Command {
         .args_conflicts_with_subcommands(true);
     let root = config::with_serve_args(root, &defs);
     root.subcommand(config::with_serve_args(Command::new("serve").about("Serve metrics (the default)."), &defs))
+        .subcommand(crate::plan_cli::plan_command())
+        .subcommand(crate::plan_cli::explain_command())
+        .subcommand(crate::plan_cli::simulate_command())
 }
 
 /// Errors of running a command.

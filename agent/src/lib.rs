@@ -4,10 +4,12 @@
 pub mod cli;
 pub mod collector;
 pub mod config;
+pub mod daemonset;
 pub mod ebpf;
 pub mod expfmt;
 pub mod logging;
 pub mod metrics;
+pub mod plan_cli;
 pub mod process;
 pub mod scrape;
 pub mod server;

@@ -10,6 +10,9 @@ fn main() -> ExitCode {
     };
     let res = match m.subcommand() {
         Some(("serve", sub)) => node_agent::cli::serve(sub),
+        Some(("plan", sub)) => return node_agent::plan_cli::plan(sub),
+        Some(("explain", sub)) => return node_agent::plan_cli::explain(sub),
+        Some(("simulate", sub)) => return node_agent::plan_cli::simulate(sub),
         _ => node_agent::cli::serve(&m),
     };
     match res {
