@@ -604,3 +604,269 @@ fn status(spec: &Spec, decisions: &[(String, Decision)], by_node: &BTreeMap<Stri
     s.number_unavailable = s.desired_number_scheduled.saturating_sub(s.number_available);
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemonset::builders::{at, daemonset, node, pod};
+
+    const NOW: i64 = 10_000;
+
+    fn ds() -> DaemonSet {
+        daemonset("agent:2", None, None, false)
+    }
+
+    fn h(d: &DaemonSet) -> String {
+        revision_hash(d)
+    }
+
+    fn ready(name: &str, n: &str, hash: &str) -> Pod {
+        pod(name, n, hash, at(100), "Running", Some(at(200)))
+    }
+
+    fn creates(p: &Plan) -> Vec<&str> {
+        p.actions.iter().filter_map(|a| if let Action::Create { node } = a { Some(node.as_str()) } else { None }).collect()
+    }
+
+    fn deletes(p: &Plan) -> Vec<(&str, &str)> {
+        p.actions
+            .iter()
+            .filter_map(|a| if let Action::Delete { pod, reason, .. } = a { Some((pod.as_str(), reason.as_str())) } else { None })
+            .collect()
+    }
+
+    fn run(d: &DaemonSet, nodes: &[Node], pods: &[Pod]) -> Plan {
+        plan(d, nodes, pods, at(NOW), None).unwrap()
+    }
+
+    #[test]
+    fn creates_where_missing_and_keeps_the_rest() {
+        let d = ds();
+        let nodes = [node("a", &[], &[]), node("b", &[], &[])];
+        let p = run(&d, &nodes, &[ready("pa", "a", &h(&d))]);
+        assert_eq!(creates(&p), vec!["b"]);
+        assert!(deletes(&p).is_empty());
+        assert_eq!(p.status, Status { desired_number_scheduled: 2, current_number_scheduled: 1, number_ready: 1, updated_number_scheduled: 1, number_available: 1, number_unavailable: 1, number_misscheduled: 0 });
+    }
+
+    #[test]
+    fn failed_pods_are_deleted_without_a_create_in_the_same_sync() {
+        let d = ds();
+        let p = run(&d, &[node("a", &[], &[])], &[pod("pa", "a", &h(&d), at(100), "Failed", None)]);
+        assert_eq!(deletes(&p), vec![("pa", "failed")]);
+        assert!(creates(&p).is_empty());
+        let p = run(&d, &[node("a", &[], &[])], &[pod("pa", "a", &h(&d), at(100), "Succeeded", None)]);
+        assert_eq!(deletes(&p), vec![("pa", "succeeded")]);
+    }
+
+    #[test]
+    fn duplicates_keep_the_oldest() {
+        let d = ds();
+        let old = pod("older", "a", &h(&d), at(50), "Running", Some(at(60)));
+        let young = pod("younger", "a", &h(&d), at(70), "Running", Some(at(80)));
+        let p = run(&d, &[node("a", &[], &[])], &[young, old]);
+        assert_eq!(deletes(&p).iter().map(|x| x.0).collect::<Vec<_>>(), vec!["younger"]);
+    }
+
+    #[test]
+    fn pods_being_deleted_are_skipped_and_block_creation() {
+        let d = ds();
+        let mut p0 = ready("pa", "a", &h(&d));
+        p0.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(NOW - 1)));
+        let p = run(&d, &[node("a", &[], &[])], &[p0]);
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+    }
+
+    #[test]
+    fn ineligible_nodes_lose_their_pods() {
+        let d = ds();
+        let tainted = node("a", &[], &[("dedicated", Some("db"), "NoExecute")]);
+        let p = run(&d, &[tainted], &[ready("pa", "a", &h(&d))]);
+        assert_eq!(deletes(&p)[0].0, "pa");
+        assert_eq!(p.status.number_misscheduled, 1);
+        assert_eq!(p.status.desired_number_scheduled, 0);
+        // NoSchedule only: the pod may stay, no new one comes.
+        let ns = node("a", &[], &[("dedicated", Some("db"), "NoSchedule")]);
+        let p = run(&d, std::slice::from_ref(&ns), &[ready("pa", "a", &h(&d))]);
+        assert!(p.actions.is_empty());
+        assert!(creates(&run(&d, &[ns], &[])).is_empty());
+    }
+
+    #[test]
+    fn unscheduled_pods_for_missing_nodes_are_deleted() {
+        let d = ds();
+        let mut orphan = ready("pz", "gone", &h(&d));
+        orphan.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            affinity: Some(k8s_openapi::api::core::v1::Affinity {
+                node_affinity: Some(k8s_openapi::api::core::v1::NodeAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(k8s_openapi::api::core::v1::NodeSelector {
+                        node_selector_terms: vec![k8s_openapi::api::core::v1::NodeSelectorTerm {
+                            match_fields: Some(vec![k8s_openapi::api::core::v1::NodeSelectorRequirement {
+                                key: "metadata.name".into(),
+                                operator: "In".into(),
+                                values: Some(vec!["gone".into()]),
+                            }]),
+                            ..Default::default()
+                        }],
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let p = run(&d, &[node("a", &[], &[])], &[ready("pa", "a", &h(&d)), orphan]);
+        assert_eq!(deletes(&p), vec![("pz", "unscheduled pod for a node that does not exist")]);
+    }
+
+    #[test]
+    fn pods_of_others_are_ignored() {
+        let d = ds();
+        let mut other = ready("x", "a", &h(&d));
+        other.metadata.owner_references.as_mut().unwrap()[0].uid = "another-uid".into();
+        let p = run(&d, &[node("a", &[], &[])], &[other]);
+        assert_eq!(creates(&p), vec!["a"]);
+    }
+
+    fn old_cluster(n: usize) -> (Vec<Node>, Vec<Pod>) {
+        let nodes: Vec<Node> = (0..n).map(|i| node(&format!("n{i}"), &[], &[])).collect();
+        let pods = (0..n).map(|i| ready(&format!("p{i}"), &format!("n{i}"), "oldhash")).collect();
+        (nodes, pods)
+    }
+
+    #[test]
+    fn rolling_update_respects_max_unavailable() {
+        let (nodes, pods) = old_cluster(10);
+        let d = daemonset("agent:2", Some(IntOrString::Int(3)), None, false);
+        let p = run(&d, &nodes, &pods);
+        assert_eq!(deletes(&p).len(), 3);
+        assert!(deletes(&p).iter().all(|(_, r)| r.starts_with("rolling update")));
+        // Percentages round up: 25% of 10 is 3.
+        let d = daemonset("agent:2", Some(IntOrString::String("25%".into())), None, false);
+        assert_eq!(deletes(&run(&d, &nodes, &pods)).len(), 3);
+        // An unavailable new pod uses up the budget.
+        let d = daemonset("agent:2", Some(IntOrString::Int(1)), None, false);
+        let mut pods2 = pods.clone();
+        pods2[0] = pod("p0", "n0", &h(&d), at(NOW - 1), "Running", None);
+        assert!(run(&d, &nodes, &pods2).actions.is_empty());
+    }
+
+    #[test]
+    fn unavailable_old_pods_are_replaced_at_once() {
+        let (nodes, mut pods) = old_cluster(4);
+        pods[1] = pod("p1", "n1", "oldhash", at(100), "Running", None);
+        pods[2] = pod("p2", "n2", "oldhash", at(100), "Running", None);
+        let d = daemonset("agent:2", Some(IntOrString::Int(1)), None, false);
+        let p = run(&d, &nodes, &pods);
+        let names: Vec<&str> = deletes(&p).iter().map(|x| x.0).collect();
+        assert_eq!(names, vec!["p1", "p2"], "both unavailable old pods go, no available one");
+    }
+
+    #[test]
+    fn rolling_update_waits_for_manage() {
+        let (mut nodes, pods) = old_cluster(3);
+        nodes.push(node("new", &[], &[]));
+        let d = daemonset("agent:2", Some(IntOrString::Int(1)), None, false);
+        let p = run(&d, &nodes, &pods);
+        assert_eq!(creates(&p), vec!["new"]);
+        assert!(deletes(&p).is_empty(), "no update in a sync where manage acted");
+    }
+
+    #[test]
+    fn min_ready_seconds_gate_availability() {
+        let d = {
+            let mut d = daemonset("agent:2", Some(IntOrString::Int(1)), None, false);
+            d.spec.as_mut().unwrap().min_ready_seconds = Some(30);
+            d
+        };
+        let (nodes, mut pods) = old_cluster(3);
+        pods[0] = pod("p0", "n0", &h(&d), at(NOW - 100), "Running", Some(at(NOW - 10)));
+        let p = run(&d, &nodes, &pods);
+        assert!(p.actions.is_empty(), "new pod Ready for 10s < 30s is unavailable");
+        assert_eq!((p.status.number_ready, p.status.number_available), (3, 2));
+        pods[0] = pod("p0", "n0", &h(&d), at(NOW - 100), "Running", Some(at(NOW - 31)));
+        assert_eq!(deletes(&run(&d, &nodes, &pods)).len(), 1);
+    }
+
+    #[test]
+    fn surge_creates_beside_old_pods() {
+        let (nodes, pods) = old_cluster(10);
+        let d = daemonset("agent:2", Some(IntOrString::Int(0)), Some(IntOrString::Int(2)), false);
+        let p = run(&d, &nodes, &pods);
+        assert_eq!(creates(&p).len(), 2);
+        assert!(deletes(&p).is_empty());
+        // A new, available pod retires the old one.
+        let mut pods2 = pods.clone();
+        pods2.push(pod("new0", "n0", &h(&d), at(NOW - 50), "Running", Some(at(NOW - 40))));
+        let p = run(&d, &nodes, &pods2);
+        assert!(deletes(&p).contains(&("p0", "surge: new pod available, the old pod is retired")), "{:?}", p.actions);
+        // An unavailable old pod gets its replacement at once.
+        let mut pods3 = pods.clone();
+        pods3[5] = pod("p5", "n5", "oldhash", at(100), "Running", None);
+        let p = run(&d, &nodes, &pods3);
+        assert!(creates(&p).contains(&"n5"));
+        assert_eq!(creates(&p).len(), 3, "the unavailable node plus maxSurge candidates");
+    }
+
+    #[test]
+    fn surge_manage_keeps_oldest_new_and_oldest_old() {
+        let d = daemonset("agent:2", Some(IntOrString::Int(0)), Some(IntOrString::Int(1)), false);
+        let old = pod("old", "a", "oldhash", at(10), "Running", Some(at(20)));
+        let new_ready = pod("new", "a", &h(&d), at(NOW - 100), "Running", Some(at(NOW - 50)));
+        let p = run(&d, &[node("a", &[], &[])], &[old.clone(), new_ready]);
+        assert_eq!(deletes(&p), vec![("old", "surge: new pod available, the old pod is retired")]);
+        let new_pending = pod("new", "a", &h(&d), at(NOW - 1), "Pending", None);
+        assert!(run(&d, &[node("a", &[], &[])], &[old.clone(), new_pending]).actions.is_empty());
+        let old_unready = pod("old", "a", "oldhash", at(10), "Running", None);
+        let new_pending = pod("new", "a", &h(&d), at(NOW - 1), "Pending", None);
+        let p = run(&d, &[node("a", &[], &[])], &[old_unready, new_pending]);
+        assert_eq!(deletes(&p), vec![("old", "surge: old pod not ready, the new pod replaces it")]);
+    }
+
+    #[test]
+    fn on_delete_never_deletes_for_an_update() {
+        let (nodes, pods) = old_cluster(5);
+        let d = daemonset("agent:2", None, None, true);
+        let p = run(&d, &nodes, &pods);
+        assert!(p.actions.is_empty());
+        assert_eq!(p.status.updated_number_scheduled, 0);
+    }
+
+    #[test]
+    fn both_zero_means_one_unavailable() {
+        let (nodes, pods) = old_cluster(5);
+        let d = daemonset("agent:2", Some(IntOrString::Int(0)), Some(IntOrString::Int(0)), false);
+        assert_eq!(deletes(&run(&d, &nodes, &pods)).len(), 1);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let d = daemonset("agent:2", Some(IntOrString::Int(1)), Some(IntOrString::Int(1)), false);
+        let e = plan(&d, &[], &[], at(0), None).unwrap_err();
+        assert_eq!(e.field, "spec.updateStrategy.rollingUpdate.maxSurge");
+        let d = daemonset("agent:2", Some(IntOrString::String("150%".into())), None, false);
+        assert_eq!(plan(&d, &[], &[], at(0), None).unwrap_err().field, "spec.updateStrategy.rollingUpdate.maxUnavailable");
+        let mut d = ds();
+        d.spec.as_mut().unwrap().template.metadata.as_mut().unwrap().labels = Some([("app".into(), "other".into())].into());
+        assert_eq!(plan(&d, &[], &[], at(0), None).unwrap_err().field, "spec.template.metadata.labels");
+    }
+
+    #[test]
+    fn creates_and_deletes_are_capped_per_sync() {
+        let d = ds();
+        let nodes: Vec<Node> = (0..600).map(|i| node(&format!("n{i}"), &[], &[])).collect();
+        assert_eq!(creates(&run(&d, &nodes, &[])).len(), BURST_REPLICAS);
+    }
+
+    #[test]
+    fn hash_is_stable_and_follows_the_template() {
+        let a = daemonset("agent:1", None, None, false);
+        let b = daemonset("agent:2", None, None, false);
+        assert_eq!(revision_hash(&a), revision_hash(&a.clone()));
+        assert_ne!(revision_hash(&a), revision_hash(&b));
+        assert!(revision_hash(&a).chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
+        // The strategy is not part of the template.
+        let c = daemonset("agent:1", Some(IntOrString::Int(5)), None, false);
+        assert_eq!(revision_hash(&a), revision_hash(&c));
+    }
+}

@@ -52,9 +52,10 @@ pub struct Outcome {
     pub max_extra_pods_seen: usize,
 }
 
-struct SimPod {
-    pod: Pod,
-    /// When a deleted pod disappears.
+/// Simulator state of a pod: when a deleted pod disappears, and whether the
+/// kubelet will fail it.
+#[derive(Clone, Copy)]
+struct SimState {
     gone_at: Option<i64>,
     fails: bool,
 }
@@ -63,7 +64,8 @@ struct SimPod {
 pub struct Cluster {
     pub ds: DaemonSet,
     pub nodes: Vec<Node>,
-    pods: Vec<SimPod>,
+    pods: Vec<Pod>,
+    state: Vec<SimState>,
     now: i64,
     next: u64,
     rng: SmallRng,
@@ -74,14 +76,13 @@ impl Cluster {
     /// A cluster where every eligible node already runs a Ready pod of
     /// `old` (a DaemonSet of the previous revision).
     pub fn new(ds: DaemonSet, old: &DaemonSet, nodes: Vec<Node>, cfg: Config) -> Result<Cluster, Invalid> {
-        let mut c = Cluster { ds, nodes, pods: Vec::new(), now: 1_000_000, next: 0, rng: SmallRng::seed_from_u64(cfg.seed), cfg };
+        let mut c = Cluster { ds, nodes, pods: Vec::new(), state: Vec::new(), now: 1_000_000, next: 0, rng: SmallRng::seed_from_u64(cfg.seed), cfg };
         let old_plan = plan::plan(old, &c.nodes, &[], builders::at(c.now), None)?;
-        for a in old_plan.actions {
-            if let Action::Create { node } = a {
-                let name = c.name();
-                let t = builders::at(c.now - 1000);
-                c.pods.push(SimPod { pod: builders::pod(&name, &node, &old_plan.revision.hash, t, "Running", Some(t)), gone_at: None, fails: false });
-            }
+        for n in old_plan.nodes.iter().filter(|n| n.should_run) {
+            let name = c.name();
+            let t = builders::at(c.now - 1000);
+            c.pods.push(builders::pod(&name, &n.node, &old_plan.revision.hash, t, "Running", Some(t)));
+            c.state.push(SimState { gone_at: None, fails: false });
         }
         Ok(c)
     }
@@ -91,23 +92,31 @@ impl Cluster {
         format!("{}-{:05x}", builders::DS_NAME, self.next)
     }
 
-    pub fn pods(&self) -> Vec<Pod> {
-        self.pods.iter().map(|p| p.pod.clone()).collect()
+    pub fn pods(&self) -> &[Pod] {
+        &self.pods
     }
 
     fn kubelet(&mut self) {
         let now = self.now;
-        self.pods.retain(|p| p.gone_at.is_none_or(|g| g > now));
+        let mut i = 0;
+        while i < self.pods.len() {
+            if self.state[i].gone_at.is_some_and(|g| g <= now) {
+                self.pods.swap_remove(i);
+                self.state.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
         let (start, ready) = (self.cfg.start_delay, self.cfg.ready_delay);
-        for p in &mut self.pods {
-            if p.gone_at.is_some() {
+        for (pod, st) in self.pods.iter_mut().zip(&self.state) {
+            if st.gone_at.is_some() {
                 continue;
             }
-            let created = p.pod.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(now);
-            let status = p.pod.status.get_or_insert_with(Default::default);
+            let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(now);
+            let status = pod.status.get_or_insert_with(Default::default);
             let phase = status.phase.clone().unwrap_or_default();
             if phase == "Pending" && now >= created + start {
-                status.phase = Some(if p.fails { "Failed" } else { "Running" }.into());
+                status.phase = Some(if st.fails { "Failed" } else { "Running" }.into());
             }
             if status.phase.as_deref() == Some("Running") && status.conditions.is_none() && now >= created + start + ready {
                 status.conditions = Some(vec![PodCondition {
@@ -128,8 +137,7 @@ impl Cluster {
         for _ in 0..self.cfg.max_ticks {
             self.now += 1;
             self.kubelet();
-            let pods = self.pods();
-            let p = plan::plan(&self.ds, &self.nodes, &pods, builders::at(self.now), None)?;
+            let p = plan::plan(&self.ds, &self.nodes, &self.pods, builders::at(self.now), None)?;
             self.check(&spec, &p, &mut out);
             let (mut created, mut deleted) = (0, 0);
             for a in &p.actions {
@@ -137,15 +145,15 @@ impl Cluster {
                     Action::Create { node } => {
                         let name = self.name();
                         let fails = self.cfg.fail_rate > 0.0 && self.rng.random_bool(self.cfg.fail_rate.clamp(0.0, 1.0));
-                        let pod = builders::pod(&name, node, &p.revision.hash, builders::at(self.now), "Pending", None);
-                        self.pods.push(SimPod { pod, gone_at: None, fails });
+                        self.pods.push(builders::pod(&name, node, &p.revision.hash, builders::at(self.now), "Pending", None));
+                        self.state.push(SimState { gone_at: None, fails });
                         created += 1;
                     }
                     Action::Delete { pod, .. } => {
-                        if let Some(sp) = self.pods.iter_mut().find(|sp| sp.pod.metadata.name.as_deref() == Some(pod.as_str())) {
-                            if sp.gone_at.is_none() {
-                                sp.pod.metadata.deletion_timestamp = Some(Time(builders::at(self.now)));
-                                sp.gone_at = Some(self.now + 1);
+                        if let Some(i) = self.pods.iter().position(|p| p.metadata.name.as_deref() == Some(pod.as_str())) {
+                            if self.state[i].gone_at.is_none() {
+                                self.pods[i].metadata.deletion_timestamp = Some(Time(builders::at(self.now)));
+                                self.state[i].gone_at = Some(self.now + 1);
                                 deleted += 1;
                             }
                         }
@@ -158,7 +166,7 @@ impl Cluster {
                 && s.updated_number_scheduled == s.desired_number_scheduled
                 && s.number_available == s.desired_number_scheduled
                 && s.number_misscheduled == 0
-                && self.pods.iter().all(|sp| sp.gone_at.is_none());
+                && self.state.iter().all(|st| st.gone_at.is_none());
             quiet = if done { quiet + 1 } else { 0 };
             if quiet >= 2 {
                 out.converged = true;
@@ -175,13 +183,16 @@ impl Cluster {
         let now = builders::at(self.now);
         let mut unavailable = 0;
         let mut extra = 0;
+        let mut live_by_node: std::collections::HashMap<String, Vec<&Pod>> = std::collections::HashMap::new();
+        for (pod, st) in self.pods.iter().zip(&self.state) {
+            if st.gone_at.is_none() {
+                if let Some(n) = plan::target_node(pod) {
+                    live_by_node.entry(n).or_default().push(pod);
+                }
+            }
+        }
         for n in &p.nodes {
-            let live: Vec<&Pod> = self
-                .pods
-                .iter()
-                .filter(|sp| sp.gone_at.is_none() && plan::target_node(&sp.pod).as_deref() == Some(n.node.as_str()))
-                .map(|sp| &sp.pod)
-                .collect();
+            let live: &[&Pod] = live_by_node.get(&n.node).map(Vec::as_slice).unwrap_or(&[]);
             if n.should_run && !live.iter().any(|pd| plan::is_available(pd, spec.min_ready_seconds, now)) {
                 unavailable += 1;
             }
@@ -219,14 +230,20 @@ impl Cluster {
 /// Whether the converged cluster has exactly one updated, ready pod on every
 /// eligible node and none elsewhere.
 pub fn final_state_ok(c: &Cluster) -> Result<(), String> {
-    let p = plan::plan(&c.ds, &c.nodes, &c.pods(), builders::at(c.now), None).map_err(|e| e.to_string())?;
+    let p = plan::plan(&c.ds, &c.nodes, &c.pods, builders::at(c.now), None).map_err(|e| e.to_string())?;
+    let mut by_node: std::collections::HashMap<String, Vec<&Pod>> = std::collections::HashMap::new();
+    for pd in &c.pods {
+        if let Some(n) = plan::target_node(pd) {
+            by_node.entry(n).or_default().push(pd);
+        }
+    }
     for n in &p.nodes {
-        let on: Vec<Pod> = c.pods().into_iter().filter(|pd| plan::target_node(pd).as_deref() == Some(n.node.as_str())).collect();
+        let on: &[&Pod] = by_node.get(&n.node).map(Vec::as_slice).unwrap_or(&[]);
         let updated = on
             .iter()
             .filter(|pd| pd.metadata.labels.as_ref().and_then(|l| l.get(plan::REVISION_LABEL)) == Some(&p.revision.hash))
             .count();
-        if n.should_run && (on.len() != 1 || updated != 1 || !plan::is_ready(&on[0])) {
+        if n.should_run && (on.len() != 1 || updated != 1 || !plan::is_ready(on[0])) {
             return Err(format!("node {}: {} pods, {} updated", n.node, on.len(), updated));
         }
         if !n.should_run && !n.should_continue_running && !on.is_empty() {
