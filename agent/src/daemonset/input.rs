@@ -18,16 +18,23 @@ fn err(file: &Path, msg: impl Into<String>) -> InputError {
     InputError { file: file.display().to_string(), msg: msg.into() }
 }
 
-/// Parses every object of kind `kind` in `text` (documents, lists).
+/// Parses every object of kind `kind` in `text` (documents, lists). Objects
+/// of other kinds are skipped, so a whole manifest file can be given; a file
+/// with none of `kind` is an error naming what it has.
 pub fn parse<T: DeserializeOwned>(text: &str, kind: &str, file: &Path) -> Result<Vec<T>, InputError> {
     let mut out = Vec::new();
+    let mut others = Vec::new();
     for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let value = serde_yaml_ng::Value::deserialize_any_doc(doc).map_err(|e| err(file, format!("document {}: {e}", i + 1)))?;
         if value.is_null() {
             continue;
         }
         let json: serde_json::Value = serde_json::to_value(&value).map_err(|e| err(file, format!("document {}: {e}", i + 1)))?;
-        collect(json, kind, file, &mut out)?;
+        collect(json, kind, file, &mut out, &mut others)?;
+    }
+    if out.is_empty() && !others.is_empty() {
+        others.dedup();
+        return Err(err(file, format!("kind: expected {kind}, found {}", others.join(", "))));
     }
     Ok(out)
 }
@@ -42,17 +49,18 @@ impl DocExt for serde_yaml_ng::Value {
     }
 }
 
-fn collect<T: DeserializeOwned>(v: serde_json::Value, kind: &str, file: &Path, out: &mut Vec<T>) -> Result<(), InputError> {
+fn collect<T: DeserializeOwned>(v: serde_json::Value, kind: &str, file: &Path, out: &mut Vec<T>, others: &mut Vec<String>) -> Result<(), InputError> {
     let k = v.get("kind").and_then(|k| k.as_str()).unwrap_or("");
     if k == "List" || k.ends_with("List") {
         let items = v.get("items").and_then(|i| i.as_array()).cloned().ok_or_else(|| err(file, format!("{k} without items")))?;
         for item in items {
-            collect(item, kind, file, out)?;
+            collect(item, kind, file, out, others)?;
         }
         return Ok(());
     }
     if !k.is_empty() && k != kind {
-        return Err(err(file, format!("kind: expected {kind}, found {k}")));
+        others.push(k.to_string());
+        return Ok(());
     }
     let name = v.pointer("/metadata/name").and_then(|n| n.as_str()).unwrap_or("?").to_string();
     let obj = serde_path_to_error::deserialize(v).map_err(|e| err(file, format!("{kind} {name}: field {}: {}", e.path(), e.inner())))?;
@@ -89,6 +97,9 @@ mod tests {
         assert!(e.contains("nodes.yaml") && e.contains("spec.taints[0].effect"), "{e}");
         let e = parse::<Node>("kind: Pod\nmetadata: {name: a}\n", "Node", f).unwrap_err().to_string();
         assert!(e.contains("expected Node, found Pod"), "{e}");
+        // Other kinds in a manifest are skipped.
+        let n = parse::<Node>("kind: Namespace\nmetadata: {name: x}\n---\nkind: Node\nmetadata: {name: a}\n", "Node", f).unwrap();
+        assert_eq!(n.len(), 1);
         let e = parse::<Node>("kind: Node\n  bad: [\n", "Node", f).unwrap_err().to_string();
         assert!(e.contains("nodes.yaml") && e.contains("document 1"), "{e}");
     }
