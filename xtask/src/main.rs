@@ -42,11 +42,18 @@ enum Cmd {
     CompareNodeExporter,
     /// Install the eBPF toolchain (idempotent) and build the eBPF programs.
     BuildEbpf,
+    /// Benchmark node-agent beside node_exporter, the eBPF probes and the
+    /// planner; writes BENCHMARKS.md.
+    Bench {
+        /// Short runs (for a quick look; the numbers are noisier).
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 /// Debian packages the test suite uses: promtool, the peer exporter, and
 /// losetup/ip for the eBPF truth tests.
-const TEST_PACKAGES: &[&str] = &["prometheus", "prometheus-node-exporter", "mount", "iproute2"];
+const TEST_PACKAGES: &[&str] = &["prometheus", "prometheus-node-exporter", "mount", "iproute2", "wrk"];
 
 /// The offline eBPF toolchain (see ../shared/notes/ebpf-toolchain.md):
 /// Debian's rustc-web with a prebuilt `core` for bpfel-unknown-none, and the
@@ -160,6 +167,15 @@ fn main() -> ExitCode {
             cargo_test(&all).map(|_| true)
         }),
         // The side-by-side test prints the full report.
+        Cmd::Bench { quick } => setup().and_then(|_| build_release()).and_then(|agent| {
+            let mut c = Command::new(cargo());
+            c.current_dir(root()).args(["run", "--release", "-q", "-p", "node-agent-tests", "--bin", "node-agent-bench", "--"]);
+            c.arg("--agent").arg(&agent).arg("--out").arg(root().join("BENCHMARKS.md"));
+            if quick {
+                c.arg("--quick");
+            }
+            run(&mut c).map(|_| true)
+        }),
         Cmd::CompareNodeExporter => setup()
             .and_then(|_| cargo_test(&["-p", "node-agent-tests", "--test", "side_by_side", "--", "--nocapture"]))
             .map(|_| true),

@@ -1,0 +1,519 @@
+//! The benchmark driver behind `cargo xtask bench`: node-agent beside
+//! Debian's node_exporter in one run on one machine, the per-event cost of
+//! each eBPF probe against the empty-program floor, and the planner; writes
+//! BENCHMARKS.md. Run as root (the eBPF part loads programs).
+//!
+//! Usage: node-agent-bench --agent PATH [--out FILE] [--quick]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use node_agent_tests::compare::{self, COMMON_FLAGS};
+
+type Res<T> = Result<T, String>;
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const EBPF_COLLECTORS: &[&str] = &["ebpf_block_io", "ebpf_oom_kills", "ebpf_process", "ebpf_runqueue", "ebpf_syscalls", "ebpf_tcp_retransmits"];
+
+fn free_port() -> Res<u16> {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+fn start(bin: &Path, flags: &[String]) -> Res<(Kill, String, u32)> {
+    let port = free_port()?;
+    let child = Command::new(bin)
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .args(flags)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+    let pid = child.id();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let t = Instant::now();
+    while compare::http_get(&url).is_err() {
+        if t.elapsed() > Duration::from_secs(20) {
+            return Err(format!("{} did not come up", bin.display()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok((Kill(child), url, pid))
+}
+
+fn ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// CPU seconds a process has used (all its threads, alive or gone).
+fn cpu_seconds(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let v = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    (v(11) + v(12)) / ticks()
+}
+
+fn vm_hwm_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[derive(Default, Clone)]
+struct ScrapeFigures {
+    cpu_ms: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    rps_c1: f64,
+    p99_c1_ms: f64,
+    rps_c4: f64,
+    p99_c4_ms: f64,
+    rss_mb: f64,
+    bytes: usize,
+    bytes_gzip: usize,
+    samples: usize,
+}
+
+/// Sequential keep-alive scrapes, interleaved between targets in rounds;
+/// CPU per scrape from /proc/PID/stat, latency per request.
+fn sequential(targets: &[(&str, u32)], rounds: usize, per_round: usize) -> Vec<(f64, Vec<f64>)> {
+    let agent = ureq::AgentBuilder::new().build();
+    let mut out: Vec<(f64, Vec<f64>)> = vec![(0.0, Vec::new()); targets.len()];
+    for _ in 0..rounds {
+        for (i, (url, pid)) in targets.iter().enumerate() {
+            let c0 = cpu_seconds(*pid);
+            for _ in 0..per_round {
+                let t = Instant::now();
+                let ok = agent.get(url).call().ok().and_then(|r| {
+                    let mut b = Vec::new();
+                    r.into_reader().read_to_end(&mut b).ok().map(|_| b.len())
+                });
+                if ok.is_some() {
+                    out[i].1.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            out[i].0 += cpu_seconds(*pid) - c0;
+        }
+    }
+    for o in &mut out {
+        o.1.sort_by(f64::total_cmp);
+    }
+    out
+}
+
+/// wrk's requests/s and p99 (ms).
+fn wrk(url: &str, conns: usize, secs: u64) -> Res<(f64, f64)> {
+    let threads = conns.min(2).to_string();
+    let out = Command::new("wrk")
+        .args(["-t", &threads, "-c", &conns.to_string(), "-d", &format!("{secs}s"), "--latency", url])
+        .output()
+        .map_err(|e| format!("wrk: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rps = text.lines().find_map(|l| l.strip_prefix("Requests/sec:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0);
+    let p99 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("99%"))
+        .map(|v| parse_wrk_time(v.trim()))
+        .unwrap_or(0.0);
+    Ok((rps, p99))
+}
+
+fn parse_wrk_time(v: &str) -> f64 {
+    let (num, mult) = if let Some(n) = v.strip_suffix("us") {
+        (n, 1e-3)
+    } else if let Some(n) = v.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1e3)
+    } else {
+        (v, 1.0)
+    };
+    num.parse::<f64>().map(|x| x * mult).unwrap_or(0.0)
+}
+
+fn body_sizes(url: &str) -> (usize, usize, usize) {
+    let plain = compare::http_get(url).unwrap_or_default();
+    let samples = plain.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).count();
+    let gz = ureq::get(url)
+        .set("Accept-Encoding", "gzip")
+        .call()
+        .ok()
+        .and_then(|r| {
+            let mut b = Vec::new();
+            r.into_reader().read_to_end(&mut b).ok().map(|_| b.len())
+        })
+        .unwrap_or(0);
+    (plain.len(), gz, samples)
+}
+
+fn scrape_phase(agent_bin: &Path, ne_bin: &Path, ebpf: bool, quick: bool) -> Res<(ScrapeFigures, ScrapeFigures)> {
+    let common: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
+    let mut agent_flags = common.clone();
+    if !ebpf {
+        agent_flags.extend(EBPF_COLLECTORS.iter().map(|c| format!("--no-collector.{c}")));
+    }
+    let (_a, ua, pa) = start(agent_bin, &agent_flags)?;
+    let (_n, un, pn) = start(ne_bin, &common)?;
+    let (rounds, per_round, secs) = if quick { (4, 25, 3) } else { (10, 50, 10) };
+    // Warm up both.
+    sequential(&[(&ua, pa), (&un, pn)], 1, 20);
+    let seq = sequential(&[(&ua, pa), (&un, pn)], rounds, per_round);
+    let n = (rounds * per_round) as f64;
+    let mut figs = [ScrapeFigures::default(), ScrapeFigures::default()];
+    for (f, (cpu, lat)) in figs.iter_mut().zip(&seq) {
+        f.cpu_ms = cpu / n * 1e3;
+        f.p50_ms = percentile(lat, 0.5);
+        f.p99_ms = percentile(lat, 0.99);
+    }
+    for (f, url) in figs.iter_mut().zip([&ua, &un]) {
+        let (b, g, s) = body_sizes(url);
+        f.bytes = b;
+        f.bytes_gzip = g;
+        f.samples = s;
+    }
+    // wrk, interleaved: agent c1, node_exporter c1, agent c4, node_exporter c4.
+    for conns in [1usize, 4] {
+        for (f, url) in figs.iter_mut().zip([&ua, &un]) {
+            let (rps, p99) = wrk(url, conns, secs)?;
+            if conns == 1 {
+                f.rps_c1 = rps;
+                f.p99_c1_ms = p99;
+            } else {
+                f.rps_c4 = rps;
+                f.p99_c4_ms = p99;
+            }
+        }
+    }
+    figs[0].rss_mb = vm_hwm_kb(pa) as f64 / 1024.0;
+    figs[1].rss_mb = vm_hwm_kb(pn) as f64 / 1024.0;
+    let [a, b] = figs;
+    Ok((a, b))
+}
+
+// ---- eBPF per-event costs ----------------------------------------------
+
+fn getpid_loop(n: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        // SAFETY: getpid has no preconditions.
+        unsafe { libc::syscall(libc::SYS_getpid) };
+    }
+    t.elapsed().as_secs_f64()
+}
+
+fn proc_ctxt() -> u64 {
+    std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("ctxt ").and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+/// A two-thread ping-pong; (seconds, context switches).
+fn ping_pong(rounds: usize) -> (f64, u64) {
+    use std::io::Write;
+    let (Ok((mut a_r, mut a_w)), Ok((mut b_r, mut b_w))) = (std::io::pipe(), std::io::pipe()) else { return (0.0, 0) };
+    let c0 = proc_ctxt();
+    let t = Instant::now();
+    let th = std::thread::spawn(move || {
+        let mut buf = [0u8; 1];
+        for _ in 0..rounds {
+            if a_r.read_exact(&mut buf).is_err() || b_w.write_all(&buf).is_err() {
+                return;
+            }
+        }
+    });
+    let mut buf = [1u8; 1];
+    for _ in 0..rounds {
+        if a_w.write_all(&buf).is_err() || b_r.read_exact(&mut buf).is_err() {
+            break;
+        }
+    }
+    let _ = th.join();
+    (t.elapsed().as_secs_f64(), proc_ctxt() - c0)
+}
+
+fn spawn_loop(n: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        let _ = Command::new("/bin/true").status();
+    }
+    t.elapsed().as_secs_f64()
+}
+
+struct LoopDev {
+    path: String,
+    _file: tempfile::NamedTempFile,
+}
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.path]).status();
+    }
+}
+
+fn loop_dev() -> Res<LoopDev> {
+    let file = tempfile::NamedTempFile::new_in("/var/tmp").map_err(|e| e.to_string())?;
+    file.as_file().set_len(64 << 20).map_err(|e| e.to_string())?;
+    let out = Command::new("losetup").args(["--find", "--show", "--direct-io=on"]).arg(file.path()).output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).to_string());
+    }
+    Ok(LoopDev { path: String::from_utf8_lossy(&out.stdout).trim().to_string(), _file: file })
+}
+
+fn direct_reads(dev: &str, n: usize) -> f64 {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let Ok(f) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(dev) else { return 0.0 };
+    let Ok(layout) = std::alloc::Layout::from_size_align(4096, 4096) else { return 0.0 };
+    // SAFETY: non-zero layout; freed below.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return 0.0;
+    }
+    // SAFETY: 4096 bytes we own.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 4096) };
+    let t = Instant::now();
+    for i in 0..n {
+        let _ = f.read_at(buf, ((i % 16000) * 4096) as u64);
+    }
+    let e = t.elapsed().as_secs_f64();
+    // SAFETY: allocated above with this layout.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+    e
+}
+
+/// Runs `work` with no probe and with the probe attached, alternating
+/// `reps` times, and returns the minimum of each (seconds).
+fn with_without(reps: usize, programs: &[(&'static str, node_agent::ebpf::Hook)], mut work: impl FnMut() -> f64) -> Res<(f64, f64, BTreeMap<String, (f64, u64)>)> {
+    use node_agent::ebpf::{Probe, Shared};
+    let (mut base, mut probe) = (f64::MAX, f64::MAX);
+    let mut stats = BTreeMap::new();
+    for _ in 0..reps {
+        base = base.min(work());
+        let shared = Shared::load(true).map_err(|e| e.to_string())?;
+        let p = Probe::attach(Ok(shared.clone()), programs);
+        if !p.up() {
+            return Err(format!("probe {:?} did not attach", programs.iter().map(|x| x.0).collect::<Vec<_>>()));
+        }
+        probe = probe.min(work());
+        for (name, _) in programs {
+            if let Some(s) = shared.run_stats(name) {
+                stats.insert(name.to_string(), s);
+            }
+        }
+    }
+    Ok((base, probe, stats))
+}
+
+struct EventCost {
+    probe: &'static str,
+    event: &'static str,
+    base_ns: f64,
+    with_ns: f64,
+    kernel_ns: Option<f64>,
+}
+
+fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
+    use node_agent::ebpf::Hook;
+    let reps = if quick { 2 } else { 5 };
+    let mut out = Vec::new();
+    let kernel = |stats: &BTreeMap<String, (f64, u64)>| {
+        let (t, n) = stats.values().fold((0.0, 0u64), |a, s| (a.0 + s.0, a.1 + s.1));
+        (n > 0).then(|| t / n as f64 * 1e9)
+    };
+
+    let n = if quick { 500_000 } else { 2_000_000 };
+    let (b, w, s) = with_without(reps, &[("empty", Hook::RawTracePoint("sys_enter"))], || getpid_loop(n))?;
+    out.push(EventCost { probe: "empty program (floor)", event: "syscall (getpid)", base_ns: b / n as f64 * 1e9, with_ns: w / n as f64 * 1e9, kernel_ns: kernel(&s) });
+    let (b, w, s) = with_without(reps, &[("sys_enter", Hook::RawTracePoint("sys_enter")), ("sys_exit", Hook::RawTracePoint("sys_exit"))], || getpid_loop(n))?;
+    out.push(EventCost { probe: "ebpf_syscalls", event: "syscall (getpid)", base_ns: b / n as f64 * 1e9, with_ns: w / n as f64 * 1e9, kernel_ns: kernel(&s) });
+
+    let rounds = if quick { 20_000 } else { 100_000 };
+    let (_, switches) = ping_pong(rounds);
+    let switches = switches.max(1) as f64;
+    let (b, w, s) = with_without(
+        reps,
+        &[
+            ("sched_wakeup", Hook::TracePoint("sched", "sched_wakeup")),
+            ("sched_wakeup_new", Hook::TracePoint("sched", "sched_wakeup_new")),
+            ("sched_switch", Hook::TracePoint("sched", "sched_switch")),
+        ],
+        || ping_pong(rounds).0,
+    )?;
+    out.push(EventCost { probe: "ebpf_runqueue", event: "context switch (ping-pong)", base_ns: b / switches * 1e9, with_ns: w / switches * 1e9, kernel_ns: kernel(&s) });
+
+    let k = if quick { 200 } else { 1000 };
+    let (b, w, s) = with_without(
+        reps,
+        &[
+            ("sched_process_exec", Hook::TracePoint("sched", "sched_process_exec")),
+            ("sched_process_fork", Hook::TracePoint("sched", "sched_process_fork")),
+            ("sched_process_exit", Hook::TracePoint("sched", "sched_process_exit")),
+        ],
+        || spawn_loop(k),
+    )?;
+    out.push(EventCost { probe: "ebpf_process", event: "fork+exec+exit (/bin/true)", base_ns: b / k as f64 * 1e9, with_ns: w / k as f64 * 1e9, kernel_ns: kernel(&s) });
+
+    let dev = loop_dev()?;
+    let m = if quick { 5_000 } else { 20_000 };
+    let (b, w, s) = with_without(
+        reps,
+        &[("block_rq_issue", Hook::TracePoint("block", "block_rq_issue")), ("block_rq_complete", Hook::TracePoint("block", "block_rq_complete"))],
+        || direct_reads(&dev.path, m),
+    )?;
+    out.push(EventCost { probe: "ebpf_block_io", event: "O_DIRECT 4 KiB read (loop device)", base_ns: b / m as f64 * 1e9, with_ns: w / m as f64 * 1e9, kernel_ns: kernel(&s) });
+    Ok(out)
+}
+
+fn planner(quick: bool) -> Vec<(usize, f64)> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use node_agent::daemonset::builders::{at, daemonset, node, pod};
+    use node_agent::daemonset::plan::{plan, revision_hash};
+    let mut out = Vec::new();
+    for n in [100usize, 1000, 5000] {
+        let ds = daemonset("agent:2", Some(IntOrString::String("10%".into())), None, false);
+        let hash = revision_hash(&ds);
+        let nodes: Vec<_> = (0..n).map(|i| node(&format!("node-{i:05}"), &[], &[])).collect();
+        let pods: Vec<_> = (0..n)
+            .map(|i| pod(&format!("agent-{i:05}"), &format!("node-{i:05}"), if i % 2 == 0 { &hash } else { "old" }, at(100), "Running", Some(at(200))))
+            .collect();
+        let mut times: Vec<f64> = (0..if quick { 5 } else { 20 })
+            .map(|_| {
+                let t = Instant::now();
+                let _ = plan(&ds, &nodes, &pods, at(10_000), None);
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        out.push((n, percentile(&times, 0.5)));
+    }
+    out
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b == 0.0 {
+        "-".into()
+    } else {
+        format!("{:.2}×", a / b)
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|v| v.split_once(':')).map(|x| x.1.trim().to_string()))
+        .unwrap_or_default();
+    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default().lines().next().unwrap_or("").to_string();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    format!("{cores} × {cpu}; {}; Linux {}", mem.split_whitespace().skip(1).collect::<Vec<_>>().join(" "), kernel.trim())
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("node-agent-bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Res<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
+    let agent = PathBuf::from(get("--agent").ok_or("--agent PATH is required")?);
+    let out_path = PathBuf::from(get("--out").unwrap_or_else(|| "BENCHMARKS.md".into()));
+    let quick = args.iter().any(|a| a == "--quick");
+    let ne = compare::which("prometheus-node-exporter").ok_or("prometheus-node-exporter is not installed")?;
+    let ne_version = Command::new(&ne).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").to_string() + &String::from_utf8_lossy(&o.stderr).lines().next().unwrap_or("").to_string()).unwrap_or_default();
+
+    eprintln!("bench: scrapes, node-agent without eBPF vs node_exporter");
+    let (a, n) = scrape_phase(&agent, &ne, false, quick)?;
+    eprintln!("bench: scrapes, node-agent with every eBPF probe vs node_exporter");
+    let (ae, ne2) = scrape_phase(&agent, &ne, true, quick)?;
+    eprintln!("bench: eBPF per-event costs");
+    let costs = ebpf_costs(quick)?;
+    eprintln!("bench: planner");
+    let plans = planner(quick);
+
+    let date = Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]).output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    let mut md = String::new();
+    let _ = writeln!(md, "# Benchmarks\n\nProduced by `cargo xtask bench`{} — not typed by hand.\n", if quick { " --quick (short runs)" } else { "" });
+    let _ = writeln!(md, "- Machine: {}", machine());
+    let _ = writeln!(md, "- Date: {date}");
+    let _ = writeln!(md, "- Peer: {} (Debian), default collectors; both with `{}`", ne_version.trim(), COMMON_FLAGS.join(" "));
+    let _ = writeln!(md, "- node-agent: release build; first without its eBPF collectors (the same families as node_exporter where both have them), then with every probe attached.");
+    let _ = writeln!(md, "- These machines are noisy: compare ratios within one run.\n");
+    let _ = writeln!(md, "## Scrapes, side by side\n");
+    let _ = writeln!(md, "CPU per scrape from /proc/PID/stat over interleaved rounds of sequential keep-alive scrapes; latency of those scrapes; wrk for {}s at 1 and 4 connections; peak RSS (VmHWM) after the load.\n", if quick { 3 } else { 10 });
+    let _ = writeln!(md, "| measure | node-agent | node_exporter | ratio | node-agent + eBPF | node_exporter (same run) | ratio |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    let row = |md: &mut String, name: &str, f: &dyn Fn(&ScrapeFigures) -> f64, unit: &str| {
+        let _ = writeln!(md, "| {name} | {:.3} {unit} | {:.3} {unit} | {} | {:.3} {unit} | {:.3} {unit} | {} |", f(&a), f(&n), ratio(f(&a), f(&n)), f(&ae), f(&ne2), ratio(f(&ae), f(&ne2)));
+    };
+    row(&mut md, "CPU per scrape", &|f| f.cpu_ms, "ms");
+    row(&mut md, "latency median (keep-alive)", &|f| f.p50_ms, "ms");
+    row(&mut md, "latency p99 (keep-alive)", &|f| f.p99_ms, "ms");
+    row(&mut md, "requests/s, 1 connection", &|f| f.rps_c1, "");
+    row(&mut md, "p99, 1 connection", &|f| f.p99_c1_ms, "ms");
+    row(&mut md, "requests/s, 4 connections", &|f| f.rps_c4, "");
+    row(&mut md, "p99, 4 connections", &|f| f.p99_c4_ms, "ms");
+    row(&mut md, "peak RSS after load", &|f| f.rss_mb, "MB");
+    row(&mut md, "bytes per scrape", &|f| f.bytes as f64 / 1000.0, "kB");
+    row(&mut md, "bytes per scrape, gzip", &|f| f.bytes_gzip as f64 / 1000.0, "kB");
+    row(&mut md, "samples per scrape", &|f| f.samples as f64, "");
+    let _ = writeln!(md, "\nFamilies differ where only one side has them (node-agent's `node_ebpf_*`, `node_filesystem_mount_info` and newer netstat/softnet fields; node_exporter's `go_*`, `promhttp_*`): see `cargo xtask compare-node-exporter`.\n");
+    let _ = writeln!(md, "## eBPF: cost per event\n");
+    let _ = writeln!(md, "A tight loop triggering the event, without and with the probe attached (minimum of interleaved runs), and the kernel's own run-time statistics of the programs (kernel.bpf_stats_enabled, summed over the probe's programs per run).\n");
+    let _ = writeln!(md, "| probe | event | without | with | added per event | kernel run time per program run |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|");
+    for c in &costs {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.0} ns | {:.0} ns | {:.0} ns | {} |",
+            c.probe,
+            c.event,
+            c.base_ns,
+            c.with_ns,
+            c.with_ns - c.base_ns,
+            c.kernel_ns.map(|k| format!("{k:.0} ns")).unwrap_or_else(|| "-".into())
+        );
+    }
+    let _ = writeln!(md, "\n## Planner\n\nOne `plan` (a full controller sync, mid-rollout, as many pods as nodes), median; `cargo bench -p node-agent --bench plan` runs the same with criterion.\n");
+    let _ = writeln!(md, "| nodes | time |\n|---|---|");
+    for (n, ms) in &plans {
+        let _ = writeln!(md, "| {n} | {ms:.2} ms |");
+    }
+    std::fs::write(&out_path, &md).map_err(|e| format!("{}: {e}", out_path.display()))?;
+    print!("{md}");
+    Ok(())
+}
