@@ -293,12 +293,21 @@ impl Sink {
     /// The family `name`, created empty if this scrape has not produced it yet.
     /// `name` is the full exposed name (counters end in `_total`).
     pub fn family(&mut self, name: &str, help: &str, kind: Kind) -> &mut Family {
-        if let Some(i) = self.families[..self.live]
-            .iter()
-            .position(|f| f.name == name)
-        {
-            return &mut self.families[i];
+        // Most writes continue the family written last.
+        let found = match self.live.checked_sub(1) {
+            Some(last) if self.families[last].name == name => Some(last),
+            _ => self.families[..self.live].iter().position(|f| f.name == name),
+        };
+        match found {
+            Some(i) => &mut self.families[i],
+            None => self.new_family(name, help, kind),
         }
+    }
+
+    /// A new family, without looking for an existing one of that name: for
+    /// collectors whose family names are unique by construction (one per
+    /// field of a file). A repeated name is still merged at encoding.
+    pub fn new_family(&mut self, name: &str, help: &str, kind: Kind) -> &mut Family {
         if self.live == self.families.len() {
             self.families.push(Family::new());
         }
@@ -309,9 +318,9 @@ impl Sink {
         f
     }
 
-    /// Shorthand for a family with one unlabelled sample.
+    /// Shorthand for a new family with one unlabelled sample.
     pub fn single(&mut self, name: &str, help: &str, kind: Kind, value: f64) {
-        self.family(name, help, kind).sample(&[], value);
+        self.new_family(name, help, kind).sample(&[], value);
     }
 
     /// The families of this scrape, in the order they were first written.
@@ -347,7 +356,8 @@ impl Collector for Exposition {
     /// another type is dropped rather than break the exposition.
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
         let sinks = self.sinks.lock().map_err(|_| fmt::Error)?;
-        let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::with_capacity(1024);
+        let mut seen: rustc_hash::FxHashMap<&str, usize> = rustc_hash::FxHashMap::default();
+        seen.reserve(1024);
         let mut groups: Vec<(&Family, Vec<&Family>)> = Vec::with_capacity(1024);
         for f in sinks.iter().flat_map(|s| s.families()).filter(|f| !f.is_empty()) {
             match seen.get(f.name()) {

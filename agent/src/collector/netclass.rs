@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use clap::{Arg, ArgMatches};
 use regex::Regex;
 
-use super::util::{self, read_trimmed};
+use super::util::{self, SysDir};
 use super::{ConfigError, Error, Paths};
 use crate::metrics::{Kind, Sink};
 
@@ -59,9 +59,14 @@ impl Collector {
     }
 
     fn device(&self, sink: &mut Sink, dev: &str, path: &Path) {
-        let attr = |a: &str| read_trimmed(&path.join(a));
-        let int = |a: &str| attr(a).and_then(|s| parse_int(&s));
+        let Ok(mut d) = SysDir::open(path) else { return };
+        let mut attr = |a: &str| d.read(a).map(str::to_string);
         let operstate = attr("operstate").unwrap_or_default();
+        let address = attr("address").unwrap_or_default();
+        let broadcast = attr("broadcast").unwrap_or_default();
+        let duplex = attr("duplex").unwrap_or_default();
+        let ifalias = attr("ifalias").unwrap_or_default();
+        let mut int = |a: &str| d.read(a).and_then(parse_int);
         let flags = int("flags");
         let adminstate = match flags {
             None => "unknown",
@@ -72,12 +77,12 @@ impl Collector {
             .sample(&[("device", dev)], if operstate == "up" { 1.0 } else { 0.0 });
         sink.family("node_network_info", "Non-numeric data from /sys/class/net/<iface>, value is always 1.", Kind::Gauge).sample(
             &[
-                ("address", &attr("address").unwrap_or_default()),
+                ("address", &address),
                 ("adminstate", adminstate),
-                ("broadcast", &attr("broadcast").unwrap_or_default()),
+                ("broadcast", &broadcast),
                 ("device", dev),
-                ("duplex", &attr("duplex").unwrap_or_default()),
-                ("ifalias", &attr("ifalias").unwrap_or_default()),
+                ("duplex", &duplex),
+                ("ifalias", &ifalias),
                 ("operstate", &operstate),
             ],
             1.0,

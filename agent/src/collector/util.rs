@@ -2,7 +2,7 @@
 //! parsing, and node_exporter's include/exclude flags.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::Path;
 
 use clap::{Arg, ArgAction, ArgMatches};
@@ -10,12 +10,99 @@ use regex::Regex;
 
 use super::{ConfigError, Error};
 
-/// Reads `path` into `buf` (cleared first), keeping its capacity.
+/// Reads `path` into `buf` (cleared first), keeping its capacity: open,
+/// read until end, close — no size probing (`fs::read` would add a statx
+/// and an lseek per file, which procfs cannot answer usefully anyway).
 pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
     buf.clear();
     let mut f = File::open(path)?;
-    f.read_to_end(buf)?;
-    Ok(())
+    read_all(&mut f, buf)
+}
+
+/// Appends everything `f` yields to `buf`, reading straight into its spare
+/// capacity (no zero-filling of reused buffers).
+fn read_all(f: &mut File, buf: &mut Vec<u8>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    loop {
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(4096.max(buf.capacity()));
+        }
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: `spare` is writable memory of the given length owned by
+        // `buf`; read(2) initializes the first `n` bytes it reports.
+        let n = unsafe { libc::read(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        // SAFETY: read(2) initialized `n` more bytes after the current length.
+        unsafe { buf.set_len(buf.len() + n as usize) };
+    }
+}
+
+/// A sysfs directory held open, whose attributes are read relative to it
+/// (openat): no path walk or symlink resolution per attribute, and one
+/// read per attribute (sysfs returns a whole attribute in one read).
+pub struct SysDir {
+    fd: std::os::fd::OwnedFd,
+    buf: Vec<u8>,
+}
+
+impl SysDir {
+    pub fn open(path: &Path) -> io::Result<SysDir> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: a valid NUL-terminated path; the returned fd is owned below.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor we own.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Ok(SysDir { fd, buf: Vec::with_capacity(4096) })
+    }
+
+    /// The attribute `name`, trimmed; `None` when it can't be read.
+    pub fn read(&mut self, name: &str) -> Option<&str> {
+        use std::os::fd::AsRawFd;
+        let mut cname = [0u8; 256];
+        if name.len() >= cname.len() || name.as_bytes().contains(&0) {
+            return None;
+        }
+        cname[..name.len()].copy_from_slice(name.as_bytes());
+        // SAFETY: `cname` is NUL-terminated; the fd is valid.
+        let fd = unsafe { libc::openat(self.fd.as_raw_fd(), cname.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: a fresh descriptor we own; closed on drop.
+        let f = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        self.buf.clear();
+        let spare = self.buf.spare_capacity_mut();
+        // SAFETY: `spare` is writable memory owned by the buffer; read(2)
+        // initializes the first `n` bytes it reports.
+        let n = unsafe { libc::read(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+        if n < 0 {
+            return None;
+        }
+        // SAFETY: read(2) initialized `n` bytes.
+        unsafe { self.buf.set_len(n as usize) };
+        std::str::from_utf8(&self.buf).ok().map(str::trim)
+    }
+
+    pub fn read_i64(&mut self, name: &str) -> Option<i64> {
+        self.read(name)?.parse().ok()
+    }
+
+    pub fn read_u64(&mut self, name: &str) -> Option<u64> {
+        self.read(name)?.parse().ok()
+    }
 }
 
 /// Reads `path` into `buf`; a missing file is [`Error::NoData`].
@@ -25,8 +112,9 @@ pub fn read_file(path: &Path, buf: &mut Vec<u8>) -> Result<(), Error> {
 
 /// Reads a small sysfs attribute, trimmed. `None` when it can't be read.
 pub fn read_trimmed(path: &Path) -> Option<String> {
-    let s = std::fs::read_to_string(path).ok()?;
-    Some(s.trim().to_string())
+    let mut buf = Vec::with_capacity(256);
+    read_into(path, &mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).trim().to_string())
 }
 
 /// Reads a sysfs attribute as an unsigned integer.
@@ -241,7 +329,7 @@ mod tests {
 /// its regex once per distinct name instead of once per scrape.
 #[derive(Debug, Default)]
 pub struct MatchCache {
-    seen: std::collections::HashMap<String, bool>,
+    seen: rustc_hash::FxHashMap<String, bool>,
 }
 
 impl MatchCache {

@@ -161,7 +161,10 @@ impl Shared {
     pub fn load(stats: bool) -> Result<Arc<Shared>, LoadError> {
         let tfs = ensure_tracefs();
         let offsets = offsets(tfs.as_deref());
+        // No CO-RE relocations are used (offsets come from tracefs), so the
+        // kernel's BTF is not parsed: that keeps megabytes off the heap.
         let mut ebpf = EbpfLoader::new()
+            .btf(None)
             .override_global("OFFSETS", &offsets, true)
             .load(OBJECT)
             .map_err(|e| format!("loading eBPF programs: {e}"))?;
