@@ -1,6 +1,12 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Fewer malloc arenas: the scrape path runs on a few blocking threads and
+    // per-thread arenas would each keep their freed memory resident.
+    // SAFETY: mallopt only tunes the allocator; called before other threads exist.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
     let m = match node_agent::cli::command().try_get_matches() {
         Ok(m) => m,
         Err(e) => {
