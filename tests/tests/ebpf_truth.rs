@@ -431,14 +431,20 @@ fn programs_released_on_stop() {
         return;
     }
     let _turn = serial();
-    let before = loaded("sched_switch");
+    let switch = node_agent::collector::ebpf_runqueue::programs()[2].0;
+    let before = loaded(switch);
     let m = node_agent::cli::command()
         .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.ebpf_runqueue"])
         .expect("flags");
     let agent = node_agent::cli::Agent::start(&m).expect("start");
-    assert_eq!(loaded("sched_switch"), before + 1, "the agent's program is loaded");
+    assert_eq!(loaded(switch), before + 1, "the agent's program is loaded");
     agent.stop();
-    assert_eq!(loaded("sched_switch"), before, "stopping the agent unloads its programs");
+    // The kernel frees a detached program after an RCU grace period.
+    let t = Instant::now();
+    while loaded(switch) != before && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(loaded(switch), before, "stopping the agent unloads its programs");
 }
 
 #[test]
@@ -480,7 +486,8 @@ fn unprivileged_agent_degrades() {
     .join()
     .expect("unprivileged thread");
     assert!(text.contains("node_load1 "), "host metrics still served");
-    for prog in ["sys_enter", "sys_exit", "sched_switch"] {
+    let switch = node_agent::collector::ebpf_runqueue::programs()[2].0;
+    for prog in ["sys_exit", switch] {
         assert!(text.contains(&format!("node_ebpf_program_up{{program=\"{prog}\"}} 0")), "{prog} reported down:\n{text}");
     }
     assert!(!text.contains("node_ebpf_syscalls_total"));

@@ -9,11 +9,36 @@ use super::{BuildContext, Error, Paths};
 use crate::ebpf::{to_prometheus, Hook, Probe};
 use crate::metrics::{Kind, Sink};
 
-const PROGRAMS: [(&str, Hook); 3] = [
+/// Raw tracepoints keyed by task address: Linux >= 5.18, whose sched_switch
+/// passes the previous task's state.
+pub const RAW_PROGRAMS: [(&str, Hook); 3] = [
+    ("rq_wakeup_raw", Hook::RawTracePoint("sched_wakeup")),
+    ("rq_wakeup_new_raw", Hook::RawTracePoint("sched_wakeup_new")),
+    ("rq_switch_raw", Hook::RawTracePoint("sched_switch")),
+];
+/// Tracepoints with field offsets from tracefs: older kernels.
+pub const TP_PROGRAMS: [(&str, Hook); 3] = [
     ("sched_wakeup", Hook::TracePoint("sched", "sched_wakeup")),
     ("sched_wakeup_new", Hook::TracePoint("sched", "sched_wakeup_new")),
     ("sched_switch", Hook::TracePoint("sched", "sched_switch")),
 ];
+
+/// Whether a kernel release (`6.18.44-...`) is at least `major.minor`.
+pub fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut it = release.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap_or(0));
+    let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    (a, b) >= (major, minor)
+}
+
+/// The programs for the running kernel.
+pub fn programs() -> &'static [(&'static str, Hook); 3] {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if release_at_least(release.trim(), 5, 18) {
+        &RAW_PROGRAMS
+    } else {
+        &TP_PROGRAMS
+    }
+}
 
 pub struct Collector {
     probe: Probe,
@@ -21,7 +46,18 @@ pub struct Collector {
 
 impl Collector {
     pub fn new(_p: &Paths, ctx: &mut BuildContext) -> Self {
-        Collector { probe: Probe::attach(ctx.ebpf(), &PROGRAMS) }
+        Collector { probe: Probe::attach(ctx.ebpf(), programs()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kernel_releases() {
+        assert!(super::release_at_least("6.18.44-fc-v669", 5, 18));
+        assert!(super::release_at_least("5.18.0", 5, 18));
+        assert!(!super::release_at_least("5.15.0-91-generic", 5, 18));
+        assert!(!super::release_at_least("", 5, 18));
     }
 }
 

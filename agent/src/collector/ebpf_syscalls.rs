@@ -1,5 +1,6 @@
 //! `ebpf_syscalls`: system calls and failed system calls per syscall,
-//! counted in the kernel (raw tracepoints sys_enter and sys_exit).
+//! counted in the kernel by one program on the sys_exit raw tracepoint
+//! (exit and exit_group, which never return, are not counted).
 
 use agent_common::{SyscallCounts, MAX_SYSCALLS};
 use aya::maps::PerCpuArray;
@@ -8,7 +9,7 @@ use super::{BuildContext, Error, Paths};
 use crate::ebpf::{syscalls, Hook, Probe};
 use crate::metrics::{Kind, Sink};
 
-const PROGRAMS: [(&str, Hook); 2] = [("sys_enter", Hook::RawTracePoint("sys_enter")), ("sys_exit", Hook::RawTracePoint("sys_exit"))];
+const PROGRAMS: [(&str, Hook); 1] = [("sys_exit", Hook::RawTracePoint("sys_exit"))];
 
 pub struct Collector {
     probe: Probe,

@@ -382,23 +382,15 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
     };
 
     let n = if quick { 500_000 } else { 2_000_000 };
-    let (b, w, s) = with_without(reps, &[("empty", Hook::RawTracePoint("sys_enter"))], || getpid_loop(n))?;
+    let (b, w, s) = with_without(reps, &[("empty", Hook::RawTracePoint("sys_exit"))], || getpid_loop(n))?;
     out.push(EventCost { probe: "empty program (floor)", event: "syscall (getpid)", base_ns: b / n as f64 * 1e9, with_ns: w / n as f64 * 1e9, kernel_ns: kernel(&s) });
-    let (b, w, s) = with_without(reps, &[("sys_enter", Hook::RawTracePoint("sys_enter")), ("sys_exit", Hook::RawTracePoint("sys_exit"))], || getpid_loop(n))?;
+    let (b, w, s) = with_without(reps, &[("sys_exit", Hook::RawTracePoint("sys_exit"))], || getpid_loop(n))?;
     out.push(EventCost { probe: "ebpf_syscalls", event: "syscall (getpid)", base_ns: b / n as f64 * 1e9, with_ns: w / n as f64 * 1e9, kernel_ns: kernel(&s) });
 
     let rounds = if quick { 20_000 } else { 100_000 };
     let (_, switches) = ping_pong(rounds);
     let switches = switches.max(1) as f64;
-    let (b, w, s) = with_without(
-        reps,
-        &[
-            ("sched_wakeup", Hook::TracePoint("sched", "sched_wakeup")),
-            ("sched_wakeup_new", Hook::TracePoint("sched", "sched_wakeup_new")),
-            ("sched_switch", Hook::TracePoint("sched", "sched_switch")),
-        ],
-        || ping_pong(rounds).0,
-    )?;
+    let (b, w, s) = with_without(reps, node_agent::collector::ebpf_runqueue::programs(), || ping_pong(rounds).0)?;
     out.push(EventCost { probe: "ebpf_runqueue", event: "context switch (ping-pong)", base_ns: b / switches * 1e9, with_ns: w / switches * 1e9, kernel_ns: kernel(&s) });
 
     let k = if quick { 2000 } else { 10_000 };
