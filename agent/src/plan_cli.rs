@@ -55,7 +55,7 @@ fn now_arg(m: &ArgMatches) -> Result<Timestamp, String> {
     }
 }
 
-fn one_daemonset(path: &PathBuf) -> Result<DaemonSet, String> {
+fn one_daemonset(path: &std::path::Path) -> Result<DaemonSet, String> {
     let mut v: Vec<DaemonSet> = input::read(path, "DaemonSet").map_err(|e| e.to_string())?;
     match v.len() {
         1 => Ok(v.remove(0)),

@@ -307,11 +307,7 @@ impl Killed for std::process::ExitStatus {
 
 /// RetransSegs of the calling thread's network namespace.
 fn retrans_segs() -> u64 {
-    let text = std::fs::read_to_string("/proc/thread-self/net/snmp").expect("snmp");
-    let mut lines = text.lines().filter(|l| l.starts_with("Tcp:"));
-    let (h, v) = (lines.next().expect("header"), lines.next().expect("values"));
-    let i = h.split_whitespace().position(|f| f == "RetransSegs").expect("RetransSegs");
-    v.split_whitespace().nth(i).and_then(|x| x.parse().ok()).expect("value")
+    snmp_retrans(std::path::Path::new("/proc/thread-self/net/snmp")).expect("RetransSegs")
 }
 
 fn snmp_retrans(path: &std::path::Path) -> Option<u64> {

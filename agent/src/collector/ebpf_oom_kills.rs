@@ -2,28 +2,15 @@
 
 use agent_common::CNT_OOM_KILLS;
 
-use super::{BuildContext, Error, Paths};
-use crate::ebpf::{Hook, Probe};
-use crate::metrics::Sink;
+use super::ebpf_process::{Counter, CounterProbe};
+use super::{BuildContext, Paths};
+use crate::ebpf::Hook;
 
 const PROGRAMS: [(&str, Hook); 1] = [("oom_mark_victim", Hook::TracePoint("oom", "mark_victim"))];
 
-pub struct Collector {
-    probe: Probe,
-}
+const COUNTERS: &[Counter<'static>] = &[(CNT_OOM_KILLS, "node_ebpf_oom_kills_total", "Processes chosen and killed by the OOM killer (oom:mark_victim).", &[])];
 
-impl Collector {
-    pub fn new(_p: &Paths, ctx: &mut BuildContext) -> Self {
-        Collector { probe: Probe::attach(ctx.ebpf(), &PROGRAMS) }
-    }
-}
-
-impl super::Collector for Collector {
-    fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
-        super::ebpf_process::emit_counters(
-            &self.probe,
-            sink,
-            &[(CNT_OOM_KILLS, "node_ebpf_oom_kills_total", "Processes chosen and killed by the OOM killer (oom:mark_victim).", &[])],
-        )
-    }
+/// The collector: the shared counter probe with this module's programs.
+pub fn new(_p: &Paths, ctx: &mut BuildContext) -> CounterProbe {
+    CounterProbe::new(ctx, &PROGRAMS, COUNTERS)
 }

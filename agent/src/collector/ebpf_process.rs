@@ -44,26 +44,31 @@ pub fn emit_counters(probe: &Probe, sink: &mut Sink, counters: &[Counter]) -> Re
     Ok(())
 }
 
-pub struct Collector {
+/// A probe whose programs only bump slots of the shared event counters.
+pub struct CounterProbe {
     probe: Probe,
+    counters: &'static [Counter<'static>],
 }
 
-impl Collector {
-    pub fn new(_p: &Paths, ctx: &mut BuildContext) -> Self {
-        Collector { probe: Probe::attach(ctx.ebpf(), &PROGRAMS) }
+impl CounterProbe {
+    pub fn new(ctx: &mut BuildContext, programs: &[(&'static str, Hook)], counters: &'static [Counter<'static>]) -> Self {
+        CounterProbe { probe: Probe::attach(ctx.ebpf(), programs), counters }
     }
 }
 
-impl super::Collector for Collector {
+impl super::Collector for CounterProbe {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
-        emit_counters(
-            &self.probe,
-            sink,
-            &[
-                (CNT_EXECS, "node_ebpf_process_execs_total", "Successful execve calls (sched_process_exec).", &[]),
-                (CNT_FORKS, "node_ebpf_process_forks_total", "Tasks created, processes and threads (sched_process_fork).", &[]),
-                (CNT_EXITS, "node_ebpf_process_exits_total", "Processes exited (sched_process_exit of a thread-group leader).", &[]),
-            ],
-        )
+        emit_counters(&self.probe, sink, self.counters)
     }
+}
+
+const COUNTERS: &[Counter<'static>] = &[
+    (CNT_EXECS, "node_ebpf_process_execs_total", "Successful execve calls (sched_process_exec).", &[]),
+    (CNT_FORKS, "node_ebpf_process_forks_total", "Tasks created, processes and threads (sched_process_fork).", &[]),
+    (CNT_EXITS, "node_ebpf_process_exits_total", "Processes exited (sched_process_exit of a thread-group leader).", &[]),
+];
+
+/// The collector: the shared counter probe with this module's programs.
+pub fn new(_p: &Paths, ctx: &mut BuildContext) -> CounterProbe {
+    CounterProbe::new(ctx, &PROGRAMS, COUNTERS)
 }

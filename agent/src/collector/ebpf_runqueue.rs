@@ -50,15 +50,9 @@ impl Collector {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn kernel_releases() {
-        assert!(super::release_at_least("6.18.44-fc-v669", 5, 18));
-        assert!(super::release_at_least("5.18.0", 5, 18));
-        assert!(!super::release_at_least("5.15.0-91-generic", 5, 18));
-        assert!(!super::release_at_least("", 5, 18));
-    }
+/// The collector.
+pub fn new(p: &Paths, ctx: &mut BuildContext) -> Collector {
+    Collector::new(p, ctx)
 }
 
 fn map_err(e: impl std::fmt::Display) -> Error {
@@ -80,5 +74,16 @@ impl super::Collector for Collector {
         sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
             .sample(&[("probe", "runqueue")], dropped as f64);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kernel_releases() {
+        assert!(super::release_at_least("6.18.44-fc-v669", 5, 18));
+        assert!(super::release_at_least("5.18.0", 5, 18));
+        assert!(!super::release_at_least("5.15.0-91-generic", 5, 18));
+        assert!(!super::release_at_least("", 5, 18));
     }
 }

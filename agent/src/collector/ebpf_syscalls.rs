@@ -23,6 +23,11 @@ impl Collector {
     }
 }
 
+/// The collector.
+pub fn new(p: &Paths, ctx: &mut BuildContext) -> Collector {
+    Collector::new(p, ctx)
+}
+
 fn map_err(e: impl std::fmt::Display) -> Error {
     Error::parse(std::path::Path::new("bpf map SYSCALLS"), e.to_string())
 }

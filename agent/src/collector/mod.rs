@@ -191,7 +191,7 @@ macro_rules! ebpf {
             name: $name,
             enabled_by_default: true,
             args: no_args,
-            build: |_m, p, ctx| Ok(Box::new($module::Collector::new(p, ctx))),
+            build: |_m, p, ctx| Ok(Box::new($module::new(p, ctx))),
         }
     };
 }

@@ -218,28 +218,8 @@ pub fn should_run(spec: &PodSpec, node: &Node) -> Result<Decision, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, NodeSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-    fn node(name: &str, labels: &[(&str, &str)], taints: &[(&str, Option<&str>, &str)]) -> Node {
-        Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                taints: Some(
-                    taints
-                        .iter()
-                        .map(|(k, v, e)| Taint { key: k.to_string(), value: v.map(str::to_string), effect: e.to_string(), ..Default::default() })
-                        .collect(),
-                ),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
+    use crate::daemonset::builders::node;
+    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity};
 
     fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
         NodeSelectorRequirement {

@@ -337,7 +337,10 @@ fn direct_reads(dev: &str, n: usize) -> f64 {
 /// `reps` times, and returns the minimum of each (seconds); then once more
 /// with the kernel's BPF statistics on, for the programs' own run time
 /// (statistics cost time themselves, so they are off while timing).
-fn with_without(reps: usize, programs: &[(&'static str, node_agent::ebpf::Hook)], mut work: impl FnMut() -> f64) -> Res<(f64, f64, BTreeMap<String, (f64, u64)>)> {
+/// (seconds without, seconds with, kernel statistics per program).
+type Timings = (f64, f64, BTreeMap<String, (f64, u64)>);
+
+fn with_without(reps: usize, programs: &[(&'static str, node_agent::ebpf::Hook)], mut work: impl FnMut() -> f64) -> Res<Timings> {
     use node_agent::ebpf::{Probe, Shared};
     let attach = |stats: bool| -> Res<(std::sync::Arc<Shared>, Probe)> {
         let shared = Shared::load(stats).map_err(|e| e.to_string())?;
@@ -478,7 +481,7 @@ fn run() -> Res<()> {
     let out_path = PathBuf::from(get("--out").unwrap_or_else(|| "BENCHMARKS.md".into()));
     let quick = args.iter().any(|a| a == "--quick");
     let ne = compare::which("prometheus-node-exporter").ok_or("prometheus-node-exporter is not installed")?;
-    let ne_version = Command::new(&ne).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").to_string() + &String::from_utf8_lossy(&o.stderr).lines().next().unwrap_or("").to_string()).unwrap_or_default();
+    let ne_version = Command::new(&ne).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").to_string() + String::from_utf8_lossy(&o.stderr).lines().next().unwrap_or("")).unwrap_or_default();
 
     eprintln!("bench: scrapes, node-agent without eBPF vs node_exporter");
     let (a, n) = scrape_phase(&agent, &ne, false, quick)?;
