@@ -274,7 +274,8 @@ impl super::Collector for Collector {
                     results[i] = Some(Err(TIMEOUT_LABEL.to_string()));
                     continue;
                 }
-                let job = Job { index: i, key: label.clone(), path: statfs_path(&self.rootfs, &m.mount_point), reply: tx.clone() };
+                // The label is the host path (any rootfs prefix stripped): stat it under rootfs.
+                let job = Job { index: i, key: label.clone(), path: statfs_path(&self.rootfs, label), reply: tx.clone() };
                 if self.pool.jobs.send(job).is_ok() {
                     pending += 1;
                 }
@@ -360,6 +361,23 @@ mod tests {
         assert_eq!(m[2].fstype, "tmpfs");
         assert!(parse_mountinfo("1 2 3\n").is_err());
         assert!(parse_mountinfo("22 1 81 / / rw - ext4 /dev/sda1 rw\n").is_err());
+    }
+
+    #[test]
+    fn mount_points_under_rootfs() {
+        let p = crate::collector::Paths {
+            procfs: "/host/proc".into(),
+            sysfs: "/host/sys".into(),
+            rootfs: "/host/root".into(),
+            udev_data: "/x".into(),
+        };
+        let m = crate::cli::command().try_get_matches_from(["node-agent"]).unwrap();
+        let c = Collector::new(&m, &p).unwrap();
+        assert_eq!(c.label_mount_point("/host/root"), "/");
+        assert_eq!(c.label_mount_point("/host/root/home"), "/home");
+        assert_eq!(c.label_mount_point("/home"), "/home");
+        assert_eq!(statfs_path(&p.rootfs, "/home"), std::path::PathBuf::from("/host/root/home"));
+        assert_eq!(statfs_path(&p.rootfs, "/"), std::path::PathBuf::from("/host/root"));
     }
 
     #[test]
