@@ -268,7 +268,7 @@ impl super::Collector for Collector {
         let mut pending = 0usize;
         {
             let stuck = self.pool.stuck.lock().map_err(|_| Error::NoData("statfs pool poisoned".into()))?;
-            for (i, (m, label)) in selected.iter().enumerate() {
+            for (i, (_, label)) in selected.iter().enumerate() {
                 if stuck.contains(label) {
                     tracing::debug!(mountpoint = %label, "mount point is in an unresponsive state, skipping");
                     results[i] = Some(Err(TIMEOUT_LABEL.to_string()));
