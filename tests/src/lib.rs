@@ -2,6 +2,16 @@
 
 pub mod compare;
 
+/// A child process killed and reaped when dropped.
+pub struct Kill(pub std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};

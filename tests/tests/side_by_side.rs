@@ -7,20 +7,14 @@
 //! `prometheus-node-exporter` and `prometheus`), which `cargo xtask test`
 //! installs. Without them the test skips with a message, except in CI.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use node_agent_tests::compare;
 
 use compare::COMMON_FLAGS;
 
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use node_agent_tests::Kill;
 
 fn need(prog: &str) -> Option<std::path::PathBuf> {
     let p = compare::which(prog);

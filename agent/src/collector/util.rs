@@ -143,14 +143,6 @@ pub fn parse_u64(b: &[u8]) -> Option<u64> {
     Some(v)
 }
 
-/// Parses a signed decimal integer from ASCII bytes.
-pub fn parse_i64(b: &[u8]) -> Option<i64> {
-    match b.first() {
-        Some(b'-') => parse_u64(&b[1..]).and_then(|v| i64::try_from(v).ok()).map(|v| -v),
-        _ => parse_u64(b).and_then(|v| i64::try_from(v).ok()),
-    }
-}
-
 /// Parses a float from ASCII bytes (integers take the fast path).
 pub fn parse_f64(b: &[u8]) -> Option<f64> {
     if let Some(v) = parse_u64(b) {
@@ -168,11 +160,6 @@ pub fn fields(line: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// Lines of a byte buffer, without the trailing newline.
 pub fn lines(buf: &[u8]) -> impl Iterator<Item = &[u8]> {
     buf.split(|&c| c == b'\n').filter(|l| !l.is_empty())
-}
-
-/// Bytes as `&str`, for label values; invalid UTF-8 is a parse error.
-pub fn as_str<'a>(b: &'a [u8], path: &Path) -> Result<&'a str, Error> {
-    std::str::from_utf8(b).map_err(|_| Error::parse(path, "invalid UTF-8"))
 }
 
 /// A string-valued flag.
@@ -287,11 +274,6 @@ impl DeviceFilter {
     }
 }
 
-/// Formats an integer into a reusable stack buffer, for label values.
-pub fn itoa(buf: &mut itoa::Buffer, v: impl itoa::Integer) -> &str {
-    buf.format(v)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,7 +284,6 @@ mod tests {
         assert_eq!(parse_u64(b"18446744073709551616"), None);
         assert_eq!(parse_u64(b""), None);
         assert_eq!(parse_u64(b"12a"), None);
-        assert_eq!(parse_i64(b"-5"), Some(-5));
         assert_eq!(parse_f64(b"0.25"), Some(0.25));
         assert_eq!(parse_f64(b"7"), Some(7.0));
         assert_eq!(parse_f64(b"x"), None);

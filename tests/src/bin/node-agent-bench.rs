@@ -9,20 +9,14 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use node_agent_tests::compare::{self, COMMON_FLAGS};
 
 type Res<T> = Result<T, String>;
 
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use node_agent_tests::Kill;
 
 const EBPF_COLLECTORS: &[&str] = &["ebpf_block_io", "ebpf_oom_kills", "ebpf_process", "ebpf_runqueue", "ebpf_syscalls", "ebpf_tcp_retransmits"];
 
