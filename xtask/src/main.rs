@@ -102,7 +102,19 @@ fn apt_install(pkgs: &[&str]) -> Result<()> {
     apt(&["update", "-qq"])?;
     let mut args = vec!["install", "-y", "-qq", "--no-install-recommends"];
     args.extend(&missing);
-    apt(&args)
+    // The packages' services (node_exporter on :9100, a Prometheus server)
+    // must not start: the suite runs its own, and :9100 is node-agent's.
+    let policy = Path::new("/usr/sbin/policy-rc.d");
+    let ours = !policy.exists() && std::fs::write(policy, "#!/bin/sh\nexit 101\n").is_ok();
+    if ours {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(policy, std::fs::Permissions::from_mode(0o755));
+    }
+    let res = apt(&args);
+    if ours {
+        let _ = std::fs::remove_file(policy);
+    }
+    res
 }
 
 fn bpf_linker_ok() -> bool {
@@ -156,7 +168,7 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Cmd::Setup => setup().map(|_| true),
         Cmd::BuildEbpf => build_ebpf().map(|_| true),
-        Cmd::Run { flags } => setup().and_then(|_| build_release()).and_then(|bin| {
+        Cmd::Run { flags } => setup_ebpf().and_then(|_| build_release()).and_then(|bin| {
             let mut c = Command::new(bin);
             c.args(flags);
             run(&mut c).map(|_| true)
