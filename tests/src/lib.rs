@@ -2,6 +2,30 @@
 
 pub mod compare;
 
+/// Starts an exporter binary on a free loopback port with `flags` and waits
+/// until its /metrics answers; returns the guard, the URL and the pid.
+pub fn start_exporter<S: AsRef<std::ffi::OsStr>>(bin: &Path, flags: &[S]) -> Result<(Kill, String, u32), String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(|e| e.to_string())?;
+    let child = std::process::Command::new(bin)
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .args(flags)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+    let pid = child.id();
+    let guard = Kill(child);
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let t = std::time::Instant::now();
+    while compare::http_get(&url).is_err() {
+        if t.elapsed() > std::time::Duration::from_secs(20) {
+            return Err(format!("{} did not come up", bin.display()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok((guard, url, pid))
+}
+
 /// A child process killed and reaped when dropped.
 pub struct Kill(pub std::process::Child);
 

@@ -7,8 +7,6 @@
 //! `prometheus-node-exporter` and `prometheus`), which `cargo xtask test`
 //! installs. Without them the test skips with a message, except in CI.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use node_agent_tests::compare;
 
@@ -25,10 +23,6 @@ fn need(prog: &str) -> Option<std::path::PathBuf> {
     p
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
-}
-
 fn start_agent() -> node_agent::cli::Agent {
     let m = node_agent::cli::command()
         .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0"].into_iter().chain(COMMON_FLAGS.iter().copied()))
@@ -37,21 +31,8 @@ fn start_agent() -> node_agent::cli::Agent {
 }
 
 fn start_node_exporter(bin: &std::path::Path) -> (Kill, String) {
-    let port = free_port();
-    let child = Command::new(bin)
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .args(COMMON_FLAGS)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start node_exporter");
-    let url = format!("http://127.0.0.1:{port}/metrics");
-    let start = Instant::now();
-    while compare::http_get(&url).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(10), "node_exporter did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (Kill(child), url)
+    let (guard, url, _) = node_agent_tests::start_exporter(bin, COMMON_FLAGS).expect("node_exporter comes up");
+    (guard, url)
 }
 
 #[test]

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Instant;
 
 use node_agent_tests::compare::{self, COMMON_FLAGS};
 
@@ -20,29 +20,8 @@ use node_agent_tests::Kill;
 
 const EBPF_COLLECTORS: &[&str] = &["ebpf_block_io", "ebpf_oom_kills", "ebpf_process", "ebpf_runqueue", "ebpf_syscalls", "ebpf_tcp_retransmits"];
 
-fn free_port() -> Res<u16> {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(|e| e.to_string())
-}
-
 fn start(bin: &Path, flags: &[String]) -> Res<(Kill, String, u32)> {
-    let port = free_port()?;
-    let child = Command::new(bin)
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .args(flags)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", bin.display()))?;
-    let pid = child.id();
-    let url = format!("http://127.0.0.1:{port}/metrics");
-    let t = Instant::now();
-    while compare::http_get(&url).is_err() {
-        if t.elapsed() > Duration::from_secs(20) {
-            return Err(format!("{} did not come up", bin.display()));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok((Kill(child), url, pid))
+    node_agent_tests::start_exporter(bin, flags)
 }
 
 fn ticks() -> f64 {
