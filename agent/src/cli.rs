@@ -20,6 +20,10 @@ pub fn command() -> Command {
         .subcommand(crate::plan_cli::plan_command())
         .subcommand(crate::plan_cli::explain_command())
         .subcommand(crate::plan_cli::simulate_command())
+        .subcommand(crate::controller::ctl::controller_command())
+        .subcommand(crate::controller::ctl::crd_command())
+        .subcommand(crate::controller::ctl::status_command())
+        .subcommand(crate::controller::ctl::rollout_command())
 }
 
 /// Errors of running a command.

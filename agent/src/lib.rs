@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod collector;
 pub mod config;
+pub mod controller;
 pub mod daemonset;
 pub mod ebpf;
 pub mod expfmt;

@@ -19,6 +19,10 @@ fn main() -> ExitCode {
         Some(("plan", sub)) => return node_agent::plan_cli::plan(sub),
         Some(("explain", sub)) => return node_agent::plan_cli::explain(sub),
         Some(("simulate", sub)) => return node_agent::plan_cli::simulate(sub),
+        Some(("controller", sub)) => return node_agent::controller::ctl::controller(sub),
+        Some(("crd", sub)) => return node_agent::controller::ctl::crd(sub),
+        Some(("status", sub)) => return node_agent::controller::ctl::status(sub),
+        Some(("rollout", sub)) => return node_agent::controller::ctl::rollout(sub),
         _ => node_agent::cli::serve(&m),
     };
     match res {

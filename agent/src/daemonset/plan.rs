@@ -56,6 +56,8 @@ pub struct Spec {
     pub template_generation: Option<String>,
     pub priority_class_name: Option<String>,
     pub priority: Option<i32>,
+    /// The kind named by the pods' controller reference.
+    pub owner_kind: String,
 }
 
 fn int_or_percent(v: &IntOrString, total: usize, field: &str) -> Result<usize, Invalid> {
@@ -125,6 +127,7 @@ impl Spec {
             template,
             strategy,
             min_ready_seconds: min_ready_seconds as i64,
+            owner_kind: "DaemonSet".into(),
             template_generation: ds.metadata.annotations.as_ref().and_then(|a| a.get(GENERATION_ANNOTATION).cloned()),
         })
     }
@@ -201,7 +204,7 @@ fn owned_by(pod: &Pod, spec: &Spec) -> bool {
     pod.metadata.owner_references.as_ref().is_some_and(|refs| {
         refs.iter().any(|r| {
             r.controller == Some(true)
-                && r.kind == "DaemonSet"
+                && r.kind == spec.owner_kind
                 && r.name == spec.name
                 && match (&spec.uid, r.uid.is_empty()) {
                     (Some(uid), false) => &r.uid == uid,
@@ -332,9 +335,31 @@ pub struct Plan {
     pub status: Status,
 }
 
+/// What a controller built on the planner changes in one sync.
+pub struct Options<'a> {
+    /// The kind the pods' controller reference names.
+    pub owner_kind: &'a str,
+    /// Nodes the rolling update must not touch this sync (paused, a later
+    /// wave, a partition, a halted rollout): their old pods are neither
+    /// replaced nor surged.
+    pub held: &'a dyn Fn(&str) -> bool,
+}
+
+impl Default for Options<'_> {
+    fn default() -> Self {
+        Options { owner_kind: "DaemonSet", held: &|_| false }
+    }
+}
+
 /// Plans one sync. `hash` overrides the computed revision hash.
 pub fn plan(ds: &DaemonSet, nodes: &[Node], pods: &[Pod], now: Timestamp, hash: Option<&str>) -> Result<Plan, Invalid> {
-    let spec = Spec::from_daemonset(ds)?;
+    plan_with(ds, nodes, pods, now, hash, &Options::default())
+}
+
+/// [`plan`] with a controller's [`Options`].
+pub fn plan_with(ds: &DaemonSet, nodes: &[Node], pods: &[Pod], now: Timestamp, hash: Option<&str>, opts: &Options) -> Result<Plan, Invalid> {
+    let mut spec = Spec::from_daemonset(ds)?;
+    spec.owner_kind = opts.owner_kind.to_string();
     let hash = hash.map(str::to_string).unwrap_or_else(|| revision_hash(ds));
     let generation = spec.template_generation.as_deref();
 
@@ -448,7 +473,7 @@ pub fn plan(ds: &DaemonSet, nodes: &[Node], pods: &[Pod], now: Timestamp, hash: 
     // ---- rolling update: only in a sync where manage did nothing ----
     if actions.is_empty() {
         if let Strategy::RollingUpdate { .. } = spec.strategy {
-            let (creates, deletes) = rolling_update(&spec, &decisions, &by_node, &hash, now);
+            let (creates, deletes) = rolling_update(&spec, &decisions, &by_node, &hash, now, opts.held);
             actions = cap(creates, deletes);
         }
     }
@@ -487,6 +512,7 @@ fn rolling_update(
     by_node: &BTreeMap<String, Vec<&Pod>>,
     hash: &str,
     now: Timestamp,
+    held: &dyn Fn(&str) -> bool,
 ) -> (Vec<String>, Vec<Action>) {
     let generation = spec.template_generation.as_deref();
     let desired = decisions.iter().filter(|(_, d)| d.should_run).count();
@@ -503,6 +529,12 @@ fn rolling_update(
                 unavailable += 1;
                 continue;
             };
+            if held(node) {
+                if !matches!((new, old), (Some(n), None) if available(n)) && !matches!((new, old), (None, Some(o)) if available(o)) {
+                    unavailable += 1;
+                }
+                continue;
+            }
             match (new, old) {
                 (None, None) | (Some(_), Some(_)) => unavailable += 1,
                 (Some(n), None) => {
@@ -545,6 +577,9 @@ fn rolling_update(
         match (old, new) {
             (None, _) => {}
             (Some(o), None) => {
+                if held(node) && runs_here {
+                    continue;
+                }
                 if !available(o) {
                     if !runs_here {
                         old_to_delete.push(delete(node, o, "rolling update: old pod not available on an ineligible node"));
