@@ -340,3 +340,79 @@ pub async fn rollout_cmd(client: Client, cmd: &str, sub: &ArgMatches, ns: &str, 
         other => Err(Error::Usage(format!("rollout: unknown subcommand {other}"))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::crd::{NodeAgentSpec, NodeAgentStatus};
+    use crate::controller::rollout::revision_object;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn agent(status: NodeAgentStatus) -> NodeAgent {
+        let mut a = NodeAgent::new("node-agent", NodeAgentSpec::default());
+        a.metadata.namespace = Some("monitoring".into());
+        a.metadata.generation = Some(2);
+        a.metadata.creation_timestamp = Some(Time(Timestamp::from_second(1_000).unwrap()));
+        a.status = Some(status);
+        a
+    }
+
+    fn status(updated: i32, desired: i32, current: &str, update: &str) -> NodeAgentStatus {
+        NodeAgentStatus {
+            observed_generation: Some(2),
+            desired_number_scheduled: desired,
+            current_number_scheduled: desired,
+            number_ready: desired,
+            updated_number_scheduled: updated,
+            number_available: desired,
+            current_revision: Some(current.into()),
+            update_revision: Some(update.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn progress_reports_bar_wave_and_outcome() {
+        let mut s = status(5, 20, "old", "new");
+        s.current_wave = Some("canary".into());
+        let (line, o) = progress(&agent(s));
+        assert_eq!(o, Outcome::Waiting);
+        assert_eq!(line, format!("[{}{}] 5/20 updated, 20 available, wave canary", "#".repeat(7), "-".repeat(23)));
+        let (line, o) = progress(&agent(status(20, 20, "new", "new")));
+        assert_eq!(o, Outcome::Complete, "{line}");
+        let mut s = status(1, 20, "old", "new");
+        s.conditions = vec![Condition { type_: "RolloutHalted".into(), status: "True".into(), message: "pod x on node a failed the health gate".into(), reason: "HealthGateFailed".into(), last_transition_time: Time(Timestamp::UNIX_EPOCH), observed_generation: None }];
+        let (line, o) = progress(&agent(s));
+        assert_eq!(o, Outcome::Halted);
+        assert!(line.ends_with("rollout halted: pod x on node a failed the health gate"), "{line}");
+        // A spec change the controller has not seen yet is not "complete".
+        let mut s = status(20, 20, "new", "new");
+        s.observed_generation = Some(1);
+        assert_eq!(progress(&agent(s)).1, Outcome::Waiting);
+    }
+
+    #[test]
+    fn status_table_is_kubectl_shaped() {
+        let t = status_table(&[agent(status(3, 5, "old", "new"))], Timestamp::from_second(1_000 + 3 * 3600).unwrap(), false);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "WAVE", "STATE", "AGE"]);
+        assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["node-agent", "5", "5", "5", "3", "5", "-", "Rolling", "3h"]);
+    }
+
+    #[test]
+    fn history_and_undo_pick_revisions() {
+        let mut a = agent(NodeAgentStatus::default());
+        let t = |img: &str| PodTemplateSpec { metadata: None, spec: Some(PodSpec { containers: vec![Container { name: "a".into(), image: Some(img.into()), ..Default::default() }], ..Default::default() }) };
+        a.spec.template = t("agent:3");
+        let revs = vec![revision_object(&a, "h1", 1, &t("agent:1")), revision_object(&a, "h3", 3, &t("agent:3")), revision_object(&a, "h2", 2, &t("agent:2"))];
+        let h = history_table(&revs, Some("h3"));
+        let rows: Vec<Vec<&str>> = h.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows[1], ["1", "h1", "agent:1"]);
+        assert_eq!(rows[3], ["3", "h3", "agent:3", "(current)"]);
+        assert_eq!(undo_target(&revs, "h3", None).map(|r| r.revision), Ok(2));
+        assert_eq!(undo_target(&revs, "h3", Some(1)).map(|r| r.revision), Ok(1));
+        assert!(undo_target(&revs, "h3", Some(9)).unwrap_err().contains("no revision 9"));
+        assert!(undo_target(&revs[1..2], "h3", None).is_err());
+    }
+}

@@ -48,17 +48,17 @@ impl Metrics {
             leader: Gauge::default(),
             registry: Registry::default(),
         };
-        registry.register("reconciles", "NodeAgent reconciles run.", m.reconciles.clone());
-        registry.register("reconcile_errors", "NodeAgent reconciles that failed (retried with backoff).", m.reconcile_errors.clone());
-        registry.register("reconcile_duration_seconds", "Time one reconcile took.", m.reconcile_duration.clone());
-        registry.register("pods_created", "Agent pods created.", m.pods_created.clone());
-        registry.register("pods_deleted", "Agent pods deleted.", m.pods_deleted.clone());
-        registry.register("rollout_halts", "Rollouts halted by the health gate.", m.halts.clone());
-        registry.register("rollbacks", "Automatic rollbacks after a halt.", m.rollbacks.clone());
-        registry.register("health_gate_checks", "Health gate scrapes of new pods, by result (pass, fail).", m.gate_checks.clone());
-        registry.register("rollout_updated_nodes", "Nodes running the NodeAgent's update revision.", m.updated.clone());
-        registry.register("rollout_desired_nodes", "Nodes that should run the NodeAgent.", m.desired.clone());
-        registry.register("leader", "1 while this replica holds the leader Lease.", m.leader.clone());
+        registry.register("reconciles", "NodeAgent reconciles run", m.reconciles.clone());
+        registry.register("reconcile_errors", "NodeAgent reconciles that failed (retried with backoff)", m.reconcile_errors.clone());
+        registry.register("reconcile_duration_seconds", "Time one reconcile took", m.reconcile_duration.clone());
+        registry.register("pods_created", "Agent pods created", m.pods_created.clone());
+        registry.register("pods_deleted", "Agent pods deleted", m.pods_deleted.clone());
+        registry.register("rollout_halts", "Rollouts halted by the health gate", m.halts.clone());
+        registry.register("rollbacks", "Automatic rollbacks after a halt", m.rollbacks.clone());
+        registry.register("health_gate_checks", "Health gate scrapes of new pods, by result (pass, fail)", m.gate_checks.clone());
+        registry.register("rollout_updated_nodes", "Nodes running the NodeAgent's update revision", m.updated.clone());
+        registry.register("rollout_desired_nodes", "Nodes that should run the NodeAgent", m.desired.clone());
+        registry.register("leader", "1 while this replica holds the leader Lease", m.leader.clone());
         Metrics { registry, ..m }
     }
 

@@ -154,7 +154,9 @@ async fn sync(agent: &NodeAgent, ctx: &Context, ns: &str, name: &str) -> Result<
         return Ok(Action::await_change());
     }
     ensure_priority_class(ctx, agent).await?;
-    let nodes = objects(&ctx.nodes, None);
+    let mut nodes = objects(&ctx.nodes, None);
+    // The informer's order is arbitrary; syncs are deterministic by node name.
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let pods = objects(&ctx.pods, Some(ns));
     let revisions = objects(&ctx.revisions, Some(ns));
 

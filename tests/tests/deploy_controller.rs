@@ -1,0 +1,75 @@
+//! deploy/controller/: the committed CRD is the one the Rust types
+//! generate; the example NodeAgent is valid, plans one pod per node, and
+//! runs the same pod as the plain DaemonSet; RBAC grants exactly what the
+//! controller does.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use node_agent::controller::crd::{crd_yaml, NodeAgent};
+use node_agent::controller::rollout::{decide, Observed};
+use node_agent::daemonset::builders::at;
+use node_agent::daemonset::input;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[test]
+fn committed_crd_is_the_generated_one() {
+    let committed = std::fs::read_to_string(root().join("deploy/controller/crd.yaml")).expect("crd.yaml");
+    let generated = crd_yaml().expect("crd");
+    assert!(committed == generated, "deploy/controller/crd.yaml is stale: regenerate with `cargo run -p node-agent -- crd > deploy/controller/crd.yaml`");
+}
+
+#[test]
+fn example_nodeagent_plans_one_pinned_pod_per_node_and_matches_the_daemonset() {
+    let mut agents: Vec<NodeAgent> = input::read(&root().join("deploy/controller/nodeagent.yaml"), "NodeAgent").expect("nodeagent");
+    let a = agents.remove(0);
+    let nodes: Vec<Node> = input::read(&root().join("tests/fixtures/daemonset/nodes.yaml"), "Node").expect("nodes");
+    let d = decide(&Observed { agent: &a, nodes: &nodes, pods: &[], revisions: &[], gate: &Default::default(), backoff: &|_| false, now: at(1_000) }).expect("decide");
+    assert_eq!(d.creates.len(), nodes.len(), "one pod per node: {:?}", d.creates.iter().map(|c| &c.node).collect::<Vec<_>>());
+    assert_eq!(d.status.desired_number_scheduled as usize, nodes.len());
+    assert_eq!(d.revision.as_ref().map(|r| r.revision), Some(1));
+    for c in &d.creates {
+        let spec = c.pod.spec.as_ref().expect("spec");
+        assert_eq!(spec.priority_class_name.as_deref(), Some("node-agent-critical"));
+        assert!(spec.readiness_gates.as_ref().is_some_and(|g| g.len() == 1), "health gate");
+    }
+    let ds: Vec<DaemonSet> = input::read(&root().join("deploy/node-agent.yaml"), "DaemonSet").expect("daemonset");
+    let mut ds_pod = ds[0].spec.as_ref().expect("spec").template.spec.clone().expect("pod spec");
+    // The DaemonSet names system-node-critical; the NodeAgent ensures its own class.
+    ds_pod.priority_class_name = None;
+    assert_eq!(a.spec.template.spec.clone().expect("pod spec"), ds_pod, "the NodeAgent runs the DaemonSet's pod");
+}
+
+#[test]
+fn rbac_is_exactly_what_the_controller_does() {
+    let roles: Vec<ClusterRole> = input::read(&root().join("deploy/controller/controller.yaml"), "ClusterRole").expect("role");
+    let mut got: Vec<String> = Vec::new();
+    for r in roles[0].rules.iter().flatten() {
+        for g in r.api_groups.iter().flatten() {
+            for res in r.resources.iter().flatten() {
+                let mut verbs = r.verbs.clone();
+                verbs.sort();
+                got.push(format!("{g}/{res}: {}", verbs.join(",")));
+            }
+        }
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            "/nodes: get,list,watch",
+            "/pods/status: patch",
+            "/pods: create,delete,get,list,patch,watch",
+            "apps/controllerrevisions: create,delete,get,list,patch,watch",
+            "events.k8s.io/events: create,patch",
+            "nodeagent.io/nodeagents/status: get,patch",
+            "nodeagent.io/nodeagents: get,list,patch,watch",
+            "scheduling.k8s.io/priorityclasses: create,get",
+        ]
+    );
+}
