@@ -197,7 +197,7 @@ pub fn progress(a: &NodeAgent) -> (String, Outcome) {
     let desired = s.desired_number_scheduled.max(0) as usize;
     let updated = (s.updated_number_scheduled.max(0) as usize).min(desired);
     const WIDTH: usize = 30;
-    let filled = if desired == 0 { WIDTH } else { updated * WIDTH / desired };
+    let filled = (updated * WIDTH).checked_div(desired).unwrap_or(WIDTH);
     let bar = format!("[{}{}]", "#".repeat(filled), "-".repeat(WIDTH - filled));
     let mut line = format!("{bar} {updated}/{desired} updated, {} available", s.number_available);
     if let Some(w) = &s.current_wave {

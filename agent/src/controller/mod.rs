@@ -89,6 +89,12 @@ async fn serve_metrics(listener: tokio::net::TcpListener, metrics: Arc<metrics::
 
 /// Runs the controller until SIGTERM/SIGINT or a lost lease.
 pub async fn run(client: Client, opts: Options) -> Result<(), Error> {
+    run_until(client, opts, shutdown_signal()).await
+}
+
+/// Runs the controller until `shutdown` completes (then gives the lease up)
+/// or the lease is lost (an error: the process should exit).
+pub async fn run_until(client: Client, opts: Options, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), Error> {
     let metrics = Arc::new(metrics::Metrics::new());
     let listener = tokio::net::TcpListener::bind(opts.metrics_address).await.map_err(|e| Error::Listen(opts.metrics_address.to_string(), e))?;
     tokio::spawn(serve_metrics(listener, metrics.clone()));
@@ -96,13 +102,17 @@ pub async fn run(client: Client, opts: Options) -> Result<(), Error> {
     // Leader election: wait for the lease, then renew it in the background.
     let lock = Arc::new(lease::LeaseLock::new(Api::<Lease>::namespaced(client.clone(), &opts.lease_namespace), &opts.lease_name, &opts.identity, opts.lease_duration));
     let retry = opts.lease_duration / 3;
+    let mut shutdown = Box::pin(shutdown);
     loop {
         match lock.try_acquire_or_renew(Timestamp::now()).await {
             Ok(true) => break,
             Ok(false) => tracing::info!(lease = %opts.lease_name, identity = %opts.identity, "standing by: another replica holds the lease"),
             Err(e) => tracing::warn!(lease = %opts.lease_name, error = %e, "lease"),
         }
-        tokio::time::sleep(retry).await;
+        tokio::select! {
+            _ = tokio::time::sleep(retry) => {}
+            _ = &mut shutdown => return Ok(()),
+        }
     }
     metrics.leader.set(1);
     tracing::info!(lease = %opts.lease_name, identity = %opts.identity, "leading");
@@ -149,7 +159,7 @@ pub async fn run(client: Client, opts: Options) -> Result<(), Error> {
     tokio::spawn(async move {
         let lost = tokio::select! {
             _ = lost_rx => true,
-            _ = shutdown_signal() => false,
+            _ = shutdown => false,
         };
         let _ = stop_tx.send(lost);
     });

@@ -86,9 +86,9 @@ impl Context {
     }
 }
 
-fn objects<K: Clone>(store: &Store<K>, namespace: Option<&str>) -> Vec<K>
+fn objects<K>(store: &Store<K>, namespace: Option<&str>) -> Vec<K>
 where
-    K: kube::Resource + 'static,
+    K: kube::Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     store.state().iter().filter(|o| namespace.is_none() || o.meta().namespace.as_deref() == namespace).map(|o| (**o).clone()).collect()

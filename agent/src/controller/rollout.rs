@@ -277,14 +277,25 @@ fn wave_of(agent: &NodeAgent, node: &Node) -> Result<usize, Invalid> {
     Ok(agent.spec.rollout.waves.len())
 }
 
-fn set_condition(conds: &mut Vec<Condition>, old: &[Condition], type_: &str, status: bool, reason: &str, message: String, now: Timestamp, generation: Option<i64>) {
-    let status = if status { "True" } else { "False" }.to_string();
-    let prev = old.iter().find(|c| c.type_ == type_);
-    let since = match prev {
-        Some(c) if c.status == status => c.last_transition_time.clone(),
-        _ => Time(now),
-    };
-    conds.push(Condition { type_: type_.into(), status, reason: reason.into(), message, last_transition_time: since, observed_generation: generation });
+/// Where a condition is written: the new list, the old one (for transition
+/// times), the time and the generation observed.
+struct Conditions<'a> {
+    out: Vec<Condition>,
+    old: &'a [Condition],
+    now: Timestamp,
+    generation: Option<i64>,
+}
+
+impl Conditions<'_> {
+    /// Adds a condition, keeping its transition time while its status holds.
+    fn set(&mut self, type_: &str, status: bool, reason: &str, message: String) {
+        let status = if status { "True" } else { "False" }.to_string();
+        let since = match self.old.iter().find(|c| c.type_ == type_) {
+            Some(c) if c.status == status => c.last_transition_time.clone(),
+            _ => Time(self.now),
+        };
+        self.out.push(Condition { type_: type_.into(), status, reason: reason.into(), message, last_transition_time: since, observed_generation: self.generation });
+    }
 }
 
 /// Decides one sync.
@@ -433,20 +444,16 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     let complete = s.updated_number_scheduled == s.desired_number_scheduled && s.number_available == s.desired_number_scheduled && partition == 0;
     let new_current = if complete { update_hash.clone() } else { current_hash.clone() };
     let generation = agent.metadata.generation;
-    let mut conditions = Vec::new();
+    let mut conditions = Conditions { out: Vec::new(), old: &old_status.conditions, now: o.now, generation };
     let halted_message = halt.as_ref().map(|h| h.message.clone()).or_else(|| {
         old_status.conditions.iter().find(|c| c.type_ == "RolloutHalted" && c.status == "True").map(|c| c.message.clone())
     });
     let still_halted = halted && !complete;
-    set_condition(
-        &mut conditions,
-        &old_status.conditions,
+    conditions.set(
         "RolloutHalted",
         still_halted,
         if still_halted { if rollback.is_some() { "HealthGateFailedRolledBack" } else { "HealthGateFailed" } } else { "NotHalted" },
         if still_halted { halted_message.unwrap_or_default() } else { String::new() },
-        o.now,
-        generation,
     );
     let (progressing, reason, message) = if complete {
         (false, "RolloutComplete", format!("revision {update_hash} runs on all {} nodes", s.desired_number_scheduled))
@@ -457,7 +464,7 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     } else {
         (true, "Rolling", format!("{}/{} nodes updated, {} available", s.updated_number_scheduled, s.desired_number_scheduled, s.number_available))
     };
-    set_condition(&mut conditions, &old_status.conditions, "Progressing", progressing, reason, message, o.now, generation);
+    conditions.set("Progressing", progressing, reason, message);
     let status = NodeAgentStatus {
         observed_generation: generation,
         desired_number_scheduled: s.desired_number_scheduled as i32,
@@ -471,7 +478,7 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
         update_revision: Some(update_hash.clone()),
         halted_revision: if still_halted { Some(update_hash.clone()) } else { None },
         current_wave: if complete || agent.spec.rollout.waves.is_empty() { None } else { current_wave },
-        conditions,
+        conditions: conditions.out,
     };
     let gate_pending = !gate_targets(agent, o.pods).is_empty();
     let work = !creates.is_empty() || !deletes.is_empty() || backed_off > 0 || gate_pending || revision.is_some();

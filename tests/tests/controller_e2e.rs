@@ -1,0 +1,488 @@
+//! `controller::run` end to end over real HTTP: a small in-memory API
+//! server (list, watch with resourceVersion replay, create, replace,
+//! apply / merge / JSON patch, delete, status subresources, label
+//! selectors), a fake kubelet, and a real node-agent serving /metrics that
+//! the health gate scrapes. Two controller replicas share one Lease: one
+//! leads, the other stands by and takes over when the leader stops.
+//!
+//! The fake server is not Kubernetes: apply is a deep merge (lists of
+//! conditions merged by type), there is no admission, no garbage
+//! collection, and deletes are immediate. It is here to run the
+//! controller's own wiring (informers, triggers, leader election, gate
+//! scrapes) for real; the exact requests are asserted in controller_mock.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::{Request, Response};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+type Body = http_body_util::Either<Full<Bytes>, StreamBody<tokio_stream::wrappers::ReceiverStream<Result<Frame<Bytes>, Infallible>>>>;
+
+#[derive(Default)]
+struct State {
+    rv: u64,
+    objects: BTreeMap<(String, String, String), Value>,
+    log: Vec<(u64, String, String, &'static str, Value)>,
+}
+
+struct Api {
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+/// (resource, namespace, name, subresource) of an API path.
+fn route(path: &str) -> Option<(String, String, Option<String>, Option<String>)> {
+    let seg: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest = match *seg.first()? {
+        "api" => &seg[2..],
+        "apis" => &seg[3..],
+        _ => return None,
+    };
+    let (ns, rest) = if rest.first() == Some(&"namespaces") && rest.len() >= 3 { (rest[1].to_string(), &rest[2..]) } else { (String::new(), rest) };
+    Some((rest.first()?.to_string(), ns, rest.get(1).map(|s| s.to_string()), rest.get(2).map(|s| s.to_string())))
+}
+
+fn selects(selector: &str, obj: &Value) -> bool {
+    selector.split(',').filter(|s| !s.is_empty()).all(|term| {
+        let labels = &obj["metadata"]["labels"];
+        match term.split_once('=') {
+            Some((k, v)) => labels[k] == v,
+            None => !labels[term].is_null(),
+        }
+    })
+}
+
+/// Apply as a deep merge; lists of objects with a "type" merge by type.
+fn merge(dst: &mut Value, src: &Value) {
+    match (dst, src) {
+        (Value::Object(d), Value::Object(s)) => {
+            for (k, v) in s {
+                merge(d.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (Value::Array(d), Value::Array(s)) if s.iter().all(|x| x.get("type").is_some()) && d.iter().all(|x| x.get("type").is_some()) => {
+            for item in s {
+                match d.iter_mut().find(|x| x["type"] == item["type"]) {
+                    Some(x) => merge(x, item),
+                    None => d.push(item.clone()),
+                }
+            }
+        }
+        (d, s) => *d = s.clone(),
+    }
+}
+
+fn merge_patch(dst: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !dst.is_object() {
+                *dst = json!({});
+            }
+            for (k, v) in p {
+                if v.is_null() {
+                    dst.as_object_mut().map(|o| o.remove(k));
+                } else {
+                    merge_patch(dst.as_object_mut().map(|o| o.entry(k.clone()).or_insert(Value::Null)).expect("object"), v);
+                }
+            }
+        }
+        p => *dst = p.clone(),
+    }
+}
+
+fn status(code: u16, reason: &str) -> (u16, Value) {
+    (code, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": reason, "code": code, "message": reason}))
+}
+
+impl Api {
+    /// Stores `obj` (new or changed) and logs the event.
+    fn put(&self, st: &mut State, resource: &str, ns: &str, name: &str, mut obj: Value, created: bool) -> Value {
+        st.rv += 1;
+        let rv = st.rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        if created {
+            obj["metadata"]["uid"] = json!(format!("uid-{rv}"));
+            obj["metadata"]["creationTimestamp"] = json!(now());
+            if resource == "nodeagents" {
+                obj["metadata"]["generation"] = json!(1);
+            }
+        }
+        st.objects.insert((resource.into(), ns.into(), name.into()), obj.clone());
+        st.log.push((rv, resource.into(), ns.into(), if created { "ADDED" } else { "MODIFIED" }, obj.clone()));
+        self.changed.notify_waiters();
+        obj
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write(&self, method: &str, resource: &str, ns: &str, name: Option<&str>, sub: Option<&str>, ctype: &str, body: Value) -> (u16, Value) {
+        let mut st = self.state.lock().expect("state");
+        let key = |n: &str| (resource.to_string(), ns.to_string(), n.to_string());
+        match method {
+            "POST" => {
+                let mut body = body;
+                let n = match body["metadata"]["name"].as_str() {
+                    Some(n) => n.to_string(),
+                    None => format!("{}{}", body["metadata"]["generateName"].as_str().unwrap_or("obj-"), st.rv + 1),
+                };
+                body["metadata"]["name"] = json!(n);
+                if !ns.is_empty() {
+                    body["metadata"]["namespace"] = json!(ns);
+                }
+                if st.objects.contains_key(&key(&n)) {
+                    return status(409, "AlreadyExists");
+                }
+                (201, self.put(&mut st, resource, ns, &n, body, true))
+            }
+            "PUT" => {
+                let n = name.unwrap_or_default();
+                let Some(old) = st.objects.get(&key(n)).cloned() else { return status(404, "NotFound") };
+                if body["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"] {
+                    return status(409, "Conflict");
+                }
+                let mut new = body;
+                new["metadata"]["uid"] = old["metadata"]["uid"].clone();
+                new["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+                (200, self.put(&mut st, resource, ns, n, new, false))
+            }
+            "PATCH" => {
+                let n = name.unwrap_or_default();
+                let old = st.objects.get(&key(n)).cloned();
+                let mut obj = match (&old, ctype) {
+                    (None, "application/apply-patch+yaml") if sub.is_none() => {
+                        let mut b = body.clone();
+                        b["metadata"]["namespace"] = json!(ns);
+                        return (201, self.put(&mut st, resource, ns, n, b, true));
+                    }
+                    (None, _) => return status(404, "NotFound"),
+                    (Some(o), _) => o.clone(),
+                };
+                let before_spec = obj["spec"].clone();
+                match ctype {
+                    "application/apply-patch+yaml" => match sub {
+                        Some("status") => merge(&mut obj["status"], &body["status"]),
+                        _ => merge(&mut obj, &body),
+                    },
+                    "application/merge-patch+json" => merge_patch(&mut obj, &body),
+                    "application/json-patch+json" => {
+                        let Ok(p) = serde_json::from_value::<json_patch::Patch>(body) else { return status(400, "BadRequest") };
+                        if json_patch::patch(&mut obj, &p).is_err() {
+                            return status(422, "Invalid");
+                        }
+                    }
+                    _ => return status(415, "UnsupportedMediaType"),
+                }
+                if resource == "nodeagents" && obj["spec"] != before_spec {
+                    let g = obj["metadata"]["generation"].as_i64().unwrap_or(1);
+                    obj["metadata"]["generation"] = json!(g + 1);
+                }
+                (200, self.put(&mut st, resource, ns, n, obj, false))
+            }
+            "DELETE" => {
+                let n = name.unwrap_or_default();
+                let Some(old) = st.objects.remove(&key(n)) else { return status(404, "NotFound") };
+                st.rv += 1;
+                let rv = st.rv;
+                st.log.push((rv, resource.into(), ns.into(), "DELETED", old.clone()));
+                self.changed.notify_waiters();
+                (200, old)
+            }
+            _ => status(405, "MethodNotAllowed"),
+        }
+    }
+
+    fn list(&self, resource: &str, ns: &str, selector: &str) -> Value {
+        let st = self.state.lock().expect("state");
+        let items: Vec<Value> = st
+            .objects
+            .iter()
+            .filter(|((r, n, _), o)| r == resource && (ns.is_empty() || n == ns) && selects(selector, o))
+            .map(|(_, o)| o.clone())
+            .collect();
+        json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": st.rv.to_string()}, "items": items})
+    }
+
+    fn get(&self, resource: &str, ns: &str, name: &str) -> (u16, Value) {
+        let st = self.state.lock().expect("state");
+        match st.objects.get(&(resource.into(), ns.into(), name.into())) {
+            Some(o) => (200, o.clone()),
+            None => status(404, "NotFound"),
+        }
+    }
+
+    /// Every event after `from` for the resource, as watch lines, until the client goes.
+    fn watch(self: Arc<Self>, resource: String, ns: String, selector: String, from: u64) -> Body {
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            let mut seen = from;
+            loop {
+                let notified = self.changed.notified();
+                let lines: Vec<(u64, String)> = {
+                    let st = self.state.lock().expect("state");
+                    st.log
+                        .iter()
+                        .filter(|(rv, r, n, _, o)| *rv > seen && *r == resource && (ns.is_empty() || *n == ns) && selects(&selector, o))
+                        .map(|(rv, _, _, t, o)| (*rv, format!("{}\n", json!({"type": t, "object": o}))))
+                        .collect()
+                };
+                for (rv, line) in lines {
+                    seen = rv;
+                    if tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_err() {
+                        return;
+                    }
+                }
+                seen = seen.max(self.state.lock().expect("state").rv.min(seen));
+                tokio::select! {
+                    _ = notified => {}
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                        if tx.is_closed() { return; }
+                    }
+                }
+            }
+        });
+        http_body_util::Either::Right(StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    async fn handle(self: Arc<Self>, req: Request<hyper::body::Incoming>) -> Result<Response<Body>, Infallible> {
+        let method = req.method().as_str().to_string();
+        let path = req.uri().path().to_string();
+        let query: BTreeMap<String, String> = form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes()).into_owned().collect();
+        let ctype = req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let bytes = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let Some((resource, ns, name, sub)) = route(&path) else {
+            let (c, v) = status(404, "NotFound");
+            return Ok(json_response(c, v));
+        };
+        let selector = query.get("labelSelector").cloned().unwrap_or_default();
+        let (code, v) = match (method.as_str(), &name) {
+            ("GET", None) if query.get("watch").map(String::as_str) == Some("true") => {
+                let from = query.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+                let body = self.watch(resource, ns, selector, from);
+                return Ok(Response::builder().header("content-type", "application/json").body(body).expect("response"));
+            }
+            ("GET", None) => (200, self.list(&resource, &ns, &selector)),
+            ("GET", Some(n)) => self.get(&resource, &ns, n),
+            (m, n) => self.write(m, &resource, &ns, n.as_deref(), sub.as_deref(), &ctype, body),
+        };
+        Ok(json_response(code, v))
+    }
+
+    /// The fake kubelet: pods run on 127.0.0.1, containers ready at once,
+    /// Ready when every readiness gate condition is True.
+    fn kubelet(&self) {
+        let mut st = self.state.lock().expect("state");
+        let pods: Vec<((String, String, String), Value)> = st.objects.iter().filter(|((r, _, _), _)| r == "pods").map(|(k, v)| (k.clone(), v.clone())).collect();
+        for ((_, ns, name), mut p) in pods {
+            let gates: Vec<String> = p["spec"]["readinessGates"].as_array().into_iter().flatten().filter_map(|g| g["conditionType"].as_str().map(str::to_string)).collect();
+            let conds = p["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            let is_true = |t: &str| conds.iter().any(|c| c["type"] == t && c["status"] == "True");
+            let ready = gates.iter().all(|g| is_true(g));
+            if p["status"]["phase"] == "Running" && is_true("Ready") == ready {
+                continue;
+            }
+            let mut next: Vec<Value> = conds.iter().filter(|c| c["type"] != "Ready" && c["type"] != "ContainersReady").cloned().collect();
+            next.push(json!({"type": "ContainersReady", "status": "True", "lastTransitionTime": now()}));
+            next.push(json!({"type": "Ready", "status": if ready { "True" } else { "False" }, "lastTransitionTime": now()}));
+            p["status"]["phase"] = json!("Running");
+            p["status"]["podIP"] = json!("127.0.0.1");
+            p["status"]["conditions"] = json!(next);
+            self.put(&mut st, "pods", &ns, &name, p, false);
+        }
+    }
+}
+
+fn json_response(code: u16, v: Value) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(http_body_util::Either::Left(Full::new(Bytes::from(serde_json::to_vec(&v).expect("json")))))
+        .expect("response")
+}
+
+async fn serve(api: Arc<Api>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let api = api.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| api.clone().handle(req));
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await;
+            });
+        }
+    });
+    addr
+}
+
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+fn scrape(addr: SocketAddr) -> String {
+    ureq::get(&format!("http://{addr}/metrics")).call().ok().and_then(|r| r.into_string().ok()).unwrap_or_default()
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.trim().parse().ok())).unwrap_or(0.0)
+}
+
+async fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn two_replicas_one_leader_gated_rollout_over_real_http_and_failover() {
+    // A real agent for the health gate to scrape (it runs its own runtime).
+    let m = node_agent::cli::command()
+        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.loadavg", "--collector.meminfo"])
+        .expect("flags");
+    let agent = node_agent::cli::Agent::start(&m).expect("agent");
+    let agent_port = agent.addrs[0].port();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
+    rt.block_on(scenario(agent_port));
+    drop(agent);
+}
+
+async fn scenario(agent_port: u16) {
+
+    let api = Arc::new(Api { state: Mutex::new(State::default()), changed: Notify::new() });
+    {
+        let mut st = api.state.lock().expect("state");
+        for i in 0..5 {
+            let labels = if i == 3 { json!({"nodeagent.io/wave": "canary"}) } else { json!({}) };
+            let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("n{i}"), "labels": labels}, "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+            api.put(&mut st, "nodes", "", &format!("n{i}"), node, true);
+        }
+        let na = json!({
+            "apiVersion": "nodeagent.io/v1alpha1", "kind": "NodeAgent",
+            "metadata": {"name": "node-agent", "namespace": "monitoring"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "node-agent"}},
+                "template": {"metadata": {"labels": {"app": "node-agent"}}, "spec": {"containers": [{"name": "agent", "image": "agent:1"}]}},
+                "updateStrategy": {"rollingUpdate": {"maxUnavailable": 2}},
+                "rollout": {
+                    "waves": [{"name": "canary", "selector": {"matchLabels": {"nodeagent.io/wave": "canary"}}}],
+                    "healthGate": {"port": agent_port, "requiredCollectors": ["loadavg", "meminfo"], "deadlineSeconds": 60}
+                }
+            }
+        });
+        api.put(&mut st, "nodeagents", "monitoring", "node-agent", na, true);
+    }
+    let addr = serve(api.clone()).await;
+    let kubelet = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            loop {
+                api.kubelet();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    let client = || kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().expect("uri"))).expect("client");
+    let replica = |identity: &str, metrics: SocketAddr| node_agent::controller::Options {
+        namespace: None,
+        metrics_address: metrics,
+        lease_namespace: "monitoring".into(),
+        lease_name: "node-agent-controller".into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(3),
+    };
+    let (ma, mb) = (free_port(), free_port());
+    let (stop_a, rx_a) = tokio::sync::oneshot::channel::<()>();
+    let (stop_b, rx_b) = tokio::sync::oneshot::channel::<()>();
+    let a = tokio::spawn(node_agent::controller::run_until(client(), replica("replica-a", ma), async move {
+        let _ = rx_a.await;
+    }));
+    // Let replica-a take the lease first.
+    wait_for("replica-a to lead", 10, || metric(&scrape(ma), "node_agent_controller_leader") == 1.0).await;
+    let b = tokio::spawn(node_agent::controller::run_until(client(), replica("replica-b", mb), async move {
+        let _ = rx_b.await;
+    }));
+
+    let na = |api: &Api| api.get("nodeagents", "monitoring", "node-agent").1;
+    let complete = |api: &Api, image: &str| {
+        let v = na(api);
+        let s = &v["status"];
+        let pods = api.list("pods", "monitoring", "");
+        let on_image = pods["items"].as_array().map_or(0, |v| v.iter().filter(|p| p["spec"]["containers"][0]["image"] == image && p["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))).count());
+        s["numberAvailable"] == 5 && s["updatedNumberScheduled"] == 5 && s["currentRevision"] == s["updateRevision"] && on_image == 5 && pods["items"].as_array().map_or(0, Vec::len) == 5
+    };
+    wait_for("the first install", 30, || complete(&api, "agent:1")).await;
+    // The gate passed on every pod, through a real scrape of the agent.
+    let pods = api.list("pods", "monitoring", "nodeagent.io/name=node-agent");
+    for p in pods["items"].as_array().expect("pods") {
+        let conds = p["status"]["conditions"].as_array().expect("conditions");
+        assert!(conds.iter().any(|c| c["type"] == "nodeagent.io/health-gate" && c["status"] == "True"), "{p}");
+    }
+    let revs = api.list("controllerrevisions", "monitoring", "nodeagent.io/name=node-agent");
+    assert_eq!(revs["items"].as_array().map(Vec::len), Some(1));
+    let pc = api.get("priorityclasses", "", "node-agent-critical");
+    assert_eq!(pc.0, 200, "PriorityClass created");
+    let (ta, tb) = (scrape(ma), scrape(mb));
+    assert_eq!(metric(&tb, "node_agent_controller_leader"), 0.0, "replica-b stands by");
+    assert_eq!(metric(&tb, "node_agent_controller_reconciles_total"), 0.0, "the standby never reconciles");
+    assert!(metric(&ta, "node_agent_controller_pods_created_total") >= 5.0, "{ta}");
+
+    // Roll out agent:2: canary first, then the rest, within maxUnavailable 2.
+    let first_rv = api.state.lock().expect("state").rv;
+    api.write("PATCH", "nodeagents", "monitoring", Some("node-agent"), None, "application/merge-patch+json", json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "agent:2"}]}}}}));
+    wait_for("the agent:2 rollout", 60, || complete(&api, "agent:2")).await;
+    {
+        let st = api.state.lock().expect("state");
+        let created: Vec<(u64, String)> = st
+            .log
+            .iter()
+            .filter(|(rv, r, _, t, o)| *rv > first_rv && r == "pods" && *t == "ADDED" && o["spec"]["containers"][0]["image"] == "agent:2")
+            .map(|(rv, _, _, _, o)| (*rv, o["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0].as_str().unwrap_or("").to_string()))
+            .collect();
+        assert_eq!(created.len(), 5, "{created:?}");
+        assert_eq!(created[0].1, "n3", "the canary first: {created:?}");
+        // Never more than maxUnavailable nodes without a pod (deletes are immediate here).
+        let mut live: BTreeMap<String, i64> = (0..5).map(|i| (format!("n{i}"), 1)).collect();
+        let mut worst = 0;
+        for (_, _, _, t, o) in st.log.iter().filter(|(rv, r, ..)| *rv > first_rv && r == "pods") {
+            let node = o["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0].as_str().unwrap_or("").to_string();
+            match *t {
+                "ADDED" => *live.entry(node).or_default() += 1,
+                "DELETED" => *live.entry(node).or_default() -= 1,
+                _ => {}
+            }
+            worst = worst.max(live.values().filter(|v| **v == 0).count());
+        }
+        assert!(worst <= 2, "at most maxUnavailable nodes without a pod, saw {worst}");
+    }
+    assert_eq!(metric(&scrape(mb), "node_agent_controller_reconciles_total"), 0.0, "the standby still never reconciled");
+
+    // Failover: the leader stops and gives the lease up; the standby leads and acts.
+    let _ = stop_a.send(());
+    a.await.expect("join").expect("replica-a stops cleanly");
+    wait_for("replica-b to lead", 10, || metric(&scrape(mb), "node_agent_controller_leader") == 1.0).await;
+    api.write("PATCH", "nodeagents", "monitoring", Some("node-agent"), None, "application/merge-patch+json", json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "agent:3"}]}}}}));
+    wait_for("the agent:3 rollout by replica-b", 60, || complete(&api, "agent:3")).await;
+    assert!(metric(&scrape(mb), "node_agent_controller_reconciles_total") > 0.0);
+    let lease = api.get("leases", "monitoring", "node-agent-controller").1;
+    assert_eq!(lease["spec"]["holderIdentity"], "replica-b");
+
+    let _ = stop_b.send(());
+    b.await.expect("join").expect("replica-b stops cleanly");
+    kubelet.abort();
+}
