@@ -210,3 +210,32 @@ async fn shutdown_signal() {
         _ = term => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::node_key;
+    use crate::daemonset::builders::{at, node};
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    #[test]
+    fn node_triggers_ignore_heartbeats_but_not_labels_taints_or_conditions() {
+        let with = |hb: i64, ready: &str| {
+            let mut n = node("a", &[("zone", "x")], &[]);
+            n.status = Some(NodeStatus {
+                conditions: Some(vec![NodeCondition { type_: "Ready".into(), status: ready.into(), last_heartbeat_time: Some(Time(at(hb))), ..Default::default() }]),
+                ..Default::default()
+            });
+            n
+        };
+        let base = node_key(&with(1, "True"));
+        assert_eq!(base, node_key(&with(2, "True")), "a heartbeat alone triggers nothing");
+        assert_ne!(base, node_key(&with(1, "False")), "a condition flip does");
+        let mut relabelled = with(1, "True");
+        relabelled.metadata.labels = Some([("zone".to_string(), "y".to_string())].into());
+        assert_ne!(base, node_key(&relabelled));
+        let mut tainted = with(1, "True");
+        tainted.spec = node("a", &[], &[("dedicated", Some("db"), "NoSchedule")]).spec;
+        assert_ne!(base, node_key(&tainted));
+    }
+}

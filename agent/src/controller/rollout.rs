@@ -651,6 +651,24 @@ mod tests {
     }
 
     #[test]
+    fn failed_pods_are_deleted_unless_their_node_is_backed_off() {
+        let a = agent(false);
+        let h = template_hash(&a);
+        let mut failed = running(&a, "a", &h, false, false, None);
+        failed.status.as_mut().unwrap().phase = Some("Failed".into());
+        let pods = [failed];
+        let nodes = [node("a", &[], &[])];
+        let run = |backoff: &dyn Fn(&str) -> bool| decide(&Observed { agent: &a, nodes: &nodes, pods: &pods, revisions: &[], gate: &BTreeMap::new(), backoff, now: at(300) }).unwrap();
+        let d = run(&|_| false);
+        assert_eq!(d.deletes.len(), 1);
+        assert!(d.deletes[0].failed && d.deletes[0].reason == "failed");
+        let d = run(&|n| n == "a");
+        assert!(d.deletes.is_empty());
+        assert_eq!(d.backed_off, 1);
+        assert!(d.progressing, "a backed-off deletion is retried");
+    }
+
+    #[test]
     fn expectations_wait_for_the_informer() {
         let a = agent(false);
         let p = running(&a, "a", "h", true, true, None);
