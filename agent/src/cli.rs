@@ -22,6 +22,7 @@ pub fn command() -> Command {
         .subcommand(crate::plan_cli::simulate_command())
         .subcommand(crate::controller::ctl::controller_command())
         .subcommand(crate::controller::ctl::crd_command())
+        .subcommand(crate::controller::ctl::manifests_command())
         .subcommand(crate::controller::ctl::status_command())
         .subcommand(crate::controller::ctl::rollout_command())
 }

@@ -37,6 +37,9 @@ pub enum Error {
     Invalid { flag: &'static str, msg: String },
 }
 
+/// The port node-agent serves on, as node_exporter (`--web.listen-address` default).
+pub const DEFAULT_PORT: u16 = 9100;
+
 /// The flags of `serve` (also accepted with no subcommand).
 pub fn serve_args(defs: &[Definition]) -> Vec<Arg> {
     let mut v = vec![
@@ -105,7 +108,7 @@ pub fn resolve(m: &ArgMatches, defs: &[Definition]) -> Result<ServeConfig, Error
         .ok()
         .flatten()
         .map(|v| v.cloned().collect())
-        .unwrap_or_else(|| vec![":9100".to_string()]);
+        .unwrap_or_else(|| vec![format!(":{DEFAULT_PORT}")]);
     for l in &listen {
         parse_listen(l).map_err(|msg| Error::Invalid { flag: "web.listen-address", msg })?;
     }

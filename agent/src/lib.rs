@@ -9,6 +9,7 @@ pub mod daemonset;
 pub mod ebpf;
 pub mod expfmt;
 pub mod logging;
+pub mod manifests;
 pub mod metrics;
 pub mod plan_cli;
 pub mod process;

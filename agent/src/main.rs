@@ -21,6 +21,7 @@ fn main() -> ExitCode {
         Some(("simulate", sub)) => return node_agent::plan_cli::simulate(sub),
         Some(("controller", sub)) => return node_agent::controller::ctl::controller(sub),
         Some(("crd", sub)) => return node_agent::controller::ctl::crd(sub),
+        Some(("manifests", sub)) => return node_agent::controller::ctl::manifests(sub),
         Some(("status", sub)) => return node_agent::controller::ctl::status(sub),
         Some(("rollout", sub)) => return node_agent::controller::ctl::rollout(sub),
         _ => node_agent::cli::serve(&m),

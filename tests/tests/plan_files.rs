@@ -24,7 +24,7 @@ fn eligible(p: &plan::Plan) -> Vec<&str> {
 
 #[test]
 fn deploy_manifest_places_one_pod_on_every_node() {
-    let p = plan_file("deploy/node-agent.yaml");
+    let p = plan_file("deploy/agent/daemonset.yaml");
     assert_eq!(p.nodes.len(), 6);
     assert_eq!(eligible(&p).len(), 6, "{:?}", p.nodes);
     assert_eq!(p.actions.len(), 6);

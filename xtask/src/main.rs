@@ -6,6 +6,8 @@
 //! - `test`: set up and run the whole test suite.
 //! - `compare-node-exporter`: node-agent beside Debian's node_exporter on this
 //!   machine; prints family and stable-value differences.
+//! - `manifests`: write deploy/ from the code.
+//! - `image`: build the container image (needs docker or podman).
 //!
 //! xtask depends on no workspace crate, so it builds on a machine that does
 //! not have the eBPF toolchain yet.
@@ -49,6 +51,14 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// Write deploy/ from the code (a test fails when the committed files differ).
+    Manifests,
+    /// Build the container image with docker or podman.
+    Image {
+        /// The image reference [default: the one the manifests name].
+        #[arg(long)]
+        tag: Option<String>,
+    },
 }
 
 /// Debian packages the test suite uses: promtool, the peer exporter, and
@@ -60,6 +70,10 @@ const TEST_PACKAGES: &[&str] = &["prometheus", "prometheus-node-exporter", "moun
 /// LLVM bpf-linker links against.
 const EBPF_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf", "llvm-22-dev"];
 const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// PyPI tools the manifest tests use, in a venv under target/tools: the
+/// official Kubernetes schemas, and prometheus-operator's CRD models.
+const PY_TOOLS: &[&str] = &["kubernetes-validate==1.37.0", "cloudcoil-models-prometheus-operator==0.80.1.0"];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
@@ -139,9 +153,63 @@ fn setup_ebpf() -> Result<()> {
     Ok(())
 }
 
+/// The venv with PY_TOOLS; created or completed only when something is missing.
+fn setup_python() -> Result<()> {
+    let venv = root().join("target/tools/venv");
+    let python = venv.join("bin/python");
+    let check = || {
+        Command::new(&python)
+            .args(["-c", "import kubernetes_validate, cloudcoil.models.prometheus_operator"])
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    if check() && pip_pinned(&python) {
+        return Ok(());
+    }
+    eprintln!("xtask: installing {} into {}", PY_TOOLS.join(" "), venv.display());
+    if !python.exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    run(Command::new(&python).args(["-m", "pip", "install", "-q", "--disable-pip-version-check"]).args(PY_TOOLS))
+}
+
+fn pip_pinned(python: &Path) -> bool {
+    let out = Command::new(python).args(["-m", "pip", "freeze", "--disable-pip-version-check"]).output();
+    let Ok(out) = out else { return false };
+    // pip spells names variously (`cloudcoil.models.prometheus_operator`): compare normalized.
+    let norm = |s: &str| s.to_lowercase().replace(['.', '_'], "-");
+    let text = norm(&String::from_utf8_lossy(&out.stdout));
+    PY_TOOLS.iter().all(|p| text.lines().any(|l| l == norm(p)))
+}
+
 fn setup() -> Result<()> {
     setup_ebpf()?;
-    apt_install(TEST_PACKAGES)
+    apt_install(TEST_PACKAGES)?;
+    setup_python()?;
+    // kustomize, as `kubectl kustomize`: machines of this kind carry kubectl
+    // (with kustomize v5) in their image; Debian has no kustomize v5 to install.
+    let ok = Command::new("kubectl").args(["kustomize", "--help"]).stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false);
+    if !ok {
+        eprintln!("xtask: warning: the deploy tests need `kubectl kustomize` (kubectl with kustomize v5) on PATH, and none is installed; they will fail in CI");
+    }
+    Ok(())
+}
+
+/// A usable container engine: docker with a reachable daemon, or podman.
+fn container_engine() -> Result<&'static str> {
+    let ok = |cmd: &str, arg: &str| Command::new(cmd).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    if ok("docker", "info") {
+        return Ok("docker");
+    }
+    if ok("podman", "--version") {
+        return Ok("podman");
+    }
+    if ok("docker", "--version") {
+        bail!("`cargo xtask image`: docker is installed but its daemon is not reachable (`docker info` fails), and podman is not installed");
+    }
+    bail!("`cargo xtask image` needs docker or podman, and neither is installed here; build the image on a machine with one (see the Dockerfile)")
 }
 
 fn build_ebpf() -> Result<()> {
@@ -186,6 +254,17 @@ fn main() -> ExitCode {
             if quick {
                 c.arg("--quick");
             }
+            run(&mut c).map(|_| true)
+        }),
+        Cmd::Manifests => setup_ebpf().and_then(|_| {
+            let mut c = Command::new(cargo());
+            c.current_dir(root()).args(["run", "-q", "-p", "node-agent", "--", "manifests", "--root"]).arg(root());
+            run(&mut c).map(|_| true)
+        }),
+        Cmd::Image { tag } => container_engine().and_then(|engine| {
+            let tag = tag.unwrap_or_else(|| format!("ghcr.io/node-agent/node-agent:{}", env!("CARGO_PKG_VERSION")));
+            let mut c = Command::new(engine);
+            c.current_dir(root()).args(["build", "-t", &tag, "-f", "Dockerfile", "."]);
             run(&mut c).map(|_| true)
         }),
         Cmd::CompareNodeExporter => setup()

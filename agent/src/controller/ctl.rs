@@ -44,6 +44,29 @@ pub fn controller_command() -> Command {
         .arg(Arg::new("lease-duration").long("lease-duration").value_name("SECONDS").default_value("15").value_parser(clap::value_parser!(u64).range(3..)))
 }
 
+pub fn manifests_command() -> Command {
+    Command::new("manifests")
+        .about("Write deploy/ from the code (what `cargo xtask manifests` runs).")
+        .hide(true)
+        .arg(Arg::new("root").long("root").value_name("DIR").default_value(".").help("The repository root."))
+}
+
+pub fn manifests(m: &ArgMatches) -> ExitCode {
+    let root = std::path::PathBuf::from(m.get_one::<String>("root").cloned().unwrap_or_else(|| ".".into()));
+    match crate::manifests::write(&root) {
+        Ok(changed) => {
+            for c in &changed {
+                println!("wrote {c}");
+            }
+            if changed.is_empty() {
+                println!("deploy/ is up to date");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => finish(Err(Error::Usage(e.to_string()))),
+    }
+}
+
 pub fn crd_command() -> Command {
     Command::new("crd").about("Print the NodeAgent CustomResourceDefinition (YAML).")
 }

@@ -22,6 +22,7 @@ pub struct Metrics {
     pub gate_checks: Family<Labels, Counter>,
     updated: Family<Labels, Gauge>,
     desired: Family<Labels, Gauge>,
+    halted: Family<Labels, Gauge>,
     pub leader: Gauge,
 }
 
@@ -45,6 +46,7 @@ impl Metrics {
             gate_checks: Family::default(),
             updated: Family::default(),
             desired: Family::default(),
+            halted: Family::default(),
             leader: Gauge::default(),
             registry: Registry::default(),
         };
@@ -58,15 +60,17 @@ impl Metrics {
         registry.register("health_gate_checks", "Health gate scrapes of new pods, by result (pass, fail)", m.gate_checks.clone());
         registry.register("rollout_updated_nodes", "Nodes running the NodeAgent's update revision", m.updated.clone());
         registry.register("rollout_desired_nodes", "Nodes that should run the NodeAgent", m.desired.clone());
+        registry.register("rollout_halted", "1 while the NodeAgent's rollout is halted by the health gate", m.halted.clone());
         registry.register("leader", "1 while this replica holds the leader Lease", m.leader.clone());
         Metrics { registry, ..m }
     }
 
-    /// Rollout progress of one NodeAgent (labels: namespace, name).
-    pub fn set_progress(&self, namespace: &str, name: &str, updated: i32, desired: i32) {
+    /// Rollout progress of one NodeAgent (labels: namespace, nodeagent).
+    pub fn set_progress(&self, namespace: &str, name: &str, updated: i32, desired: i32, halted: bool) {
         let l = vec![("namespace".to_string(), namespace.to_string()), ("nodeagent".to_string(), name.to_string())];
         self.updated.get_or_create(&l).set(updated as i64);
         self.desired.get_or_create(&l).set(desired as i64);
+        self.halted.get_or_create(&l).set(i64::from(halted));
     }
 
     /// OpenMetrics text.

@@ -204,7 +204,7 @@ async fn sync(agent: &NodeAgent, ctx: &Context, ns: &str, name: &str) -> Result<
         e.insert(key, Expectations::new(&created, &deleted, now));
     }
     outcome.map_err(|(_, e)| e)?;
-    ctx.metrics.set_progress(ns, name, d.status.updated_number_scheduled, d.status.desired_number_scheduled);
+    ctx.metrics.set_progress(ns, name, d.status.updated_number_scheduled, d.status.desired_number_scheduled, d.status.halted_revision.is_some());
     Ok(if d.progressing { Action::requeue(ACTIVE_REQUEUE) } else { Action::requeue(IDLE_REQUEUE) })
 }
 
