@@ -46,6 +46,8 @@ pub struct Collector {
     ignored: Option<Regex>,
     ignore_invalid_speed: bool,
     names: Vec<String>,
+    /// Each device's directory, its attributes kept open across scrapes.
+    devices: rustc_hash::FxHashMap<String, SysDir>,
 }
 
 impl Collector {
@@ -55,11 +57,16 @@ impl Collector {
             ignored: util::regex_flag(m, "collector.netclass.ignored-devices")?,
             ignore_invalid_speed: util::bool_flag(m, "collector.netclass.ignore-invalid-speed", false),
             names: INT_ATTRS.iter().map(|(_, s, _)| format!("node_network_{s}")).collect(),
+            devices: Default::default(),
         })
     }
 
-    fn device(&self, sink: &mut Sink, dev: &str, path: &Path) {
-        let Ok(mut d) = SysDir::open(path) else { return };
+    fn device(&mut self, sink: &mut Sink, dev: &str, path: &Path) {
+        if !self.devices.contains_key(dev) {
+            let Ok(d) = SysDir::open(path) else { return };
+            self.devices.insert(dev.to_string(), d);
+        }
+        let Some(d) = self.devices.get_mut(dev) else { return };
         let mut attr = |a: &str| d.read(a).map(str::to_string);
         let operstate = attr("operstate").unwrap_or_default();
         let address = attr("address").unwrap_or_default();
@@ -125,6 +132,8 @@ impl super::Collector for Collector {
             })
             .collect();
         devs.sort();
+        // Devices that went away release their kept attributes.
+        self.devices.retain(|name, _| devs.iter().any(|(d, _)| d == name));
         for (dev, path) in devs {
             if self.ignored.as_ref().is_some_and(|r| r.is_match(&dev)) {
                 continue;

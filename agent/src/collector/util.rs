@@ -10,27 +10,80 @@ use regex::Regex;
 
 use super::{ConfigError, Error};
 
-/// Reads `path` into `buf` (cleared first), keeping its capacity: open,
-/// read until end, close — no size probing (`fs::read` would add a statx
-/// and an lseek per file, which procfs cannot answer usefully anyway).
-pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
-    buf.clear();
-    let mut f = File::open(path)?;
-    read_all(&mut f, buf)
+/// procfs and sysfs files stay open between scrapes and are re-read from
+/// offset 0 (the kernel regenerates them for a read at 0): no path walk,
+/// open or close per file per scrape. A file is lent to one reader at a
+/// time (a concurrent reader opens its own), so two readers never share a
+/// file position; a read that fails drops the kept file and retries once
+/// on a fresh open (a device that went away and came back). Regular files
+/// are never kept (they are replaced by rename). At most `MAX_KEPT` files.
+const MAX_KEPT: usize = 512;
+
+fn kept() -> &'static std::sync::Mutex<rustc_hash::FxHashMap<std::path::PathBuf, File>> {
+    static KEPT: std::sync::OnceLock<std::sync::Mutex<rustc_hash::FxHashMap<std::path::PathBuf, File>>> = std::sync::OnceLock::new();
+    KEPT.get_or_init(Default::default)
 }
 
-/// Appends everything `f` yields to `buf`, reading straight into its spare
-/// capacity (no zero-filling of reused buffers).
-fn read_all(f: &mut File, buf: &mut Vec<u8>) -> io::Result<()> {
+fn take_kept(path: &Path) -> Option<File> {
+    kept().lock().ok()?.remove(path)
+}
+
+fn give_back(path: &Path, f: File) {
+    if let Ok(mut k) = kept().lock() {
+        if k.len() < MAX_KEPT && !k.contains_key(path) {
+            k.insert(path.to_path_buf(), f);
+        }
+    }
+}
+
+/// The file lives on procfs or sysfs (regenerated on every read at 0).
+fn pseudo_fs(f: &File) -> bool {
     use std::os::fd::AsRawFd;
+    // SAFETY: statfs is plain data, zeroed is valid; fstatfs fills it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and a writable statfs.
+    if unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+    const SYSFS_MAGIC: i64 = 0x6265_6572;
+    matches!(st.f_type as i64, PROC_SUPER_MAGIC | SYSFS_MAGIC)
+}
+
+/// Reads `path` into `buf` (cleared first), keeping its capacity, from a
+/// kept file when there is one (see `MAX_KEPT`), straight into the buffer's
+/// spare capacity, with no size probing.
+pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
+    buf.clear();
+    if let Some(f) = take_kept(path) {
+        if pread_all(&f, buf).is_ok() {
+            give_back(path, f);
+            return Ok(());
+        }
+        buf.clear();
+    }
+    let f = File::open(path)?;
+    pread_all(&f, buf)?;
+    if pseudo_fs(&f) {
+        give_back(path, f);
+    }
+    Ok(())
+}
+
+/// Reads `f` from offset 0 to its end into `buf`'s spare capacity (no
+/// zero-filling of reused buffers).
+fn pread_all(f: &File, buf: &mut Vec<u8>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let start = buf.len();
     loop {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(4096.max(buf.capacity()));
         }
+        let offset = (buf.len() - start) as libc::off_t;
         let spare = buf.spare_capacity_mut();
         // SAFETY: `spare` is writable memory of the given length owned by
-        // `buf`; read(2) initializes the first `n` bytes it reports.
-        let n = unsafe { libc::read(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+        // `buf`; pread(2) initializes the first `n` bytes it reports.
+        let n = unsafe { libc::pread(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), offset) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -41,35 +94,40 @@ fn read_all(f: &mut File, buf: &mut Vec<u8>) -> io::Result<()> {
         if n == 0 {
             return Ok(());
         }
-        // SAFETY: read(2) initialized `n` more bytes after the current length.
+        // SAFETY: pread(2) initialized `n` more bytes after the current length.
         unsafe { buf.set_len(buf.len() + n as usize) };
     }
 }
 
 /// A sysfs directory held open, whose attributes are read relative to it
-/// (openat): no path walk or symlink resolution per attribute, and one
-/// read per attribute (sysfs returns a whole attribute in one read).
+/// (openat) and then kept open and re-read from offset 0 (one read per
+/// attribute: sysfs returns a whole attribute at once). Keep a `SysDir`
+/// across scrapes to keep its attributes open.
 pub struct SysDir {
+    path: std::path::PathBuf,
     fd: std::os::fd::OwnedFd,
+    attrs: rustc_hash::FxHashMap<String, File>,
     buf: Vec<u8>,
+}
+
+fn open_dir(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a valid NUL-terminated path; the returned fd is owned below.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor we own.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 impl SysDir {
     pub fn open(path: &Path) -> io::Result<SysDir> {
-        use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: a valid NUL-terminated path; the returned fd is owned below.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor we own.
-        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        Ok(SysDir { fd, buf: Vec::with_capacity(4096) })
+        Ok(SysDir { path: path.to_path_buf(), fd: open_dir(path)?, attrs: Default::default(), buf: Vec::with_capacity(4096) })
     }
 
-    /// The attribute `name`, trimmed; `None` when it can't be read.
-    pub fn read(&mut self, name: &str) -> Option<&str> {
+    fn open_attr(&self, name: &str) -> Option<File> {
         use std::os::fd::AsRawFd;
         let mut cname = [0u8; 256];
         if name.len() >= cname.len() || name.as_bytes().contains(&0) {
@@ -82,17 +140,50 @@ impl SysDir {
             return None;
         }
         // SAFETY: a fresh descriptor we own; closed on drop.
-        let f = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        self.buf.clear();
-        let spare = self.buf.spare_capacity_mut();
-        // SAFETY: `spare` is writable memory owned by the buffer; read(2)
+        Some(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    }
+
+    fn read_attr(f: &File, buf: &mut Vec<u8>) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        buf.clear();
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: `spare` is writable memory owned by the buffer; pread(2)
         // initializes the first `n` bytes it reports.
-        let n = unsafe { libc::read(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+        let n = unsafe { libc::pread(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), 0) };
         if n < 0 {
-            return None;
+            return Err(io::Error::last_os_error());
         }
-        // SAFETY: read(2) initialized `n` bytes.
-        unsafe { self.buf.set_len(n as usize) };
+        // SAFETY: pread(2) initialized `n` bytes.
+        unsafe { buf.set_len(n as usize) };
+        Ok(())
+    }
+
+    /// The attribute `name`, trimmed; `None` when it can't be read. An
+    /// attribute that exists but has no value now (EINVAL for the speed of
+    /// a link that is down) stays open; one whose device went away (ENODEV)
+    /// is opened afresh, with the directory if need be.
+    pub fn read(&mut self, name: &str) -> Option<&str> {
+        let kept = match self.attrs.get(name) {
+            Some(f) => match Self::read_attr(f, &mut self.buf) {
+                Ok(()) => true,
+                Err(e) if e.raw_os_error() == Some(libc::ENODEV) || e.raw_os_error() == Some(libc::ESTALE) => false,
+                Err(_) => return None,
+            },
+            None => false,
+        };
+        if !kept {
+            self.attrs.remove(name);
+            let f = match self.open_attr(name) {
+                Some(f) => f,
+                None => {
+                    self.fd = open_dir(&self.path).ok()?;
+                    self.open_attr(name)?
+                }
+            };
+            let res = Self::read_attr(&f, &mut self.buf);
+            self.attrs.insert(name.to_string(), f);
+            res.ok()?;
+        }
         std::str::from_utf8(&self.buf).ok().map(str::trim)
     }
 
@@ -276,6 +367,52 @@ impl DeviceFilter {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
+    #[test]
+    fn kept_proc_files_are_regenerated_on_every_read() {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        // Uptime in hundredths of a second: it changes every 10 ms.
+        let p = Path::new("/proc/uptime");
+        super::read_into(p, &mut a).unwrap();
+        assert!(super::kept().lock().unwrap().contains_key(p), "procfs files are kept");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        super::read_into(p, &mut b).unwrap();
+        assert_ne!(a, b, "a kept file re-read from offset 0 shows new values");
+        let fresh = std::fs::read(p).unwrap();
+        assert_eq!(b.len() > 0, fresh.len() > 0);
+    }
+
+    #[test]
+    fn regular_files_are_never_kept_so_a_replaced_file_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.prom");
+        std::fs::write(&p, "one").unwrap();
+        let mut buf = Vec::new();
+        super::read_into(&p, &mut buf).unwrap();
+        assert!(!super::kept().lock().unwrap().contains_key(&p));
+        let tmp = dir.path().join("f.tmp");
+        std::fs::write(&tmp, "two").unwrap();
+        std::fs::rename(&tmp, &p).unwrap();
+        super::read_into(&p, &mut buf).unwrap();
+        assert_eq!(buf, b"two");
+    }
+
+    #[test]
+    fn kept_sysfs_attributes_follow_the_device() {
+        let Ok(mut d) = super::SysDir::open(Path::new("/sys/class/net/lo/statistics")) else { return };
+        let before: u64 = d.read_u64("tx_packets").unwrap();
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..10 {
+            sock.send_to(b"x", sock.local_addr().unwrap()).unwrap();
+        }
+        let after: u64 = d.read_u64("tx_packets").unwrap();
+        assert!(after >= before + 10, "{before} -> {after}");
+        assert_eq!(d.attrs.len(), 1, "the attribute stays open");
+        assert_eq!(d.read("no_such_attribute"), None);
+    }
+
     use super::*;
 
     #[test]

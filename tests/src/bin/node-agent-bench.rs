@@ -51,6 +51,19 @@ fn vm_hwm_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Resets VmHWM to the current RSS (Linux 4.0+: `clear_refs` value 5).
+fn reset_hwm(pid: u32) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
+
+/// (anonymous, file-backed) resident kB, from smaps_rollup.
+fn rss_split_kb(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    let get = |k: &str| text.lines().find_map(|l| l.strip_prefix(k).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())).unwrap_or(0);
+    let (rss, anon) = (get("Rss:"), get("Anonymous:"));
+    (anon, rss.saturating_sub(anon))
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -71,6 +84,9 @@ struct ScrapeFigures {
     rps_c4: f64,
     p99_c4_ms: f64,
     rss_mb: f64,
+    rss_load_mb: f64,
+    anon_mb: f64,
+    file_mb: f64,
     bytes: usize,
     bytes_gzip: usize,
     samples: usize,
@@ -159,8 +175,12 @@ fn scrape_phase(agent_bin: &Path, ne_bin: &Path, ebpf: bool, quick: bool) -> Res
     let (_a, ua, pa) = start(agent_bin, &agent_flags)?;
     let (_n, un, pn) = start(ne_bin, &common)?;
     let (rounds, per_round, secs) = if quick { (4, 25, 3) } else { (10, 50, 10) };
-    // Warm up both.
+    // Warm up both; from here on, the peak is the load's (start-up, e.g.
+    // parsing the kernel's BTF when eBPF programs load, is reported apart).
     sequential(&[(&ua, pa), (&un, pn)], 1, 20);
+    let start_hwm = (vm_hwm_kb(pa), vm_hwm_kb(pn));
+    reset_hwm(pa);
+    reset_hwm(pn);
     let seq = sequential(&[(&ua, pa), (&un, pn)], rounds, per_round);
     let n = (rounds * per_round) as f64;
     let mut figs = [ScrapeFigures::default(), ScrapeFigures::default()];
@@ -190,8 +210,14 @@ fn scrape_phase(agent_bin: &Path, ne_bin: &Path, ebpf: bool, quick: bool) -> Res
             }
         }
     }
-    figs[0].rss_mb = vm_hwm_kb(pa) as f64 / 1024.0;
-    figs[1].rss_mb = vm_hwm_kb(pn) as f64 / 1024.0;
+    for (f, (pid, hwm_start)) in figs.iter_mut().zip([(pa, start_hwm.0), (pn, start_hwm.1)]) {
+        let load = vm_hwm_kb(pid);
+        f.rss_load_mb = load as f64 / 1024.0;
+        f.rss_mb = load.max(hwm_start) as f64 / 1024.0;
+        let (anon, file) = rss_split_kb(pid);
+        f.anon_mb = anon as f64 / 1024.0;
+        f.file_mb = file as f64 / 1024.0;
+    }
     let [a, b] = figs;
     Ok((a, b))
 }
@@ -480,7 +506,7 @@ fn run() -> Res<()> {
     let _ = writeln!(md, "- node-agent: release build; first without its eBPF collectors (the same families as node_exporter where both have them), then with every probe attached.");
     let _ = writeln!(md, "- These machines are noisy: compare ratios within one run.\n");
     let _ = writeln!(md, "## Scrapes, side by side\n");
-    let _ = writeln!(md, "CPU per scrape from /proc/PID/stat over interleaved rounds of sequential keep-alive scrapes; latency of those scrapes; wrk for {}s at 1 and 4 connections; peak RSS (VmHWM) after the load.\n", if quick { 3 } else { 10 });
+    let _ = writeln!(md, "CPU per scrape from /proc/PID/stat over interleaved rounds of sequential keep-alive scrapes; latency of those scrapes; wrk for {}s at 1 and 4 connections; peak RSS (VmHWM) over the process's whole life and during the load only (VmHWM reset through /proc/PID/clear_refs once both have started and answered 20 scrapes), and the RSS after the load split into anonymous memory (heap, stacks, eBPF maps) and file-backed pages (the binary's and libraries' code and data, shared with the page cache).\n", if quick { 3 } else { 10 });
     let _ = writeln!(md, "| measure | node-agent | node_exporter | ratio | node-agent + eBPF | node_exporter (same run) | ratio |");
     let _ = writeln!(md, "|---|---|---|---|---|---|---|");
     let row = |md: &mut String, name: &str, f: &dyn Fn(&ScrapeFigures) -> f64, unit: &str| {
@@ -495,7 +521,10 @@ fn run() -> Res<()> {
     row(&mut md, "p99, 1 connection", &|f| f.p99_c1_ms, "ms");
     row(&mut md, "requests/s, 4 connections", &|f| f.rps_c4, "");
     row(&mut md, "p99, 4 connections", &|f| f.p99_c4_ms, "ms");
-    row(&mut md, "peak RSS after load", &|f| f.rss_mb, "MB");
+    row(&mut md, "peak RSS, whole life (VmHWM)", &|f| f.rss_mb, "MB");
+    row(&mut md, "peak RSS during the load", &|f| f.rss_load_mb, "MB");
+    row(&mut md, "… RSS after it: anonymous", &|f| f.anon_mb, "MB");
+    row(&mut md, "… RSS after it: file-backed", &|f| f.file_mb, "MB");
     row(&mut md, "bytes per scrape", &|f| f.bytes as f64 / 1000.0, "kB");
     row(&mut md, "bytes per scrape, gzip", &|f| f.bytes_gzip as f64 / 1000.0, "kB");
     row(&mut md, "samples per scrape", &|f| f.samples as f64, "");
