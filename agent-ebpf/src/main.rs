@@ -21,6 +21,8 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 
+// SAFETY: the symbol name is unique in the object; user space finds the
+// global by it (EbpfLoader::override_global) and nothing else defines it.
 #[unsafe(no_mangle)]
 static OFFSETS: Global<Offsets> = Global::new(Offsets {
     wakeup_pid: 0,
@@ -382,6 +384,8 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
 
+// SAFETY: the kernel reads the program's license from this section and
+// symbol; nothing else is placed there.
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
 static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -291,6 +291,7 @@ fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> Option<String>) -> S
 #[test]
 fn a_real_prometheus_scrapes_the_agent_through_the_shipped_config() {
     let Some(prometheus) = need("prometheus", which("prometheus")) else { return };
+    // SAFETY: geteuid(2) has no preconditions.
     let root_user = unsafe { libc::geteuid() } == 0;
     if !root_user {
         assert!(std::env::var_os("CI").is_none(), "CI runs as root");
@@ -438,6 +439,7 @@ fn dashboard_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
 /// controller) exports; as root the eBPF families are live too.
 #[test]
 fn dashboard_and_rules_query_only_exported_metrics() {
+    // SAFETY: geteuid(2) has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         assert!(std::env::var_os("CI").is_none(), "CI runs as root");
         eprintln!("SKIP: not root, the eBPF families would be missing");
