@@ -54,6 +54,7 @@ impl Agent {
         crate::logging::init(cfg.log_level, cfg.log_format);
         let names: Vec<&str> = cfg.collectors.iter().map(|(n, _)| *n).collect();
         tracing::info!(collectors = %names.join(","), procfs = %cfg.paths.procfs.display(), sysfs = %cfg.paths.sysfs.display(), rootfs = %cfg.paths.rootfs.display(), "starting node-agent");
+        crate::caps::log_report(crate::caps::effective());
         let scraper = Arc::new(crate::scrape::Scraper::new(cfg.collectors, cfg.exporter_metrics));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

@@ -1,6 +1,7 @@
 //! node-agent: node_exporter-compatible host metrics, kernel events through
 //! eBPF, and DaemonSet planning, for one Kubernetes node.
 
+pub mod caps;
 pub mod cli;
 pub mod collector;
 pub mod config;

@@ -11,6 +11,8 @@ pub struct ProcessMetrics {
     ticks: f64,
     page: f64,
     start_time: Option<f64>,
+    /// The effective capabilities at start-up.
+    caps: u64,
 }
 
 impl Default for ProcessMetrics {
@@ -31,7 +33,7 @@ impl ProcessMetrics {
             let stat = procfs_core::process::Stat::from_read(std::fs::File::open("/proc/self/stat").ok()?).ok()?;
             Some(b + stat.starttime as f64 / ticks)
         });
-        ProcessMetrics { ticks, page: crate::sys::page_size() as f64, start_time }
+        ProcessMetrics { ticks, page: crate::sys::page_size() as f64, start_time, caps: crate::caps::effective() }
     }
 
     pub fn collect(&mut self, sink: &mut Sink) {
@@ -50,6 +52,10 @@ impl ProcessMetrics {
         }
         if let Some(t) = self.start_time {
             sink.single("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", Kind::Gauge, t);
+        }
+        for (name, present, _) in crate::caps::report(self.caps) {
+            sink.family("node_agent_capability", "Whether node-agent holds the Linux capability (1) or not (0); the log says what a missing one disables.", Kind::Gauge)
+                .sample(&[("capability", name)], if present { 1.0 } else { 0.0 });
         }
         sink.family("node_agent_build_info", "A metric with a constant '1' value labeled by version, revision and rustc.", Kind::Gauge).sample(
             &[("revision", env!("NODE_AGENT_REVISION")), ("rustc", env!("NODE_AGENT_RUSTC")), ("version", env!("CARGO_PKG_VERSION"))],

@@ -476,12 +476,16 @@ fn unprivileged_agent_degrades() {
             .try_get_matches_from(["node-agent", "--collector.disable-defaults", "--collector.loadavg", "--collector.ebpf_syscalls", "--collector.ebpf_runqueue"])
             .expect("flags");
         let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("starts without privileges");
-        let scraper = Scraper::new(cfg.collectors, false);
+        let scraper = Scraper::new(cfg.collectors, true);
         String::from_utf8(scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8")
     })
     .join()
     .expect("unprivileged thread");
     assert!(text.contains("node_load1 "), "host metrics still served");
+    // The capabilities it lacks are exported (and logged with what they disable).
+    for cap in ["BPF", "PERFMON", "SYS_PTRACE"] {
+        assert!(text.contains(&format!("node_agent_capability{{capability=\"{cap}\"}} 0")), "{cap} reported missing:\n{text}");
+    }
     let switch = node_agent::collector::ebpf_runqueue::programs()[2].0;
     for prog in ["sys_exit", switch] {
         assert!(text.contains(&format!("node_ebpf_program_up{{program=\"{prog}\"}} 0")), "{prog} reported down:\n{text}");
