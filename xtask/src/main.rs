@@ -249,7 +249,7 @@ fn main() -> ExitCode {
         // The side-by-side test prints the full report.
         Cmd::Bench { quick } => setup().and_then(|_| build_release()).and_then(|agent| {
             let mut c = Command::new(cargo());
-            c.current_dir(root()).args(["run", "--release", "-q", "-p", "node-agent-tests", "--bin", "node-agent-bench", "--"]);
+            c.current_dir(root()).args(["run", "--profile", "bench-tool", "-q", "-p", "node-agent-tests", "--bin", "node-agent-bench", "--"]);
             c.arg("--agent").arg(&agent).arg("--out").arg(root().join("BENCHMARKS.md"));
             if quick {
                 c.arg("--quick");
