@@ -71,6 +71,22 @@ const TEST_PACKAGES: &[&str] = &["prometheus", "prometheus-node-exporter", "moun
 const EBPF_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf", "llvm-22-dev"];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
+/// cargo-deny, for the supply-chain test (licenses, bans, sources).
+const CARGO_DENY_VERSION: &str = "0.20.2";
+
+fn setup_cargo_deny() -> Result<()> {
+    let ok = Command::new(cargo())
+        .args(["deny", "--version"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(CARGO_DENY_VERSION))
+        .unwrap_or(false);
+    if ok {
+        return Ok(());
+    }
+    eprintln!("xtask: installing cargo-deny {CARGO_DENY_VERSION} (a few minutes)");
+    run(Command::new(cargo()).args(["install", "cargo-deny", "--version", CARGO_DENY_VERSION, "--locked"]))
+}
+
 /// PyPI tools the manifest tests use, in a venv under target/tools: the
 /// official Kubernetes schemas, and prometheus-operator's CRD models.
 const PY_TOOLS: &[&str] = &["kubernetes-validate==1.37.0", "cloudcoil-models-prometheus-operator==0.80.1.0"];
@@ -188,6 +204,7 @@ fn setup() -> Result<()> {
     setup_ebpf()?;
     apt_install(TEST_PACKAGES)?;
     setup_python()?;
+    setup_cargo_deny()?;
     // kustomize, as `kubectl kustomize`: machines of this kind carry kubectl
     // (with kustomize v5) in their image; Debian has no kustomize v5 to install.
     let ok = Command::new("kubectl").args(["kustomize", "--help"]).stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false);
