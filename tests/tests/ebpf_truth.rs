@@ -443,6 +443,47 @@ fn programs_released_on_stop() {
     assert_eq!(loaded(switch), before, "stopping the agent unloads its programs");
 }
 
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+fn bpf_maps() -> usize {
+    aya::maps::loaded_maps().filter_map(Result::ok).count()
+}
+
+#[test]
+fn repeated_start_stop_leaks_no_program_map_or_fd() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    let cycle = || {
+        let m = node_agent::cli::command().try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0"]).expect("flags");
+        let agent = node_agent::cli::Agent::start(&m).expect("start");
+        let url = format!("http://{}/metrics", agent.addrs[0]);
+        let text = node_agent_tests::compare::http_get(&url).expect("scrape");
+        assert!(text.contains("node_ebpf_program_up{program=\"sys_exit\"} 1"));
+        agent.stop();
+    };
+    let settle = |what: &dyn Fn() -> usize, want: usize| {
+        let t = Instant::now();
+        while what() != want && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        what()
+    };
+    // The first cycle opens what stays open for the process (kept /proc files).
+    cycle();
+    let switch = node_agent::collector::ebpf_runqueue::programs()[2].0;
+    let (progs, maps, fds) = (loaded("sys_exit") + loaded(switch), bpf_maps(), open_fds());
+    for _ in 0..10 {
+        cycle();
+    }
+    assert_eq!(settle(&|| loaded("sys_exit") + loaded(switch), progs), progs, "programs left loaded");
+    assert_eq!(settle(&bpf_maps, maps), maps, "maps left behind");
+    assert_eq!(settle(&open_fds, fds), fds, "file descriptors leaked over 10 start/stop cycles");
+}
+
 #[test]
 fn missing_tracepoint_reported_down() {
     if !can_run() {
