@@ -43,8 +43,10 @@ pub struct NodeAgentSpec {
     pub selector: LabelSelector,
     /// The agent pod template (a core/v1 PodTemplateSpec). Kept schemaless in
     /// the CRD so that `kubectl apply` (client-side) stays under the
-    /// annotation size limit; the controller validates it and reports a bad
-    /// template in the `Valid` condition.
+    /// annotation size limit; the controller reads it as a PodTemplateSpec,
+    /// and a template it cannot plan (labels not matching the selector, a bad
+    /// affinity) fails the reconcile with the field named (logged, counted in
+    /// node_agent_controller_reconcile_errors_total).
     #[schemars(schema_with = "preserve_unknown_object")]
     pub template: PodTemplateSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
