@@ -26,6 +26,7 @@ pub const ONLY_NODE_EXPORTER: &[(&str, &str)] = &[
 /// Families only node-agent prints, and why.
 pub const ONLY_NODE_AGENT: &[(&str, &str)] = &[
     ("node_agent_build_info", "node-agent's build info"),
+    ("node_agent_capability", "node-agent's capabilities and what a missing one disables"),
     ("node_ebpf_", "node-agent's kernel events through eBPF"),
     ("node_filesystem_mount_info", "node_exporter >= 1.8 (newer than Debian's)"),
     ("node_netstat_TcpExt_TCPOFOQueue", "default netstat field since node_exporter 1.7"),
