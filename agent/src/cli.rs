@@ -36,6 +36,8 @@ pub enum Error {
     Server(#[from] crate::server::Error),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error(transparent)]
+    WebConfig(#[from] crate::webconfig::Error),
 }
 
 /// A running agent: its bound addresses, and a handle to stop it.
@@ -55,6 +57,10 @@ impl Agent {
         let names: Vec<&str> = cfg.collectors.iter().map(|(n, _)| *n).collect();
         tracing::info!(collectors = %names.join(","), procfs = %cfg.paths.procfs.display(), sysfs = %cfg.paths.sysfs.display(), rootfs = %cfg.paths.rootfs.display(), "starting node-agent");
         crate::caps::log_report(crate::caps::effective());
+        let web = match &cfg.web_config {
+            Some(p) => crate::webconfig::Handle::open(p)?,
+            None => crate::webconfig::Handle::none(),
+        };
         let scraper = Arc::new(crate::scrape::Scraper::new(cfg.collectors, cfg.exporter_metrics));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -71,6 +77,7 @@ impl Agent {
             scraper,
             telemetry_path: cfg.telemetry_path,
             limit: (cfg.max_requests > 0).then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_requests))),
+            web,
         });
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()

@@ -20,6 +20,8 @@ pub struct ServeConfig {
     pub listen: Vec<String>,
     pub telemetry_path: String,
     pub max_requests: usize,
+    /// `--web.config.file`: TLS and basic auth (exporter-toolkit format).
+    pub web_config: Option<std::path::PathBuf>,
     pub exporter_metrics: bool,
     pub paths: Paths,
     /// Enabled collectors, built.
@@ -47,6 +49,7 @@ pub fn serve_args(defs: &[Definition]) -> Vec<Arg> {
             .help("Addresses on which to expose metrics and web interface; repeatable. [default: :9100]"),
         util::string_arg("web.telemetry-path", "/metrics", "Path under which to expose metrics."),
         util::string_arg("web.max-requests", "40", "Maximum number of parallel scrape requests; 0 disables the limit."),
+        util::string_arg("web.config.file", "", "Path to a configuration file that enables TLS or authentication (Prometheus exporter-toolkit format)."),
         util::string_arg("path.procfs", "/proc", "procfs mountpoint."),
         util::string_arg("path.sysfs", "/sys", "sysfs mountpoint."),
         util::string_arg("path.rootfs", "/", "rootfs mountpoint."),
@@ -126,6 +129,7 @@ pub fn resolve(m: &ArgMatches, defs: &[Definition]) -> Result<ServeConfig, Error
         listen,
         telemetry_path,
         max_requests,
+        web_config: Some(util::string_flag(m, "web.config.file")).filter(|s| !s.is_empty()).map(std::path::PathBuf::from),
         exporter_metrics: !util::bool_flag(m, "web.disable-exporter-metrics", false),
         paths,
         collectors,

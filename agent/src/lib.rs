@@ -17,3 +17,4 @@ pub mod process;
 pub mod scrape;
 pub mod server;
 pub mod sys;
+pub mod webconfig;

@@ -37,6 +37,8 @@ pub struct State {
     pub telemetry_path: String,
     /// `None`: no limit.
     pub limit: Option<Arc<Semaphore>>,
+    /// TLS and basic auth (`--web.config.file`), re-read when it changes.
+    pub web: crate::webconfig::Handle,
 }
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
@@ -74,21 +76,37 @@ fn landing(state: &State) -> Response<Full<Bytes>> {
     r
 }
 
-/// Handles one request.
-pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+/// Handles one request: authentication, then the route, then the
+/// configured response headers.
+pub async fn handle(state: Arc<State>, web: Arc<crate::webconfig::Loaded>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let auth = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let mut resp = if web.authorize(auth) == crate::webconfig::Auth::Denied {
+        let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+        r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+        r
+    } else {
+        route(&state, req).await
+    };
+    for (k, v) in &web.headers {
+        resp.headers_mut().insert(k.clone(), v.clone());
+    }
+    Ok(resp)
+}
+
+async fn route(state: &Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"));
+        return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     }
     let path = req.uri().path();
     if path == state.telemetry_path {
-        return Ok(metrics(&state, &req).await);
+        return metrics(state, &req).await;
     }
-    Ok(match path {
-        "/" => landing(&state),
+    match path {
+        "/" => landing(state),
         "/healthz" => text(StatusCode::OK, "ok\n"),
         "/readyz" => text(StatusCode::OK, "ready\n"),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
-    })
+    }
 }
 
 async fn metrics(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
@@ -211,15 +229,34 @@ pub async fn serve(
             c = conn_rx.recv() => {
                 let Some((stream, _peer)) = c else { break };
                 let _ = stream.set_nodelay(true);
+                let web = state.web.current();
                 let state = Arc::clone(&state);
-                let svc = service_fn(move |req| handle(Arc::clone(&state), req));
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(Duration::from_secs(10))
-                    .serve_connection(TokioIo::new(stream), svc);
-                let conn = graceful.watch(conn);
+                let watcher = graceful.watcher();
                 tokio::spawn(async move {
-                    if let Err(e) = conn.await {
+                    let tls = web.tls.clone();
+                    let svc_web = Arc::clone(&web);
+                    let svc = service_fn(move |req| handle(Arc::clone(&state), Arc::clone(&svc_web), req));
+                    let builder = {
+                        let mut b = hyper::server::conn::http1::Builder::new();
+                        b.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(Duration::from_secs(10));
+                        b
+                    };
+                    let res = match tls {
+                        None => watcher.watch(builder.serve_connection(TokioIo::new(stream), svc)).await,
+                        Some(cfg) => {
+                            // The handshake shares the header deadline.
+                            let accepted = tokio::time::timeout(Duration::from_secs(10), tokio_rustls::TlsAcceptor::from(cfg).accept(stream)).await;
+                            match accepted {
+                                Ok(Ok(s)) => watcher.watch(builder.serve_connection(TokioIo::new(s), svc)).await,
+                                Ok(Err(e)) => {
+                                    tracing::debug!(err = %e, "TLS handshake failed");
+                                    return;
+                                }
+                                Err(_) => return,
+                            }
+                        }
+                    };
+                    if let Err(e) = res {
                         tracing::debug!(err = %e, "connection ended with an error");
                     }
                 });

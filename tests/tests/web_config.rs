@@ -1,0 +1,137 @@
+//! `--web.config.file` (exporter-toolkit format) with real clients (curl)
+//! and real certificates (openssl): TLS, TLS version bounds, mTLS with
+//! RequireAndVerifyClientCert, basic auth with bcrypt hashes, response
+//! headers, reload on change without a restart, and bad files failing at
+//! start-up naming the file and the field.
+
+use std::path::Path;
+use std::process::Command;
+
+use node_agent_tests::compare::which;
+
+fn need_tools() -> bool {
+    for t in ["openssl", "curl"] {
+        if which(t).is_none() {
+            assert!(std::env::var_os("CI").is_none(), "{t} is required in CI");
+            eprintln!("SKIP: {t} not installed");
+            return false;
+        }
+    }
+    true
+}
+
+fn sh(cmd: &str, dir: &Path) {
+    let out = Command::new("sh").arg("-c").arg(cmd).current_dir(dir).output().expect("sh");
+    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A CA, a server certificate for 127.0.0.1 signed by it, a client
+/// certificate signed by it, and a self-signed client certificate.
+fn pki(dir: &Path) {
+    let key = "openssl req -x509 -newkey rsa:2048 -nodes -days 2";
+    sh(&format!("{key} -keyout ca.key -out ca.crt -subj /CN=test-ca"), dir);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("write");
+    sh("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1", dir);
+    sh("openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.crt", dir);
+    sh("openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=prometheus", dir);
+    // X.509 v3 with the client-auth usage (WebPKI refuses v1 certificates).
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("write");
+    sh("openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile client.ext -out client.crt", dir);
+    sh(&format!("{key} -keyout rogue.key -out rogue.crt -subj /CN=rogue"), dir);
+}
+
+fn start(config: &Path) -> Result<node_agent::cli::Agent, String> {
+    let m = node_agent::cli::command()
+        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.loadavg", &format!("--web.config.file={}", config.display())])
+        .expect("flags");
+    node_agent::cli::Agent::start(&m).map_err(|e| e.to_string())
+}
+
+/// curl's (HTTP status or 0, body, exit code).
+fn curl(args: &[&str], url: &str) -> (u16, String, i32) {
+    let out = Command::new("curl").args(["-sS", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}"]).args(args).arg(url).output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string(), out.status.code().unwrap_or(-1))
+}
+
+#[test]
+fn tls_mtls_basic_auth_headers_and_reload() {
+    if !need_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    pki(d);
+    let hash = bcrypt::hash("s3cret", 4).expect("bcrypt");
+    let cfg = d.join("web.yml");
+    // Relative paths resolve against the file's directory.
+    std::fs::write(
+        &cfg,
+        format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n  prometheus: {hash}\n"),
+    )
+    .expect("write");
+    let agent = start(&cfg).expect("starts");
+    let url = format!("https://127.0.0.1:{}/metrics", agent.addrs[0].port());
+    let ca = d.join("ca.crt").display().to_string();
+
+    // Right credentials over verified TLS: data, and the configured header.
+    let (code, body, _) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret"], &url);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("node_load1 "));
+    let out = Command::new("curl").args(["-sS", "-D", "-", "-o", "/dev/null", "--cacert", &ca, "-u", "prometheus:s3cret"]).arg(&url).output().expect("curl");
+    assert!(String::from_utf8_lossy(&out.stdout).to_lowercase().contains("x-frame-options: deny"));
+    // Wrong or missing credentials: 401 and no data.
+    for creds in [vec!["-u", "prometheus:wrong"], vec!["-u", "nobody:s3cret"], vec![]] {
+        let mut args = vec!["--cacert", ca.as_str()];
+        args.extend(creds.iter().copied());
+        let (code, body, _) = curl(&args, &url);
+        assert_eq!(code, 401, "{creds:?}");
+        assert!(!body.contains("node_"), "no data without the right credentials");
+    }
+    // Plain HTTP on the TLS port gets nothing.
+    let (code, body, _) = curl(&[], &url.replace("https", "http"));
+    assert!(code != 200 && !body.contains("node_load1"));
+
+    // Reload: TLS 1.3 only and mutual TLS, without a restart.
+    std::fs::write(
+        &cfg,
+        format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n  min_version: TLS13\nbasic_auth_users:\n  prometheus: {hash}\n"),
+    )
+    .expect("rewrite");
+    let (code, _, exit) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret"], &url);
+    assert_eq!(code, 0, "no client certificate: the handshake is refused (curl exit {exit})");
+    let (client, client_key, rogue, rogue_key) = (d.join("client.crt"), d.join("client.key"), d.join("rogue.crt"), d.join("rogue.key"));
+    let (code, body, _) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &client.display().to_string(), "--key", &client_key.display().to_string()], &url);
+    assert_eq!(code, 200, "a certificate from the client CA is accepted: {body}");
+    let (code, _, _) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &rogue.display().to_string(), "--key", &rogue_key.display().to_string()], &url);
+    assert_eq!(code, 0, "a certificate from another CA is refused");
+    let (code, _, _) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &client.display().to_string(), "--key", &client_key.display().to_string(), "--tls-max", "1.2"], &url);
+    assert_eq!(code, 0, "TLS 1.2 is refused under min_version TLS13");
+
+    // A broken change is not applied: the previous configuration stays in force.
+    std::fs::write(&cfg, "tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n").expect("rewrite");
+    let (code, _, _) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &client.display().to_string(), "--key", &client_key.display().to_string()], &url);
+    assert_eq!(code, 200, "still served with the last good configuration");
+}
+
+#[test]
+fn bad_web_config_files_fail_at_start_naming_the_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("web.yml");
+    for (text, want) in [
+        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  bogus: 1\n", "unknown field `bogus`"),
+        ("basic_auth_users:\n  me: plaintext\n", "basic_auth_users.me: not a bcrypt hash"),
+        ("tls_server_config:\n  cert_file: nope.crt\n  key_file: nope.key\n", "tls_server_config.cert_file"),
+        ("tls_server_config:\n  key_file: k\n", "cert_file or cert is required"),
+        ("http_server_config:\n  headers:\n    Set-Cookie: x\n", "may not be set"),
+        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n", "not supported"),
+    ] {
+        std::fs::write(&cfg, text).expect("write");
+        let e = match start(&cfg) {
+            Ok(_) => panic!("{text:?} was accepted"),
+            Err(e) => e,
+        };
+        assert!(e.contains("--web.config.file") && e.contains(want), "{text:?}: {e}");
+    }
+}
