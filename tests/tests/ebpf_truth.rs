@@ -465,9 +465,11 @@ fn repeated_start_stop_leaks_no_program_map_or_fd() {
         assert!(text.contains("node_ebpf_program_up{program=\"sys_exit\"} 1"));
         agent.stop();
     };
-    let settle = |what: &dyn Fn() -> usize, want: usize| {
+    // Counts are system-wide (maps, programs) or process-wide (fds) and other
+    // tests or processes may release theirs meanwhile: a leak is an increase.
+    let settle = |what: &dyn Fn() -> usize, limit: usize| {
         let t = Instant::now();
-        while what() != want && t.elapsed() < Duration::from_secs(5) {
+        while what() > limit && t.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(20));
         }
         what()
@@ -479,9 +481,12 @@ fn repeated_start_stop_leaks_no_program_map_or_fd() {
     for _ in 0..10 {
         cycle();
     }
-    assert_eq!(settle(&|| loaded("sys_exit") + loaded(switch), progs), progs, "programs left loaded");
-    assert_eq!(settle(&bpf_maps, maps), maps, "maps left behind");
-    assert_eq!(settle(&open_fds, fds), fds, "file descriptors leaked over 10 start/stop cycles");
+    let after = settle(&|| loaded("sys_exit") + loaded(switch), progs);
+    assert!(after <= progs, "programs left loaded: {progs} -> {after}");
+    let after = settle(&bpf_maps, maps);
+    assert!(after <= maps, "maps left behind: {maps} -> {after}");
+    let after = settle(&open_fds, fds);
+    assert!(after <= fds, "file descriptors leaked over 10 start/stop cycles: {fds} -> {after}");
 }
 
 #[test]
