@@ -72,6 +72,9 @@ pub struct Loaded {
     verified: Mutex<std::collections::HashSet<String>>,
 }
 
+/// A bcrypt hash (cost 10) checked against for unknown users.
+const DUMMY_HASH: &str = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi";
+
 /// Whether a request may proceed.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Auth {
@@ -99,7 +102,7 @@ impl Loaded {
         let Some((user, pass)) = raw.split_once(':') else { return Auth::Denied };
         let Some(hash) = self.users.get(user) else {
             // Spend the same time as for a known user (no user enumeration).
-            let _ = bcrypt::verify(pass, "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi");
+            let _ = bcrypt::verify(pass, DUMMY_HASH);
             return Auth::Denied;
         };
         if bcrypt::verify(pass, hash).unwrap_or(false) {
@@ -287,5 +290,34 @@ impl Handle {
 
     pub fn tls(&self) -> bool {
         self.state.read().is_ok_and(|s| s.1.tls.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_user(user: &str, pass: &str) -> Loaded {
+        let mut l = Loaded::none();
+        l.users.insert(user.into(), bcrypt::hash(pass, 4).unwrap());
+        l
+    }
+
+    fn basic(user: &str, pass: &str) -> String {
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}")))
+    }
+
+    #[test]
+    fn basic_auth_checks_and_caches() {
+        assert!(bcrypt::HashParts::from_str(DUMMY_HASH).is_ok(), "the dummy hash is a real bcrypt hash");
+        let l = with_user("prom", "pw");
+        assert_eq!(l.authorize(None), Auth::Denied);
+        assert_eq!(l.authorize(Some("Bearer x")), Auth::Denied);
+        assert_eq!(l.authorize(Some("Basic !!!")), Auth::Denied);
+        assert_eq!(l.authorize(Some(&basic("prom", "nope"))), Auth::Denied);
+        assert_eq!(l.authorize(Some(&basic("other", "pw"))), Auth::Denied);
+        assert_eq!(l.authorize(Some(&basic("prom", "pw"))), Auth::Allowed);
+        assert!(l.verified.lock().unwrap().contains(&basic("prom", "pw")), "cached");
+        assert_eq!(Loaded::none().authorize(None), Auth::Allowed, "no users: open");
     }
 }
