@@ -1,6 +1,7 @@
 //! Helpers for node-agent's workspace-level integration tests.
 
 pub mod compare;
+pub mod fuzz;
 
 /// Starts an exporter binary on a free loopback port with `flags` and waits
 /// until its /metrics answers; returns the guard, the URL and the pid.

@@ -7,6 +7,7 @@
 //! - `compare-node-exporter`: node-agent beside Debian's node_exporter on this
 //!   machine; prints family and stable-value differences.
 //! - `manifests`: write deploy/ from the code.
+//! - `fuzz [--seconds N] [--seed S]`: mutation-fuzz the collectors' parsers.
 //! - `image`: build the container image (needs docker or podman).
 //!
 //! xtask depends on no workspace crate, so it builds on a machine that does
@@ -50,6 +51,14 @@ enum Cmd {
         /// Short runs (for a quick look; the numbers are noisier).
         #[arg(long)]
         quick: bool,
+    },
+    /// Mutation-fuzz every collector's parser for N seconds (stable Rust:
+    /// cargo-fuzz needs nightly).
+    Fuzz {
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[arg(long)]
+        seed: Option<u64>,
     },
     /// Write deploy/ from the code (a test fails when the committed files differ).
     Manifests,
@@ -270,6 +279,14 @@ fn main() -> ExitCode {
             c.arg("--agent").arg(&agent).arg("--out").arg(root().join("BENCHMARKS.md"));
             if quick {
                 c.arg("--quick");
+            }
+            run(&mut c).map(|_| true)
+        }),
+        Cmd::Fuzz { seconds, seed } => setup_ebpf().and_then(|_| {
+            let mut c = Command::new(cargo());
+            c.current_dir(root()).args(["run", "--profile", "bench-tool", "-q", "-p", "node-agent-tests", "--bin", "node-agent-fuzz", "--", "--seconds", &seconds.to_string()]);
+            if let Some(s) = seed {
+                c.args(["--seed", &s.to_string()]);
             }
             run(&mut c).map(|_| true)
         }),

@@ -1,0 +1,221 @@
+//! Mutation fuzzing of every collector's parser, on stable Rust
+//! (cargo-fuzz/libFuzzer need a nightly compiler, which these machines do
+//! not have): the node_exporter fixture tree is the seed corpus; each round
+//! mutates one file (bit flips, truncation, huge and negative numbers,
+//! NaN, non-UTF-8 bytes, NULs, lines repeated thousands of times, fields
+//! dropped), runs a full scrape of every host collector, and restores it.
+//! A panic anywhere (the scraper catches collector panics; a panic hook
+//! records them), a scrape slower than the bound (a quadratic blow-up), or
+//! peak memory growth beyond the bound is a finding, reported with the file
+//! and the mutated bytes so it can become a regression test.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use node_agent::scrape::{Format, Scraper, Selection};
+
+/// A scrape of a mutated tree must finish within this.
+pub const SCRAPE_BOUND: Duration = Duration::from_secs(5);
+/// Peak RSS may not grow by more than this over a run.
+pub const MEMORY_BOUND_KB: u64 = 512 * 1024;
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub rounds: u64,
+    pub files: usize,
+    pub findings: Vec<String>,
+    pub slowest: Duration,
+    pub hwm_growth_kb: u64,
+}
+
+/// xorshift64*: reproducible from the seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
+    }
+}
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() {
+            files(&p, out);
+        } else if ft.is_file() && e.metadata().is_ok_and(|m| m.len() < (1 << 20)) {
+            out.push(p);
+        }
+    }
+}
+
+/// One mutation of `b`.
+pub fn mutate(b: &[u8], rng: &mut Rng2) -> Vec<u8> {
+    let r = &mut rng.0;
+    let mut v = b.to_vec();
+    let at = |r: &mut Rng, len: usize| r.below(len + 1);
+    match r.below(11) {
+        0 if !v.is_empty() => {
+            let i = r.below(v.len());
+            v[i] ^= 1 << r.below(8);
+        }
+        1 => {
+            let i = at(r, v.len());
+            v.truncate(i);
+        }
+        2 => {
+            let i = at(r, v.len());
+            v.splice(i..i, b"184467440737095516160000".iter().copied());
+        }
+        3 => {
+            let i = at(r, v.len());
+            v.splice(i..i, b" -1 ".iter().copied());
+        }
+        4 => {
+            let i = at(r, v.len());
+            v.splice(i..i, b"NaN".iter().copied());
+        }
+        5 => {
+            let i = at(r, v.len());
+            v.splice(i..i, [0xff, 0xfe, 0x00]);
+        }
+        6 => {
+            // Repeat one line thousands of times.
+            let lines: Vec<&[u8]> = b.split(|c| *c == b'\n').collect();
+            let line = lines[r.below(lines.len())].to_vec();
+            let n = 1000 + r.below(4000);
+            for _ in 0..n {
+                v.extend_from_slice(&line);
+                v.push(b'\n');
+            }
+        }
+        7 if !v.is_empty() => {
+            // Drop a run of bytes.
+            let i = r.below(v.len());
+            let j = (i + 1 + r.below(64)).min(v.len());
+            v.drain(i..j);
+        }
+        8 => {
+            // Separators removed: fields run together.
+            v.retain(|c| *c != b' ' || r.below(4) != 0);
+        }
+        9 => {
+            // Empty.
+            v.clear();
+        }
+        _ => {
+            for _ in 0..1 + r.below(16) {
+                if v.is_empty() {
+                    break;
+                }
+                let i = r.below(v.len());
+                v[i] = (r.next() & 0xff) as u8;
+            }
+        }
+    }
+    v
+}
+
+/// The fuzzer's random source (public so a regression test can replay a seed).
+pub struct Rng2(Rng);
+impl Rng2 {
+    pub fn new(seed: u64) -> Rng2 {
+        Rng2(Rng(seed | 1))
+    }
+}
+
+fn hwm_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+/// A scraper of every host collector over `root` (a fixture copy).
+pub fn scraper(root: &Path) -> Scraper {
+    let p = |s: &str| root.join(s).display().to_string();
+    let mut args = vec![
+        "node-agent".to_string(),
+        format!("--path.procfs={}", p("proc")),
+        format!("--path.sysfs={}", p("sys")),
+        format!("--path.rootfs={}", root.display()),
+        format!("--path.udev.data={}", p("udev/data")),
+        format!("--collector.textfile.directory={}", p("textfile/two_metric_files")),
+        "--collector.cpu.info".into(),
+        "--collector.stat.softirq".into(),
+        "--no-collector.filesystem".into(),
+        "--web.disable-exporter-metrics".into(),
+    ];
+    for c in node_agent::collector::definitions().iter().filter(|d| d.name.starts_with("ebpf_")) {
+        args.push(format!("--no-collector.{}", c.name));
+    }
+    let m = node_agent::cli::command().try_get_matches_from(args).expect("flags");
+    let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("config");
+    Scraper::new(cfg.collectors, false)
+}
+
+/// Fuzzes for `budget` from `seed` over a copy of the fixture tree in `root`.
+pub fn run(root: &Path, budget: Duration, seed: u64) -> Report {
+    let panics: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&panics);
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if let Ok(mut p) = sink.lock() {
+            p.push(info.to_string());
+        }
+    }));
+    let mut corpus = Vec::new();
+    for d in ["proc", "sys", "textfile"] {
+        files(&root.join(d), &mut corpus);
+    }
+    corpus.sort();
+    let originals: Vec<Vec<u8>> = corpus.iter().map(|f| std::fs::read(f).unwrap_or_default()).collect();
+    let s = scraper(root);
+    let _ = s.scrape(&Selection::default(), Format::Text);
+    let hwm0 = hwm_kb();
+    let mut rng = Rng2::new(seed);
+    let mut report = Report { files: corpus.len(), ..Default::default() };
+    let start = Instant::now();
+    while start.elapsed() < budget && !corpus.is_empty() {
+        let i = rng.0.below(corpus.len());
+        let mutated = mutate(&originals[i], &mut rng);
+        if std::fs::write(&corpus[i], &mutated).is_err() {
+            continue;
+        }
+        let before = panics.lock().map(|p| p.len()).unwrap_or(0);
+        let t = Instant::now();
+        let _ = s.scrape(&Selection::default(), if rng.0.below(2) == 0 { Format::Text } else { Format::OpenMetrics });
+        let took = t.elapsed();
+        report.slowest = report.slowest.max(took);
+        let shown = String::from_utf8_lossy(&mutated[..mutated.len().min(200)]).into_owned();
+        let file = corpus[i].strip_prefix(root).unwrap_or(&corpus[i]).display().to_string();
+        if let Ok(p) = panics.lock() {
+            for msg in &p[before..] {
+                report.findings.push(format!("panic on {file} (round {}): {msg}; input starts {shown:?}", report.rounds));
+            }
+        }
+        if took > SCRAPE_BOUND {
+            report.findings.push(format!("scrape took {took:?} on {file} (round {}); input starts {shown:?}", report.rounds));
+        }
+        let _ = std::fs::write(&corpus[i], &originals[i]);
+        report.rounds += 1;
+    }
+    report.hwm_growth_kb = hwm_kb().saturating_sub(hwm0);
+    if report.hwm_growth_kb > MEMORY_BOUND_KB {
+        report.findings.push(format!("peak memory grew by {} kB", report.hwm_growth_kb));
+    }
+    std::panic::set_hook(previous);
+    report
+}
