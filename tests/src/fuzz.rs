@@ -136,11 +136,7 @@ impl Rng2 {
 }
 
 fn hwm_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
-        .unwrap_or(0)
+    crate::status_kb("self", "VmHWM")
 }
 
 /// A scraper of every host collector over `root` (a fixture copy).

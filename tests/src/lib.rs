@@ -27,6 +27,17 @@ pub fn start_exporter<S: AsRef<std::ffi::OsStr>>(bin: &Path, flags: &[S]) -> Res
     Ok((guard, url, pid))
 }
 
+/// A `kB` field of /proc/PID/status (`pid` "self" for this process), e.g.
+/// VmRSS or VmHWM; 0 when unreadable.
+pub fn status_kb(pid: &str, field: &str) -> u64 {
+    let key = format!("{field}:");
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key.as_str()).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
+        .unwrap_or(0)
+}
+
 /// A child process killed and reaped when dropped.
 pub struct Kill(pub std::process::Child);
 

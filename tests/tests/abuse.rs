@@ -32,11 +32,7 @@ fn scrape(addr: SocketAddr) -> Result<u16, String> {
 }
 
 fn rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
-        .unwrap_or(0)
+    node_agent_tests::status_kb("self", "VmRSS")
 }
 
 /// The connection was closed by the server (EOF or reset).

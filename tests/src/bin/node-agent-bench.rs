@@ -44,11 +44,7 @@ fn cpu_split(pid: u32) -> (f64, f64) {
 }
 
 fn vm_hwm_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
-        .unwrap_or(0)
+    node_agent_tests::status_kb(&pid.to_string(), "VmHWM")
 }
 
 /// Resets VmHWM to the current RSS (Linux 4.0+: `clear_refs` value 5).
