@@ -36,6 +36,11 @@ struct State {
 struct Api {
     state: Mutex<State>,
     changed: Notify,
+    /// Percent of writes answered with an error (not applied), and of watch
+    /// batches after which the watch is dropped.
+    faults: std::sync::atomic::AtomicU64,
+    injected: std::sync::atomic::AtomicU64,
+    rng: std::sync::atomic::AtomicU64,
 }
 
 fn now() -> String {
@@ -107,6 +112,29 @@ fn status(code: u16, reason: &str) -> (u16, Value) {
 }
 
 impl Api {
+    fn new() -> Api {
+        use std::sync::atomic::AtomicU64;
+        Api { state: Mutex::new(State::default()), changed: Notify::new(), faults: AtomicU64::new(0), injected: AtomicU64::new(0), rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15) }
+    }
+
+    /// A fault, with the configured probability.
+    fn roll(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        let pct = self.faults.load(Ordering::Relaxed);
+        if pct == 0 {
+            return None;
+        }
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.store(x, Ordering::Relaxed);
+        (x % 100 < pct).then(|| {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+            x
+        })
+    }
+
     /// Stores `obj` (new or changed) and logs the event.
     fn put(&self, st: &mut State, resource: &str, ns: &str, name: &str, mut obj: Value, created: bool) -> Value {
         st.rv += 1;
@@ -242,6 +270,10 @@ impl Api {
                         return;
                     }
                 }
+                // A dropped watch: the client must re-list or re-watch.
+                if self.roll().is_some() {
+                    return;
+                }
                 seen = seen.max(self.state.lock().expect("state").rv.min(seen));
                 tokio::select! {
                     _ = notified => {}
@@ -274,6 +306,12 @@ impl Api {
             }
             ("GET", None) => (200, self.list(&resource, &ns, &selector)),
             ("GET", Some(n)) => self.get(&resource, &ns, n),
+            // Injected faults on writes (not the lease: that only slows leadership down).
+            (_, _) if resource != "leases" && resource != "events" && self.roll().is_some() => match self.rng.load(std::sync::atomic::Ordering::Relaxed) % 3 {
+                0 => status(500, "InternalError"),
+                1 => status(429, "TooManyRequests"),
+                _ => status(409, "Conflict"),
+            },
             (m, n) => self.write(m, &resource, &ns, n.as_deref(), sub.as_deref(), &ctype, body),
         };
         Ok(json_response(code, v))
@@ -348,22 +386,8 @@ async fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn two_replicas_one_leader_gated_rollout_over_real_http_and_failover() {
-    // A real agent for the health gate to scrape (it runs its own runtime).
-    let m = node_agent::cli::command()
-        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.loadavg", "--collector.meminfo"])
-        .expect("flags");
-    let agent = node_agent::cli::Agent::start(&m).expect("agent");
-    let agent_port = agent.addrs[0].port();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
-    rt.block_on(scenario(agent_port));
-    drop(agent);
-}
-
-async fn scenario(agent_port: u16) {
-
-    let api = Arc::new(Api { state: Mutex::new(State::default()), changed: Notify::new() });
+fn cluster(agent_port: u16) -> Arc<Api> {
+    let api = Arc::new(Api::new());
     {
         let mut st = api.state.lock().expect("state");
         for i in 0..5 {
@@ -386,6 +410,25 @@ async fn scenario(agent_port: u16) {
         });
         api.put(&mut st, "nodeagents", "monitoring", "node-agent", na, true);
     }
+    api
+}
+
+#[test]
+fn two_replicas_one_leader_gated_rollout_over_real_http_and_failover() {
+    // A real agent for the health gate to scrape (it runs its own runtime).
+    let m = node_agent::cli::command()
+        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.loadavg", "--collector.meminfo"])
+        .expect("flags");
+    let agent = node_agent::cli::Agent::start(&m).expect("agent");
+    let agent_port = agent.addrs[0].port();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
+    rt.block_on(scenario(agent_port));
+    drop(agent);
+}
+
+async fn scenario(agent_port: u16) {
+
+    let api = cluster(agent_port);
     let addr = serve(api.clone()).await;
     let kubelet = {
         let api = api.clone();
@@ -485,4 +528,88 @@ async fn scenario(agent_port: u16) {
     let _ = stop_b.send(());
     b.await.expect("join").expect("replica-b stops cleanly");
     kubelet.abort();
+}
+
+/// The rollout of `image` is complete: status and pods agree.
+fn complete(api: &Api, image: &str) -> bool {
+    let v = api.get("nodeagents", "monitoring", "node-agent").1;
+    let s = &v["status"];
+    let pods = api.list("pods", "monitoring", "");
+    let items = pods["items"].as_array().cloned().unwrap_or_default();
+    let ready = |p: &Value| p["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+    let on_image = items.iter().filter(|p| p["spec"]["containers"][0]["image"] == image && ready(p)).count();
+    s["numberAvailable"] == 5 && s["updatedNumberScheduled"] == 5 && s["currentRevision"] == s["updateRevision"] && on_image == 5 && items.len() == 5
+}
+
+/// Over the pod events after `from`: the most nodes without a pod at once,
+/// and the most pods on one node at once.
+fn worst_since(api: &Api, from: u64) -> (usize, i64) {
+    let st = api.state.lock().expect("state");
+    let mut live: BTreeMap<String, i64> = (0..5).map(|i| (format!("n{i}"), 1)).collect();
+    let (mut without, mut most) = (0usize, 1i64);
+    for (_, _, _, t, o) in st.log.iter().filter(|(rv, r, ..)| *rv > from && r == "pods") {
+        let node = o["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0].as_str().unwrap_or("").to_string();
+        match *t {
+            "ADDED" => *live.entry(node).or_default() += 1,
+            "DELETED" => *live.entry(node).or_default() -= 1,
+            _ => {}
+        }
+        without = without.max(live.values().filter(|v| **v == 0).count());
+        most = most.max(live.values().copied().max().unwrap_or(0));
+    }
+    (without, most)
+}
+
+/// The real controller against an API server that fails 15 % of writes
+/// (500, 429, 409, not applied) and drops watches at random: the rollout
+/// still completes, never beyond maxUnavailable, never two agents on a node.
+#[test]
+fn api_faults_and_dropped_watches_never_break_the_invariants() {
+    let m = node_agent::cli::command()
+        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.loadavg", "--collector.meminfo"])
+        .expect("flags");
+    let agent = node_agent::cli::Agent::start(&m).expect("agent");
+    let port = agent.addrs[0].port();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
+    rt.block_on(async move {
+        let api = cluster(port);
+        let addr = serve(api.clone()).await;
+        let kubelet = {
+            let api = api.clone();
+            tokio::spawn(async move {
+                loop {
+                    api.kubelet();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        };
+        let client = kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().expect("uri"))).expect("client");
+        let opts = node_agent::controller::Options {
+            namespace: None,
+            metrics_address: free_port(),
+            lease_namespace: "monitoring".into(),
+            lease_name: "node-agent-controller".into(),
+            identity: "replica-a".into(),
+            lease_duration: Duration::from_secs(3),
+        };
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let controller = tokio::spawn(node_agent::controller::run_until(client, opts, async move {
+            let _ = rx.await;
+        }));
+        api.faults.store(15, std::sync::atomic::Ordering::Relaxed);
+        wait_for("the first install under faults", 120, || complete(&api, "agent:1")).await;
+        let from = api.state.lock().expect("state").rv;
+        api.write("PATCH", "nodeagents", "monitoring", Some("node-agent"), None, "application/merge-patch+json", json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "agent:2"}]}}}}));
+        wait_for("the agent:2 rollout under faults", 180, || complete(&api, "agent:2")).await;
+        let injected = api.injected.load(std::sync::atomic::Ordering::Relaxed);
+        eprintln!("faults injected: {injected}");
+        assert!(injected >= 5, "faults were injected: {injected}");
+        let (without, most) = worst_since(&api, from);
+        assert!(without <= 2, "at most maxUnavailable (2) nodes without an agent, saw {without}");
+        assert_eq!(most, 1, "never two agents on one node");
+        let _ = stop.send(());
+        controller.await.expect("join").expect("stops cleanly");
+        kubelet.abort();
+    });
+    drop(agent);
 }
