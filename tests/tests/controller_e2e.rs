@@ -430,25 +430,8 @@ async fn scenario(agent_port: u16) {
 
     let api = cluster(agent_port);
     let addr = serve(api.clone()).await;
-    let kubelet = {
-        let api = api.clone();
-        tokio::spawn(async move {
-            loop {
-                api.kubelet();
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
-
-    let client = || kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().expect("uri"))).expect("client");
-    let replica = |identity: &str, metrics: SocketAddr| node_agent::controller::Options {
-        namespace: None,
-        metrics_address: metrics,
-        lease_namespace: "monitoring".into(),
-        lease_name: "node-agent-controller".into(),
-        identity: identity.into(),
-        lease_duration: Duration::from_secs(3),
-    };
+    let kubelet = kubelet(api.clone());
+    let client = || client(addr);
     let (ma, mb) = (free_port(), free_port());
     let (stop_a, rx_a) = tokio::sync::oneshot::channel::<()>();
     let (stop_b, rx_b) = tokio::sync::oneshot::channel::<()>();
@@ -461,14 +444,6 @@ async fn scenario(agent_port: u16) {
         let _ = rx_b.await;
     }));
 
-    let na = |api: &Api| api.get("nodeagents", "monitoring", "node-agent").1;
-    let complete = |api: &Api, image: &str| {
-        let v = na(api);
-        let s = &v["status"];
-        let pods = api.list("pods", "monitoring", "");
-        let on_image = pods["items"].as_array().map_or(0, |v| v.iter().filter(|p| p["spec"]["containers"][0]["image"] == image && p["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))).count());
-        s["numberAvailable"] == 5 && s["updatedNumberScheduled"] == 5 && s["currentRevision"] == s["updateRevision"] && on_image == 5 && pods["items"].as_array().map_or(0, Vec::len) == 5
-    };
     wait_for("the first install", 30, || complete(&api, "agent:1")).await;
     // The gate passed on every pod, through a real scrape of the agent.
     let pods = api.list("pods", "monitoring", "nodeagent.io/name=node-agent");
@@ -499,20 +474,10 @@ async fn scenario(agent_port: u16) {
             .collect();
         assert_eq!(created.len(), 5, "{created:?}");
         assert_eq!(created[0].1, "n3", "the canary first: {created:?}");
-        // Never more than maxUnavailable nodes without a pod (deletes are immediate here).
-        let mut live: BTreeMap<String, i64> = (0..5).map(|i| (format!("n{i}"), 1)).collect();
-        let mut worst = 0;
-        for (_, _, _, t, o) in st.log.iter().filter(|(rv, r, ..)| *rv > first_rv && r == "pods") {
-            let node = o["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0].as_str().unwrap_or("").to_string();
-            match *t {
-                "ADDED" => *live.entry(node).or_default() += 1,
-                "DELETED" => *live.entry(node).or_default() -= 1,
-                _ => {}
-            }
-            worst = worst.max(live.values().filter(|v| **v == 0).count());
-        }
-        assert!(worst <= 2, "at most maxUnavailable nodes without a pod, saw {worst}");
     }
+    // Never more than maxUnavailable nodes without a pod (deletes are immediate here).
+    let (worst, _) = worst_since(&api, first_rv);
+    assert!(worst <= 2, "at most maxUnavailable nodes without a pod, saw {worst}");
     assert_eq!(metric(&scrape(mb), "node_agent_controller_reconciles_total"), 0.0, "the standby still never reconciled");
 
     // Failover: the leader stops and gives the lease up; the standby leads and acts.
@@ -528,6 +493,32 @@ async fn scenario(agent_port: u16) {
     let _ = stop_b.send(());
     b.await.expect("join").expect("replica-b stops cleanly");
     kubelet.abort();
+}
+
+/// The fake kubelet, every 100 ms.
+fn kubelet(api: Arc<Api>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            api.kubelet();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+fn client(addr: SocketAddr) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().expect("uri"))).expect("client")
+}
+
+/// A controller replica's options: its lease identity and metrics address.
+fn replica(identity: &str, metrics: SocketAddr) -> node_agent::controller::Options {
+    node_agent::controller::Options {
+        namespace: None,
+        metrics_address: metrics,
+        lease_namespace: "monitoring".into(),
+        lease_name: "node-agent-controller".into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(3),
+    }
 }
 
 /// The rollout of `image` is complete: status and pods agree.
@@ -574,24 +565,8 @@ fn api_faults_and_dropped_watches_never_break_the_invariants() {
     rt.block_on(async move {
         let api = cluster(port);
         let addr = serve(api.clone()).await;
-        let kubelet = {
-            let api = api.clone();
-            tokio::spawn(async move {
-                loop {
-                    api.kubelet();
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            })
-        };
-        let client = kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().expect("uri"))).expect("client");
-        let opts = node_agent::controller::Options {
-            namespace: None,
-            metrics_address: free_port(),
-            lease_namespace: "monitoring".into(),
-            lease_name: "node-agent-controller".into(),
-            identity: "replica-a".into(),
-            lease_duration: Duration::from_secs(3),
-        };
+        let kubelet = kubelet(api.clone());
+        let (client, opts) = (client(addr), replica("replica-a", free_port()));
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
         let controller = tokio::spawn(node_agent::controller::run_until(client, opts, async move {
             let _ = rx.await;
