@@ -415,14 +415,19 @@ fn cluster(agent_port: u16) -> Arc<Api> {
 
 #[test]
 fn two_replicas_one_leader_gated_rollout_over_real_http_and_failover() {
-    // A real agent for the health gate to scrape (it runs its own runtime).
+    with_agent(scenario);
+}
+
+/// Runs `f(port)` on a runtime of its own, beside a real agent on `port`
+/// for the health gate to scrape (the agent runs its own runtime).
+fn with_agent<F: std::future::Future<Output = ()>>(f: impl FnOnce(u16) -> F) {
     let m = node_agent::cli::command()
         .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.loadavg", "--collector.meminfo"])
         .expect("flags");
     let agent = node_agent::cli::Agent::start(&m).expect("agent");
-    let agent_port = agent.addrs[0].port();
+    let port = agent.addrs[0].port();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
-    rt.block_on(scenario(agent_port));
+    rt.block_on(f(port));
     drop(agent);
 }
 
@@ -556,13 +561,7 @@ fn worst_since(api: &Api, from: u64) -> (usize, i64) {
 /// still completes, never beyond maxUnavailable, never two agents on a node.
 #[test]
 fn api_faults_and_dropped_watches_never_break_the_invariants() {
-    let m = node_agent::cli::command()
-        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.loadavg", "--collector.meminfo"])
-        .expect("flags");
-    let agent = node_agent::cli::Agent::start(&m).expect("agent");
-    let port = agent.addrs[0].port();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
-    rt.block_on(async move {
+    with_agent(|port| async move {
         let api = cluster(port);
         let addr = serve(api.clone()).await;
         let kubelet = kubelet(api.clone());
@@ -586,5 +585,4 @@ fn api_faults_and_dropped_watches_never_break_the_invariants() {
         controller.await.expect("join").expect("stops cleanly");
         kubelet.abort();
     });
-    drop(agent);
 }
