@@ -1,5 +1,6 @@
 //! Helpers for node-agent's workspace-level integration tests.
 
+pub mod apiserver;
 pub mod compare;
 pub mod fuzz;
 

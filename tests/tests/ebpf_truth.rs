@@ -496,7 +496,7 @@ fn missing_tracepoint_reported_down() {
     }
     let _turn = serial();
     use node_agent::ebpf::{Hook, Probe, Shared};
-    let probe = Probe::attach(Shared::load(false), &[("sched_switch", Hook::TracePoint("no_such_category", "no_such_event"))]);
+    let probe = Probe::attach(Shared::load(false, None), &[("sched_switch", Hook::TracePoint("no_such_category", "no_such_event"))]);
     assert!(!probe.up());
     let mut sink = node_agent::metrics::Sink::new();
     probe.self_metrics(&mut sink);

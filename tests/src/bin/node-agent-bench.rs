@@ -344,7 +344,7 @@ type Timings = (f64, f64, BTreeMap<String, (f64, u64)>);
 fn with_without(reps: usize, programs: &[(&'static str, node_agent::ebpf::Hook)], mut work: impl FnMut() -> f64) -> Res<Timings> {
     use node_agent::ebpf::{Probe, Shared};
     let attach = |stats: bool| -> Res<(std::sync::Arc<Shared>, Probe)> {
-        let shared = Shared::load(stats).map_err(|e| e.to_string())?;
+        let shared = Shared::load(stats, None).map_err(|e| e.to_string())?;
         let p = Probe::attach(Ok(shared.clone()), programs);
         if !p.up() {
             return Err(format!("probe {:?} did not attach", programs.iter().map(|x| x.0).collect::<Vec<_>>()));

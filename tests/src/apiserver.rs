@@ -1,0 +1,362 @@
+//! A small in-memory Kubernetes API server for tests over real HTTP: list,
+//! watch with resourceVersion replay, create, replace, apply / merge / JSON
+//! patch, delete, status subresources, label and field selectors, optional
+//! injected faults, and a log of every request.
+//!
+//! It is not Kubernetes: apply is a deep merge (lists of conditions merged
+//! by type), there is no admission, no garbage collection, and deletes are
+//! immediate. It runs the clients' own wiring (informers, watches, leader
+//! election) for real; exact requests are asserted by the mock tests.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::{Request, Response};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+pub type Body = http_body_util::Either<Full<Bytes>, StreamBody<tokio_stream::wrappers::ReceiverStream<Result<Frame<Bytes>, Infallible>>>>;
+
+#[derive(Default)]
+pub struct State {
+    pub rv: u64,
+    pub objects: BTreeMap<(String, String, String), Value>,
+    pub log: Vec<(u64, String, String, &'static str, Value)>,
+}
+
+pub struct Api {
+    pub state: Mutex<State>,
+    pub changed: Notify,
+    /// Percent of writes answered with an error (not applied), and of watch
+    /// batches after which the watch is dropped.
+    pub faults: std::sync::atomic::AtomicU64,
+    pub injected: std::sync::atomic::AtomicU64,
+    rng: std::sync::atomic::AtomicU64,
+    /// Every request's method, path and query, in order.
+    pub requests: Mutex<Vec<String>>,
+}
+
+pub fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+/// (resource, namespace, name, subresource) of an API path.
+fn route(path: &str) -> Option<(String, String, Option<String>, Option<String>)> {
+    let seg: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest = match *seg.first()? {
+        "api" => &seg[2..],
+        "apis" => &seg[3..],
+        _ => return None,
+    };
+    let (ns, rest) = if rest.first() == Some(&"namespaces") && rest.len() >= 3 { (rest[1].to_string(), &rest[2..]) } else { (String::new(), rest) };
+    Some((rest.first()?.to_string(), ns, rest.get(1).map(|s| s.to_string()), rest.get(2).map(|s| s.to_string())))
+}
+
+/// A label selector (`k=v`, `k`) and a field selector (`spec.nodeName=x`,
+/// `metadata.name=x`) both match.
+fn selects(selector: &str, fields: &str, obj: &Value) -> bool {
+    let field_ok = fields.split(',').filter(|s| !s.is_empty()).all(|term| match term.split_once('=') {
+        Some((path, v)) => path.split('.').fold(obj, |o, k| &o[k]).as_str() == Some(v.trim_start_matches('=')),
+        None => false,
+    });
+    field_ok && labels_match(selector, obj)
+}
+
+fn labels_match(selector: &str, obj: &Value) -> bool {
+    selector.split(',').filter(|s| !s.is_empty()).all(|term| {
+        let labels = &obj["metadata"]["labels"];
+        match term.split_once('=') {
+            Some((k, v)) => labels[k] == v,
+            None => !labels[term].is_null(),
+        }
+    })
+}
+
+/// Apply as a deep merge; lists of objects with a "type" merge by type.
+fn merge(dst: &mut Value, src: &Value) {
+    match (dst, src) {
+        (Value::Object(d), Value::Object(s)) => {
+            for (k, v) in s {
+                merge(d.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (Value::Array(d), Value::Array(s)) if s.iter().all(|x| x.get("type").is_some()) && d.iter().all(|x| x.get("type").is_some()) => {
+            for item in s {
+                match d.iter_mut().find(|x| x["type"] == item["type"]) {
+                    Some(x) => merge(x, item),
+                    None => d.push(item.clone()),
+                }
+            }
+        }
+        (d, s) => *d = s.clone(),
+    }
+}
+
+fn merge_patch(dst: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !dst.is_object() {
+                *dst = json!({});
+            }
+            for (k, v) in p {
+                if v.is_null() {
+                    dst.as_object_mut().map(|o| o.remove(k));
+                } else {
+                    merge_patch(dst.as_object_mut().map(|o| o.entry(k.clone()).or_insert(Value::Null)).expect("object"), v);
+                }
+            }
+        }
+        p => *dst = p.clone(),
+    }
+}
+
+pub fn status(code: u16, reason: &str) -> (u16, Value) {
+    (code, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": reason, "code": code, "message": reason}))
+}
+
+impl Default for Api {
+    fn default() -> Self {
+        Api::new()
+    }
+}
+
+impl Api {
+    pub fn new() -> Api {
+        use std::sync::atomic::AtomicU64;
+        Api { state: Mutex::new(State::default()), changed: Notify::new(), faults: AtomicU64::new(0), injected: AtomicU64::new(0), rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15), requests: Mutex::new(Vec::new()) }
+    }
+
+    /// A fault, with the configured probability.
+    fn roll(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        let pct = self.faults.load(Ordering::Relaxed);
+        if pct == 0 {
+            return None;
+        }
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.store(x, Ordering::Relaxed);
+        (x % 100 < pct).then(|| {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+            x
+        })
+    }
+
+    /// Stores `obj` (new or changed) and logs the event.
+    pub fn put(&self, st: &mut State, resource: &str, ns: &str, name: &str, mut obj: Value, created: bool) -> Value {
+        st.rv += 1;
+        let rv = st.rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        if created {
+            obj["metadata"]["uid"] = json!(format!("uid-{rv}"));
+            obj["metadata"]["creationTimestamp"] = json!(now());
+            if resource == "nodeagents" {
+                obj["metadata"]["generation"] = json!(1);
+            }
+        }
+        st.objects.insert((resource.into(), ns.into(), name.into()), obj.clone());
+        st.log.push((rv, resource.into(), ns.into(), if created { "ADDED" } else { "MODIFIED" }, obj.clone()));
+        self.changed.notify_waiters();
+        obj
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn write(&self, method: &str, resource: &str, ns: &str, name: Option<&str>, sub: Option<&str>, ctype: &str, body: Value) -> (u16, Value) {
+        let mut st = self.state.lock().expect("state");
+        let key = |n: &str| (resource.to_string(), ns.to_string(), n.to_string());
+        match method {
+            "POST" => {
+                let mut body = body;
+                let n = match body["metadata"]["name"].as_str() {
+                    Some(n) => n.to_string(),
+                    None => format!("{}{}", body["metadata"]["generateName"].as_str().unwrap_or("obj-"), st.rv + 1),
+                };
+                body["metadata"]["name"] = json!(n);
+                if !ns.is_empty() {
+                    body["metadata"]["namespace"] = json!(ns);
+                }
+                if st.objects.contains_key(&key(&n)) {
+                    return status(409, "AlreadyExists");
+                }
+                (201, self.put(&mut st, resource, ns, &n, body, true))
+            }
+            "PUT" => {
+                let n = name.unwrap_or_default();
+                let Some(old) = st.objects.get(&key(n)).cloned() else { return status(404, "NotFound") };
+                if body["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"] {
+                    return status(409, "Conflict");
+                }
+                let mut new = body;
+                new["metadata"]["uid"] = old["metadata"]["uid"].clone();
+                new["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+                (200, self.put(&mut st, resource, ns, n, new, false))
+            }
+            "PATCH" => {
+                let n = name.unwrap_or_default();
+                let old = st.objects.get(&key(n)).cloned();
+                let mut obj = match (&old, ctype) {
+                    (None, "application/apply-patch+yaml") if sub.is_none() => {
+                        let mut b = body.clone();
+                        b["metadata"]["namespace"] = json!(ns);
+                        return (201, self.put(&mut st, resource, ns, n, b, true));
+                    }
+                    (None, _) => return status(404, "NotFound"),
+                    (Some(o), _) => o.clone(),
+                };
+                let before_spec = obj["spec"].clone();
+                match ctype {
+                    "application/apply-patch+yaml" => match sub {
+                        Some("status") => merge(&mut obj["status"], &body["status"]),
+                        _ => merge(&mut obj, &body),
+                    },
+                    "application/merge-patch+json" => merge_patch(&mut obj, &body),
+                    "application/json-patch+json" => {
+                        let Ok(p) = serde_json::from_value::<json_patch::Patch>(body) else { return status(400, "BadRequest") };
+                        if json_patch::patch(&mut obj, &p).is_err() {
+                            return status(422, "Invalid");
+                        }
+                    }
+                    _ => return status(415, "UnsupportedMediaType"),
+                }
+                if resource == "nodeagents" && obj["spec"] != before_spec {
+                    let g = obj["metadata"]["generation"].as_i64().unwrap_or(1);
+                    obj["metadata"]["generation"] = json!(g + 1);
+                }
+                (200, self.put(&mut st, resource, ns, n, obj, false))
+            }
+            "DELETE" => {
+                let n = name.unwrap_or_default();
+                let Some(old) = st.objects.remove(&key(n)) else { return status(404, "NotFound") };
+                st.rv += 1;
+                let rv = st.rv;
+                st.log.push((rv, resource.into(), ns.into(), "DELETED", old.clone()));
+                self.changed.notify_waiters();
+                (200, old)
+            }
+            _ => status(405, "MethodNotAllowed"),
+        }
+    }
+
+    pub fn list(&self, resource: &str, ns: &str, selector: &str, fields: &str) -> Value {
+        let st = self.state.lock().expect("state");
+        let items: Vec<Value> = st
+            .objects
+            .iter()
+            .filter(|((r, n, _), o)| r == resource && (ns.is_empty() || n == ns) && selects(selector, fields, o))
+            .map(|(_, o)| o.clone())
+            .collect();
+        json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": st.rv.to_string()}, "items": items})
+    }
+
+    pub fn get(&self, resource: &str, ns: &str, name: &str) -> (u16, Value) {
+        let st = self.state.lock().expect("state");
+        match st.objects.get(&(resource.into(), ns.into(), name.into())) {
+            Some(o) => (200, o.clone()),
+            None => status(404, "NotFound"),
+        }
+    }
+
+    /// Every event after `from` for the resource, as watch lines, until the client goes.
+    fn watch(self: Arc<Self>, resource: String, ns: String, selector: String, fields: String, from: u64) -> Body {
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            let mut seen = from;
+            loop {
+                let notified = self.changed.notified();
+                let lines: Vec<(u64, String)> = {
+                    let st = self.state.lock().expect("state");
+                    st.log
+                        .iter()
+                        .filter(|(rv, r, n, _, o)| *rv > seen && *r == resource && (ns.is_empty() || *n == ns) && selects(&selector, &fields, o))
+                        .map(|(rv, _, _, t, o)| (*rv, format!("{}\n", json!({"type": t, "object": o}))))
+                        .collect()
+                };
+                for (rv, line) in lines {
+                    seen = rv;
+                    if tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_err() {
+                        return;
+                    }
+                }
+                // A dropped watch: the client must re-list or re-watch.
+                if self.roll().is_some() {
+                    return;
+                }
+                seen = seen.max(self.state.lock().expect("state").rv.min(seen));
+                tokio::select! {
+                    _ = notified => {}
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                        if tx.is_closed() { return; }
+                    }
+                }
+            }
+        });
+        http_body_util::Either::Right(StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    pub async fn handle(self: Arc<Self>, req: Request<hyper::body::Incoming>) -> Result<Response<Body>, Infallible> {
+        let method = req.method().as_str().to_string();
+        let path = req.uri().path().to_string();
+        let query: BTreeMap<String, String> = form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes()).into_owned().collect();
+        self.requests.lock().expect("requests").push(format!("{method} {}", req.uri()));
+        let ctype = req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let bytes = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let Some((resource, ns, name, sub)) = route(&path) else {
+            let (c, v) = status(404, "NotFound");
+            return Ok(json_response(c, v));
+        };
+        let selector = query.get("labelSelector").cloned().unwrap_or_default();
+        let fields = query.get("fieldSelector").cloned().unwrap_or_default();
+        let (code, v) = match (method.as_str(), &name) {
+            ("GET", None) if query.get("watch").map(String::as_str) == Some("true") => {
+                let from = query.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+                let body = self.watch(resource, ns, selector, fields, from);
+                return Ok(Response::builder().header("content-type", "application/json").body(body).expect("response"));
+            }
+            ("GET", None) => (200, self.list(&resource, &ns, &selector, &fields)),
+            ("GET", Some(n)) => self.get(&resource, &ns, n),
+            // Injected faults on writes (not the lease: that only slows leadership down).
+            (_, _) if resource != "leases" && resource != "events" && self.roll().is_some() => match self.rng.load(std::sync::atomic::Ordering::Relaxed) % 3 {
+                0 => status(500, "InternalError"),
+                1 => status(429, "TooManyRequests"),
+                _ => status(409, "Conflict"),
+            },
+            (m, n) => self.write(m, &resource, &ns, n.as_deref(), sub.as_deref(), &ctype, body),
+        };
+        Ok(json_response(code, v))
+    }
+}
+
+pub fn json_response(code: u16, v: Value) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(http_body_util::Either::Left(Full::new(Bytes::from(serde_json::to_vec(&v).expect("json")))))
+        .expect("response")
+}
+
+/// Serves `api` on a loopback port, on the current tokio runtime.
+pub async fn serve(api: Arc<Api>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let api = api.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| api.clone().handle(req));
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await;
+            });
+        }
+    });
+    addr
+}
+
