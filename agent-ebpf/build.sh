@@ -17,7 +17,7 @@ cd "$here"
 env -u RUSTUP_TOOLCHAIN -u RUSTC -u RUSTDOC -u CARGO -u RUSTC_WRAPPER -u RUSTC_WORKSPACE_WRAPPER \
     -u CARGO_ENCODED_RUSTFLAGS -u RUSTFLAGS -u CARGO_BUILD_RUSTFLAGS -u CARGO_MAKEFLAGS \
   RUSTC=/usr/bin/rustc \
-  RUSTC_BOOTSTRAP=aya_ebpf \
+  RUSTC_BOOTSTRAP=aya_ebpf,agent_ebpf \
   CARGO_TARGET_DIR="$target_dir" \
   CARGO_ENCODED_RUSTFLAGS="--cfg=bpf_target_arch=\"$arch\""$'\x1f'"-Cdebuginfo=2"$'\x1f'"-Clink-arg=--btf" \
   /usr/bin/cargo build --release --target bpfel-unknown-none --bin agent-ebpf

@@ -121,7 +121,49 @@ pub const CNT_EXITS: u32 = 5;
 /// Events the programs could not record (a full map): must stay 0.
 pub const CNT_DROPPED_RUNQ: u32 = 6;
 pub const CNT_DROPPED_BIO: u32 = 7;
-pub const COUNTERS: u32 = 8;
+/// Pod attribution: events whose cgroup found `POD_STATS` full.
+pub const CNT_DROPPED_POD: u32 = 8;
+pub const COUNTERS: u32 = 9;
+
+/// Cgroups tracked by pod attribution (entries of `POD_STATS`); user space
+/// deletes the entries of cgroups that are gone.
+pub const POD_MAX_CGROUPS: u32 = 4096;
+
+/// Event counters of one cgroup (by cgroup v2 id), added to atomically by
+/// every CPU: one entry of the `POD_STATS` hash map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodCounters {
+    /// Time the cgroup's tasks waited on a run queue, and how many waits.
+    pub runq_wait_ns: u64,
+    pub runq_waits: u64,
+    /// Tasks of the cgroup chosen by the OOM killer.
+    pub oom_kills: u64,
+    /// TCP segments retransmitted by the cgroup's sockets.
+    pub tcp_retransmits: u64,
+    /// Bytes of block requests submitted by the cgroup's tasks.
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Syscalls of the cgroup's tasks that returned an error.
+    pub syscall_errors: u64,
+    pub _reserved: u64,
+}
+
+/// Word indices of `PodCounters` fields, as the programs add to them.
+pub const POD_RUNQ_WAIT_NS: usize = 0;
+pub const POD_RUNQ_WAITS: usize = 1;
+pub const POD_OOM_KILLS: usize = 2;
+pub const POD_TCP_RETRANSMITS: usize = 3;
+pub const POD_READ_BYTES: usize = 4;
+pub const POD_WRITE_BYTES: usize = 5;
+pub const POD_SYSCALL_ERRORS: usize = 6;
+
+/// Bits of `Offsets::pods`: which events the programs attribute to cgroups.
+pub const PODS_SYSCALLS: u32 = 1;
+pub const PODS_RUNQ: u32 = 2;
+pub const PODS_OOM: u32 = 4;
+pub const PODS_TCP: u32 = 8;
+pub const PODS_BLOCK: u32 = 16;
 
 /// Byte offsets of the tracepoint fields the programs read, taken by the
 /// agent from tracefs `format` files and set as a read-only global before
@@ -152,6 +194,25 @@ pub struct Offsets {
     /// tcp_retransmit_skb: `err` (kernels >= 6.10 also trace failed
     /// retransmits); 0 when the field does not exist.
     pub tcp_err: u32,
+    /// Pod attribution: `PODS_*` bits of the events attributed to cgroups
+    /// (0: off, and the programs skip every cgroup lookup).
+    pub pods: u32,
+    /// Kernel structure offsets from the kernel's BTF, to go from a task or
+    /// a socket to its cgroup v2 id: task_struct.cgroups, css_set.dfl_cgrp,
+    /// cgroup.kn, kernfs_node.id, sock.sk_cgrp_data.cgroup.
+    pub task_cgroups: u32,
+    pub css_set_dfl_cgrp: u32,
+    pub cgroup_kn: u32,
+    pub kernfs_node_id: u32,
+    pub sock_cgroup: u32,
+    /// tcp_retransmit_skb: `skaddr`.
+    pub tcp_skaddr: u32,
+    /// block_io_start: `bytes`, `rwbs`.
+    pub io_start_bytes: u32,
+    pub io_start_rwbs: u32,
+    /// block_bio_backmerge / block_bio_frontmerge: `nr_sector`, `rwbs`.
+    pub bio_merge_nr_sector: u32,
+    pub bio_merge_rwbs: u32,
 }
 
 #[cfg(feature = "user")]
@@ -169,6 +230,8 @@ mod pod {
     unsafe impl aya::Pod for super::Offsets {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::SyscallCounts {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PodCounters {}
 }
 
 #[cfg(test)]

@@ -6,14 +6,21 @@
 
 #![no_std]
 #![no_main]
+// Atomic adds: the bpf target has no compare-and-swap, so core::sync::atomic
+// offers no fetch_add there, while the BPF instruction set has an atomic add.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
+
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use agent_common::{
-    log2_bucket, BioKey, BioReq, BioStart, Hist, Offsets, SyscallCounts, CNT_DROPPED_BIO, CNT_DROPPED_RUNQ, CNT_EXECS, CNT_EXITS, CNT_FORKS,
-    CNT_OOM_KILLS, CNT_TCP_RETRANS_V4, CNT_TCP_RETRANS_V6, COUNTERS, MAX_SYSCALLS, OP_DISCARD, OP_FLUSH, OP_READ,
-    OP_WRITE,
+    log2_bucket, BioKey, BioReq, BioStart, Hist, Offsets, PodCounters, SyscallCounts, CNT_DROPPED_BIO, CNT_DROPPED_POD, CNT_DROPPED_RUNQ,
+    CNT_EXECS, CNT_EXITS, CNT_FORKS, CNT_OOM_KILLS, CNT_TCP_RETRANS_V4, CNT_TCP_RETRANS_V6, COUNTERS, MAX_SYSCALLS, OP_DISCARD, OP_FLUSH,
+    OP_READ, OP_WRITE, PODS_BLOCK, PODS_OOM, PODS_RUNQ, PODS_SYSCALLS, PODS_TCP, POD_MAX_CGROUPS, POD_OOM_KILLS, POD_READ_BYTES,
+    POD_RUNQ_WAITS, POD_RUNQ_WAIT_NS, POD_SYSCALL_ERRORS, POD_TCP_RETRANSMITS, POD_WRITE_BYTES,
 };
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{map, raw_tracepoint, tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
     programs::{RawTracePointContext, TracePointContext},
@@ -39,6 +46,17 @@ static OFFSETS: Global<Offsets> = Global::new(Offsets {
     switch_state_mask: 0xff,
     regs_syscall_nr: 0,
     tcp_err: 0,
+    pods: 0,
+    task_cgroups: 0,
+    css_set_dfl_cgrp: 0,
+    cgroup_kn: 0,
+    kernfs_node_id: 0,
+    sock_cgroup: 0,
+    tcp_skaddr: 0,
+    io_start_bytes: 0,
+    io_start_rwbs: 0,
+    bio_merge_nr_sector: 0,
+    bio_merge_rwbs: 0,
 });
 
 /// A zeroed histogram in read-only data, used to create map entries.
@@ -60,6 +78,22 @@ static SYSCALLS: PerCpuArray<SyscallCounts> = PerCpuArray::with_max_entries(1, 0
 #[map]
 static EVENTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTERS, 0);
 
+/// Pod attribution: event counters per cgroup v2 id.
+#[map]
+static POD_STATS: HashMap<u64, PodCounters> = HashMap::with_max_entries(POD_MAX_CGROUPS, 0);
+
+/// A zeroed counter set in read-only data, used to create map entries.
+static ZERO_POD: PodCounters = PodCounters {
+    runq_wait_ns: 0,
+    runq_waits: 0,
+    oom_kills: 0,
+    tcp_retransmits: 0,
+    read_bytes: 0,
+    write_bytes: 0,
+    syscall_errors: 0,
+    _reserved: 0,
+};
+
 #[inline(always)]
 fn inc(map: &PerCpuArray<u64>, index: u32) {
     if let Some(p) = map.get_ptr_mut(index) {
@@ -79,6 +113,63 @@ fn record(h: *mut Hist, delta_ns: u64) {
         (*h).sum_ns += delta_ns;
         (*h).count += 1;
     }
+}
+
+// ---- pod attribution: counters per cgroup ------------------------------
+
+/// Adds `v` to word `field` of the cgroup's counters, creating them first.
+/// Every CPU adds to the same entry, so the add is atomic.
+#[inline(always)]
+fn pod_add(cgroup: u64, field: usize, v: u64) {
+    let p = match POD_STATS.get_ptr_mut(&cgroup) {
+        Some(p) => p,
+        None => {
+            // BPF_NOEXIST: another CPU may have created it meanwhile.
+            let _ = POD_STATS.insert(&cgroup, &ZERO_POD, 1);
+            match POD_STATS.get_ptr_mut(&cgroup) {
+                Some(p) => p,
+                None => {
+                    inc(&EVENTS, CNT_DROPPED_POD);
+                    return;
+                }
+            }
+        }
+    };
+    // SAFETY: `p` points to the map value, a `PodCounters` of eight
+    // aligned u64 words, and `field` is one of the POD_* word indices.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>((p as *mut u64).add(field), v) };
+}
+
+/// Reads a kernel pointer or integer at `base + off`.
+#[inline(always)]
+fn read_kernel<T>(base: u64, off: u32) -> Option<T> {
+    if base == 0 {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address; a bad one fails.
+    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.ok()
+}
+
+/// The cgroup v2 id (`cgroup->kn->id`) of a `struct cgroup *`.
+#[inline(always)]
+fn cgroup_id(cgroup: u64, off: &Offsets) -> Option<u64> {
+    let kn: u64 = read_kernel(cgroup, off.cgroup_kn)?;
+    read_kernel(kn, off.kernfs_node_id)
+}
+
+/// The cgroup v2 id of a task, as bpf_get_current_cgroup_id gives for the
+/// current one: `task->cgroups->dfl_cgrp->kn->id`.
+#[inline(always)]
+fn task_cgroup_id(task: u64, off: &Offsets) -> Option<u64> {
+    let css_set: u64 = read_kernel(task, off.task_cgroups)?;
+    let cgroup: u64 = read_kernel(css_set, off.css_set_dfl_cgrp)?;
+    cgroup_id(cgroup, off)
+}
+
+#[inline(always)]
+fn current_cgroup_id() -> u64 {
+    // SAFETY: the helper has no preconditions.
+    unsafe { bpf_get_current_cgroup_id() }
 }
 
 // ---- run-queue latency -------------------------------------------------
@@ -193,8 +284,16 @@ pub fn rq_switch_raw(ctx: RawTracePointContext) -> i32 {
     let _ = RUNQ_TASK_START.remove(&next);
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
+    let wait = now.saturating_sub(start);
     if let Some(h) = RUNQ_HIST.get_ptr_mut(0) {
-        record(h, now.saturating_sub(start));
+        record(h, wait);
+    }
+    let off = OFFSETS.load();
+    if off.pods & PODS_RUNQ != 0 {
+        if let Some(cgroup) = task_cgroup_id(next, &off) {
+            pod_add(cgroup, POD_RUNQ_WAIT_NS, wait);
+            pod_add(cgroup, POD_RUNQ_WAITS, 1);
+        }
     }
     0
 }
@@ -306,6 +405,9 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
             }
         }
     }
+    if off.pods & PODS_SYSCALLS != 0 && (-4095..0).contains(&ret) {
+        pod_add(current_cgroup_id(), POD_SYSCALL_ERRORS, 1);
+    }
     Ok(())
 }
 
@@ -341,6 +443,16 @@ fn try_tcp_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
         10 => inc(&EVENTS, CNT_TCP_RETRANS_V6),
         _ => {}
     }
+    // Retransmits mostly run from timers, in no task's context: the socket
+    // carries the cgroup of the task that created it.
+    if off.pods & PODS_TCP != 0 {
+        // SAFETY: the offset comes from this tracepoint's format file.
+        let sk: u64 = unsafe { ctx.read_at(off.tcp_skaddr as usize)? };
+        let cgroup: u64 = read_kernel(sk, off.sock_cgroup).ok_or(0)?;
+        if let Some(id) = cgroup_id(cgroup, &off) {
+            pod_add(id, POD_TCP_RETRANSMITS, 1);
+        }
+    }
     Ok(())
 }
 
@@ -353,6 +465,84 @@ pub fn tcp_retransmit_skb(ctx: TracePointContext) -> u32 {
 #[tracepoint(category = "oom", name = "mark_victim")]
 pub fn oom_mark_victim(_ctx: TracePointContext) -> u32 {
     inc(&EVENTS, CNT_OOM_KILLS);
+    0
+}
+
+// ---- pod attribution: OOM kills and block I/O --------------------------
+
+/// The OOM victim's cgroup (Linux >= 6.8: TP_PROTO(struct task_struct *task, uid_t uid)).
+#[raw_tracepoint(tracepoint = "mark_victim")]
+pub fn pod_oom_victim(ctx: RawTracePointContext) -> i32 {
+    let off = OFFSETS.load();
+    if off.pods & PODS_OOM != 0 {
+        if let Some(cgroup) = task_cgroup_id(ctx.arg(0), &off) {
+            pod_add(cgroup, POD_OOM_KILLS, 1);
+        }
+    }
+    0
+}
+
+/// Older kernels pass only the victim's pid: the cgroup of the task that
+/// ran out of memory is used, the victim's own for a cgroup's OOM.
+#[tracepoint(category = "oom", name = "mark_victim")]
+pub fn pod_oom_current(_ctx: TracePointContext) -> u32 {
+    let off = OFFSETS.load();
+    if off.pods & PODS_OOM != 0 {
+        pod_add(current_cgroup_id(), POD_OOM_KILLS, 1);
+    }
+    0
+}
+
+#[inline(always)]
+fn pod_block(op: Option<u32>, bytes: u64) {
+    match op {
+        Some(OP_READ) => pod_add(current_cgroup_id(), POD_READ_BYTES, bytes),
+        Some(OP_WRITE) => pod_add(current_cgroup_id(), POD_WRITE_BYTES, bytes),
+        _ => {}
+    }
+}
+
+/// A new request, made from a bio by the submitting task (Linux >= 6.5).
+fn try_pod_io_start(ctx: &TracePointContext) -> Result<(), i32> {
+    let off = OFFSETS.load();
+    if off.pods & PODS_BLOCK == 0 {
+        return Ok(());
+    }
+    // SAFETY: offsets come from this tracepoint's format file.
+    let (bytes, rwbs) =
+        unsafe { (ctx.read_at::<u32>(off.io_start_bytes as usize)?, ctx.read_at::<[u8; 4]>(off.io_start_rwbs as usize)?) };
+    pod_block(rwbs_op(rwbs), bytes as u64);
+    Ok(())
+}
+
+#[tracepoint(category = "block", name = "block_io_start")]
+pub fn pod_io_start(ctx: TracePointContext) -> u32 {
+    let _ = try_pod_io_start(&ctx);
+    0
+}
+
+/// A bio merged into a request already made: its bytes, for its submitter.
+fn try_pod_bio_merge(ctx: &TracePointContext) -> Result<(), i32> {
+    let off = OFFSETS.load();
+    if off.pods & PODS_BLOCK == 0 {
+        return Ok(());
+    }
+    // SAFETY: offsets come from this tracepoint's format file.
+    let (sectors, rwbs) =
+        unsafe { (ctx.read_at::<u32>(off.bio_merge_nr_sector as usize)?, ctx.read_at::<[u8; 4]>(off.bio_merge_rwbs as usize)?) };
+    pod_block(rwbs_op(rwbs), sectors as u64 * 512);
+    Ok(())
+}
+
+#[tracepoint(category = "block", name = "block_bio_backmerge")]
+pub fn pod_bio_backmerge(ctx: TracePointContext) -> u32 {
+    let _ = try_pod_bio_merge(&ctx);
+    0
+}
+
+#[tracepoint(category = "block", name = "block_bio_frontmerge")]
+pub fn pod_bio_frontmerge(ctx: TracePointContext) -> u32 {
+    let _ = try_pod_bio_merge(&ctx);
     0
 }
 

@@ -52,8 +52,11 @@ impl Agent {
     /// a runtime of its own. Fails, naming the flag, on bad configuration.
     pub fn start(m: &ArgMatches) -> Result<Agent, Error> {
         let defs = collector::definitions();
+        // Logging first: building the collectors logs (eBPF programs down,
+        // pod attribution off).
+        let (level, format) = config::log_settings(m)?;
+        crate::logging::init(level, format);
         let cfg = config::resolve(m, &defs)?;
-        crate::logging::init(cfg.log_level, cfg.log_format);
         let names: Vec<&str> = cfg.collectors.iter().map(|(n, _)| *n).collect();
         tracing::info!(collectors = %names.join(","), procfs = %cfg.paths.procfs.display(), sysfs = %cfg.paths.sysfs.display(), rootfs = %cfg.paths.rootfs.display(), "starting node-agent");
         crate::caps::log_report(crate::caps::effective());

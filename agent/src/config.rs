@@ -78,20 +78,8 @@ fn path(m: &ArgMatches, name: &str) -> PathBuf {
     PathBuf::from(util::string_flag(m, name))
 }
 
-/// Resolves flags into a configuration, building the enabled collectors.
-pub fn resolve(m: &ArgMatches, defs: &[Definition]) -> Result<ServeConfig, Error> {
-    let paths = Paths {
-        procfs: path(m, "path.procfs"),
-        sysfs: path(m, "path.sysfs"),
-        rootfs: path(m, "path.rootfs"),
-        udev_data: path(m, "path.udev.data"),
-    };
-    let max = util::string_flag(m, "web.max-requests");
-    let max_requests = max.parse().map_err(|_| Error::Invalid { flag: "web.max-requests", msg: format!("not a number: {max:?}") })?;
-    let telemetry_path = util::string_flag(m, "web.telemetry-path");
-    if !telemetry_path.starts_with('/') {
-        return Err(Error::Invalid { flag: "web.telemetry-path", msg: "must start with /".into() });
-    }
+/// `--log.level` and `--log.format`, needed before anything else logs.
+pub fn log_settings(m: &ArgMatches) -> Result<(tracing::Level, LogFormat), Error> {
     let lvl = util::string_flag(m, "log.level");
     let log_level = match lvl.as_str() {
         "debug" => tracing::Level::DEBUG,
@@ -106,6 +94,24 @@ pub fn resolve(m: &ArgMatches, defs: &[Definition]) -> Result<ServeConfig, Error
         "json" => LogFormat::Json,
         _ => return Err(Error::Invalid { flag: "log.format", msg: format!("unknown format {fmt:?} (logfmt, json)") }),
     };
+    Ok((log_level, log_format))
+}
+
+/// Resolves flags into a configuration, building the enabled collectors.
+pub fn resolve(m: &ArgMatches, defs: &[Definition]) -> Result<ServeConfig, Error> {
+    let paths = Paths {
+        procfs: path(m, "path.procfs"),
+        sysfs: path(m, "path.sysfs"),
+        rootfs: path(m, "path.rootfs"),
+        udev_data: path(m, "path.udev.data"),
+    };
+    let max = util::string_flag(m, "web.max-requests");
+    let max_requests = max.parse().map_err(|_| Error::Invalid { flag: "web.max-requests", msg: format!("not a number: {max:?}") })?;
+    let telemetry_path = util::string_flag(m, "web.telemetry-path");
+    if !telemetry_path.starts_with('/') {
+        return Err(Error::Invalid { flag: "web.telemetry-path", msg: "must start with /".into() });
+    }
+    let (log_level, log_format) = log_settings(m)?;
     let listen: Vec<String> = m
         .try_get_many::<String>("web.listen-address")
         .ok()
@@ -119,6 +125,10 @@ pub fn resolve(m: &ArgMatches, defs: &[Definition]) -> Result<ServeConfig, Error
     let mut collectors = Vec::new();
     let mut ctx = collector::BuildContext::default();
     ctx.bpf_stats = util::bool_flag(m, "ebpf.bpf-stats", false);
+    // Pod attribution changes how the eBPF programs load: decide it first.
+    if defs.iter().any(|d| d.name == "ebpf_pods" && util::bool_flag(m, "collector.ebpf_pods", d.enabled_by_default && !defaults_off)) {
+        collector::ebpf_pods::prepare(m, &paths, &mut ctx)?;
+    }
     for d in defs {
         let default = d.enabled_by_default && !defaults_off;
         if util::bool_flag(m, &format!("collector.{}", d.name), default) {

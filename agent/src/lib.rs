@@ -12,6 +12,7 @@ pub mod expfmt;
 pub mod logging;
 pub mod manifests;
 pub mod metrics;
+pub mod pods;
 pub mod plan_cli;
 pub mod process;
 pub mod scrape;

@@ -3,6 +3,7 @@
 pub mod apiserver;
 pub mod compare;
 pub mod fuzz;
+pub mod host;
 
 /// Starts an exporter binary on a free loopback port with `flags` and waits
 /// until its /metrics answers; returns the guard, the URL and the pid.

@@ -24,13 +24,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn can_run() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    assert!(std::env::var_os("CI").is_none(), "eBPF truth tests must run as root in CI");
-    eprintln!("SKIP: eBPF truth tests need root");
-    false
+    node_agent_tests::host::root_or_skip("eBPF truth tests")
 }
 
 /// An agent with only the given eBPF collectors, scraped in process.
@@ -76,24 +70,12 @@ impl Probe {
     }
 }
 
-fn vmstat(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/vmstat")
-        .expect("vmstat")
-        .lines()
-        .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(0)
-}
+use node_agent_tests::host::{loop_device, vmstat};
 
 /// (reads completed, writes completed) of a device in /proc/diskstats.
 fn diskstats(dev: &str) -> (u64, u64) {
-    let text = std::fs::read_to_string("/proc/diskstats").expect("diskstats");
-    for l in text.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.get(2) == Some(&dev) {
-            return (f[3].parse().unwrap_or(0), f[7].parse().unwrap_or(0));
-        }
-    }
-    panic!("{dev} not in /proc/diskstats");
+    let f = node_agent_tests::host::diskstats(dev);
+    (f[0], f[4])
 }
 
 #[test]
@@ -186,30 +168,6 @@ fn runqueue_latency_from_ping_pong() {
     // Buckets are cumulative and end at the count.
     assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "buckets not cumulative");
     assert_eq!(buckets.last().copied(), Some(count1));
-}
-
-struct Loop {
-    dev: String,
-    _file: tempfile::NamedTempFile,
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("losetup").args(["-d", &format!("/dev/{}", self.dev)]).status();
-    }
-}
-
-fn loop_device() -> Loop {
-    let file = tempfile::NamedTempFile::new_in("/var/tmp").expect("backing file");
-    file.as_file().set_len(64 << 20).expect("size");
-    let out = std::process::Command::new("losetup")
-        .args(["--find", "--show", "--direct-io=on"])
-        .arg(file.path())
-        .output()
-        .expect("losetup");
-    assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    Loop { dev: path.trim_start_matches("/dev/").to_string(), _file: file }
 }
 
 #[test]

@@ -70,9 +70,10 @@ enum Cmd {
     },
 }
 
-/// Debian packages the test suite uses: promtool, the peer exporter, and
-/// losetup/ip for the eBPF truth tests.
-const TEST_PACKAGES: &[&str] = &["prometheus", "prometheus-node-exporter", "mount", "iproute2", "wrk"];
+/// Debian packages the test suite uses: promtool, the peer exporter,
+/// losetup/ip for the eBPF truth tests, taskset and python3 for the pod
+/// attribution workloads, and the venv of the manifest validators.
+const TEST_PACKAGES: &[&str] = &["prometheus", "prometheus-node-exporter", "mount", "iproute2", "wrk", "util-linux", "python3", "python3-venv"];
 
 /// The offline eBPF toolchain (see ../shared/notes/ebpf-toolchain.md):
 /// Debian's rustc-web with a prebuilt `core` for bpfel-unknown-none, and the

@@ -30,10 +30,15 @@ pub fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
     (a, b) >= (major, minor)
 }
 
+/// Whether the raw-tracepoint programs (keyed by task) serve this kernel.
+pub fn raw_supported() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    release_at_least(release.trim(), 5, 18)
+}
+
 /// The programs for the running kernel.
 pub fn programs() -> &'static [(&'static str, Hook); 3] {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    if release_at_least(release.trim(), 5, 18) {
+    if raw_supported() {
         &RAW_PROGRAMS
     } else {
         &TP_PROGRAMS

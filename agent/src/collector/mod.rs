@@ -18,6 +18,7 @@ pub mod cpufreq;
 pub mod diskstats;
 pub mod ebpf_block_io;
 pub mod ebpf_oom_kills;
+pub mod ebpf_pods;
 pub mod ebpf_process;
 pub mod ebpf_runqueue;
 pub mod ebpf_syscalls;
@@ -143,12 +144,17 @@ pub struct BuildContext {
     ebpf: Option<Result<std::sync::Arc<crate::ebpf::Shared>, crate::ebpf::LoadError>>,
     /// Ask the kernel for BPF run-time statistics.
     pub bpf_stats: bool,
+    /// Pod attribution is on: the kernel's BTF, read when the programs load.
+    pub pods_btf: Option<PathBuf>,
+    /// Pod attribution is on: where the Kubernetes API is.
+    pub pods_source: Option<crate::pods::watch::Source>,
 }
 
 impl BuildContext {
     pub fn ebpf(&mut self) -> Result<std::sync::Arc<crate::ebpf::Shared>, crate::ebpf::LoadError> {
         let stats = self.bpf_stats;
-        self.ebpf.get_or_insert_with(|| crate::ebpf::Shared::load(stats)).clone()
+        let btf = self.pods_btf.clone();
+        self.ebpf.get_or_insert_with(|| crate::ebpf::Shared::load(stats, btf.as_deref())).clone()
     }
 }
 
@@ -206,6 +212,7 @@ pub fn definitions() -> Vec<Definition> {
         with_flags!("diskstats", true, diskstats),
         ebpf!("ebpf_block_io", ebpf_block_io),
         ebpf!("ebpf_oom_kills", ebpf_oom_kills),
+        Definition { name: "ebpf_pods", enabled_by_default: true, args: ebpf_pods::args, build: |m, p, ctx| Ok(Box::new(ebpf_pods::new(m, p, ctx)?)) },
         ebpf!("ebpf_process", ebpf_process),
         ebpf!("ebpf_runqueue", ebpf_runqueue),
         ebpf!("ebpf_syscalls", ebpf_syscalls),

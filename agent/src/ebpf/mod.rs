@@ -7,6 +7,7 @@
 //! reported down (`node_ebpf_program_up 0`, the reason logged once at warn),
 //! never fatal. Dropping the last handle detaches and unloads everything.
 
+pub mod btf;
 pub mod syscalls;
 
 use std::collections::HashMap;
@@ -34,6 +35,10 @@ pub enum Hook {
 /// The loaded object, shared by the eBPF collectors.
 pub struct Shared {
     ebpf: Mutex<Ebpf>,
+    /// Programs attached so far, by name (collectors may share programs).
+    attached: Mutex<HashMap<&'static str, Result<(), String>>>,
+    /// `PODS_*` bits: the events the programs attribute to cgroups.
+    pub pods: u32,
     stats: bool,
     _stats_fd: Option<std::os::fd::OwnedFd>,
     log_stop: Arc<AtomicBool>,
@@ -139,7 +144,71 @@ fn offsets(tracefs: Option<&Path>) -> Offsets {
     let (tcp, _) = read_format(t, "tcp", "tcp_retransmit_skb");
     o.tcp_family = get(&tcp, "family");
     o.tcp_err = get(&tcp, "err");
+    o.tcp_skaddr = get(&tcp, "skaddr");
+    let (io, _) = read_format(t, "block", "block_io_start");
+    o.io_start_bytes = get(&io, "bytes");
+    o.io_start_rwbs = get(&io, "rwbs");
+    let (merge, _) = read_format(t, "block", "block_bio_backmerge");
+    o.bio_merge_nr_sector = get(&merge, "nr_sector");
+    o.bio_merge_rwbs = get(&merge, "rwbs");
     o
+}
+
+/// Whether oom:mark_victim passes the victim task (Linux >= 6.8, whose
+/// format grew `uid` with the new prototype) rather than its pid.
+pub fn oom_passes_task() -> bool {
+    tracefs().is_some_and(|t| read_format(&t, "oom", "mark_victim").0.contains_key("uid"))
+}
+
+/// Sets up pod attribution in `o` and returns the `PODS_*` bits it can
+/// serve on this kernel: syscall errors always; block I/O with the
+/// block_io_start tracepoint (Linux >= 6.5); run-queue wait, OOM kills and
+/// TCP retransmits with the kernel's BTF, read from `btf_path`.
+fn pod_offsets(o: &mut Offsets, btf_path: &Path) -> u32 {
+    use agent_common::{PODS_BLOCK, PODS_OOM, PODS_RUNQ, PODS_SYSCALLS, PODS_TCP};
+    let mut bits = PODS_SYSCALLS;
+    if o.io_start_bytes != 0 && o.io_start_rwbs != 0 && o.bio_merge_nr_sector != 0 && o.bio_merge_rwbs != 0 {
+        bits |= PODS_BLOCK;
+    } else {
+        tracing::info!("no block_io_start tracepoint (Linux < 6.5): block I/O is not attributed to pods");
+    }
+    let data = match std::fs::read(btf_path) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(path = %btf_path.display(), err = %e, "no kernel BTF: run-queue wait, OOM kills and TCP retransmits are not attributed to pods");
+            return bits;
+        }
+    };
+    let walk = btf::Btf::parse(&data).and_then(|b| {
+        Ok((
+            [
+                b.offset("task_struct", &["cgroups"])?,
+                b.offset("css_set", &["dfl_cgrp"])?,
+                b.offset("cgroup", &["kn"])?,
+                b.offset("kernfs_node", &["id"])?,
+            ],
+            b.offset("sock", &["sk_cgrp_data", "cgroup"]),
+        ))
+    });
+    match walk {
+        Ok(([task, css, kn, id], sock)) => {
+            (o.task_cgroups, o.css_set_dfl_cgrp, o.cgroup_kn, o.kernfs_node_id) = (task, css, kn, id);
+            bits |= PODS_OOM;
+            if crate::collector::ebpf_runqueue::raw_supported() {
+                bits |= PODS_RUNQ;
+            }
+            match sock {
+                Ok(off) if o.tcp_skaddr != 0 => {
+                    o.sock_cgroup = off;
+                    bits |= PODS_TCP;
+                }
+                Ok(_) => tracing::info!("tcp_retransmit_skb has no skaddr: TCP retransmits are not attributed to pods"),
+                Err(e) => tracing::info!(err = %e, "TCP retransmits are not attributed to pods"),
+            }
+        }
+        Err(e) => tracing::warn!(err = %e, "kernel BTF unusable: run-queue wait, OOM kills and TCP retransmits are not attributed to pods"),
+    }
+    bits
 }
 
 /// Forwards aya-log records from the programs to `tracing`, at debug.
@@ -158,9 +227,14 @@ impl log::Log for LogBridge {
 impl Shared {
     /// Loads the embedded object. `stats` asks the kernel for run-time
     /// statistics of BPF programs for as long as the agent runs.
-    pub fn load(stats: bool) -> Result<Arc<Shared>, LoadError> {
+    /// `pods_btf`, when set, turns pod attribution on, with the kernel's
+    /// BTF read from there.
+    pub fn load(stats: bool, pods_btf: Option<&Path>) -> Result<Arc<Shared>, LoadError> {
         let tfs = ensure_tracefs();
-        let offsets = offsets(tfs.as_deref());
+        let mut offsets = offsets(tfs.as_deref());
+        if let Some(btf) = pods_btf {
+            offsets.pods = pod_offsets(&mut offsets, btf);
+        }
         // No CO-RE relocations are used (offsets come from tracefs), so the
         // kernel's BTF is not parsed: that keeps megabytes off the heap.
         let mut ebpf = EbpfLoader::new()
@@ -199,7 +273,14 @@ impl Shared {
         unsafe {
             libc::malloc_trim(0);
         }
-        Ok(Arc::new(Shared { ebpf: Mutex::new(ebpf), stats, _stats_fd: stats_fd, log_stop }))
+        Ok(Arc::new(Shared {
+            ebpf: Mutex::new(ebpf),
+            attached: Mutex::new(HashMap::new()),
+            pods: offsets.pods,
+            stats,
+            _stats_fd: stats_fd,
+            log_stop,
+        }))
     }
 
     /// The loaded object, locked.
@@ -207,8 +288,19 @@ impl Shared {
         self.ebpf.lock().ok()
     }
 
-    /// Loads and attaches a program.
-    pub fn attach(&self, program: &str, hook: Hook) -> Result<(), String> {
+    /// Loads and attaches a program, once: later calls return the first
+    /// call's result.
+    pub fn attach(&self, program: &'static str, hook: Hook) -> Result<(), String> {
+        let mut attached = self.attached.lock().map_err(|_| "eBPF state poisoned")?;
+        if let Some(r) = attached.get(program) {
+            return r.clone();
+        }
+        let r = self.attach_now(program, hook);
+        attached.insert(program, r.clone());
+        r
+    }
+
+    fn attach_now(&self, program: &str, hook: Hook) -> Result<(), String> {
         let mut ebpf = self.lock().ok_or("eBPF state poisoned")?;
         let prog = ebpf.program_mut(program).ok_or_else(|| format!("no program {program} in the object"))?;
         match hook {

@@ -1,0 +1,488 @@
+//! Pod attribution truth tests: cgroups made by the test under the real
+//! cgroup v2 hierarchy with kubelet-style paths (one pod with the cgroupfs
+//! driver's naming, one with the systemd driver's), an in-memory API server
+//! over HTTP serving the matching pods of this node (and one of another
+//! node), the real eBPF programs in this kernel, and real workloads in the
+//! pods' cgroups. The numbers are checked against the kernel's own ground
+//! truth: /proc/vmstat, /proc/PID/schedstat, /proc/diskstats.
+//!
+//! Root only (CAP_BPF, cgroups); outside CI without root they skip with a
+//! message, in CI they must run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use node_agent::expfmt;
+use node_agent::scrape::{Format, Scraper, Selection};
+use node_agent_tests::apiserver::{serve, Api};
+use node_agent_tests::host::{diskstats, loop_device, root_or_skip, vmstat};
+use serde_json::json;
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+const NODE: &str = "truth-node";
+const UID_A: &str = "6a0d1c2e-3f4a-4b5c-8d6e-7f8091a2b3c4";
+const UID_B: &str = "7b1e2d3f-4a5b-4c6d-9e7f-8091a2b3c4d5";
+const UID_OTHER: &str = "8c2f3e4a-5b6c-4d7e-af80-91a2b3c4d5e6";
+const CID_A: &str = "aaaa1111bbbb2222cccc3333dddd4444eeee5555ffff6666aaaa7777bbbb8888";
+const CID_B: &str = "bbbb1111cccc2222dddd3333eeee4444ffff5555aaaa6666bbbb7777cccc8888";
+
+fn pod(uid: &str, ns: &str, name: &str, node: &str, container: &str, cid: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "uid": uid},
+        "spec": {"nodeName": node, "containers": [{"name": container, "image": "x"}]},
+        "status": {"phase": "Running", "containerStatuses": [{
+            "name": container, "containerID": format!("containerd://{cid}"), "image": "x", "imageID": "x", "ready": true, "restartCount": 0
+        }]}
+    })
+}
+
+/// The API server with pods A (web/web-0, container app) and B (db/db-0,
+/// container pg) on this node, and one pod on another node.
+struct Cluster {
+    api: Arc<Api>,
+    _rt: tokio::runtime::Runtime,
+    kubeconfig: tempfile::NamedTempFile,
+}
+
+fn cluster() -> Cluster {
+    let api = Arc::new(Api::new());
+    {
+        let mut st = api.state.lock().expect("state");
+        for (uid, ns, name, node, c, cid) in [
+            (UID_A, "web", "web-0", NODE, "app", CID_A),
+            (UID_B, "db", "db-0", NODE, "pg", CID_B),
+            (UID_OTHER, "web", "web-1", "other-node", "app", CID_A),
+        ] {
+            api.put(&mut st, "pods", ns, name, pod(uid, ns, name, node, c, cid), false);
+        }
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let addr = rt.block_on(serve(api.clone()));
+    let kubeconfig = tempfile::NamedTempFile::new().expect("kubeconfig");
+    std::fs::write(
+        kubeconfig.path(),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: mock\n  cluster:\n    server: http://{addr}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: mock\n  context:\n    cluster: mock\n    user: u\ncurrent-context: mock\n"
+        ),
+    )
+    .expect("write kubeconfig");
+    Cluster { api, _rt: rt, kubeconfig }
+}
+
+/// The agent with only `ebpf_pods`, scraped in process.
+struct Agent {
+    scraper: Scraper,
+}
+
+impl Agent {
+    fn new(c: &Cluster, grace: &str) -> Agent {
+        let args = [
+            "node-agent".to_string(),
+            "--collector.disable-defaults".into(),
+            "--collector.ebpf_pods".into(),
+            format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
+            format!("--collector.ebpf_pods.node-name={NODE}"),
+            format!("--collector.ebpf_pods.grace-period={grace}"),
+        ];
+        let m = node_agent::cli::command().try_get_matches_from(args).expect("flags");
+        let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("config");
+        let a = Agent { scraper: Scraper::new(cfg.collectors, false) };
+        let programs = a.samples("node_ebpf_program_up");
+        assert!(programs.len() >= 8, "pod attribution programs: {programs:?}");
+        for (labels, v) in programs {
+            assert_eq!(v, 1.0, "eBPF program down: {labels:?}");
+        }
+        let t = Instant::now();
+        while a.value("node_ebpf_pod_attribution_synced", &[]) != 1.0 {
+            assert!(t.elapsed() < Duration::from_secs(20), "the pods of {NODE} were never listed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        a
+    }
+
+    fn samples(&self, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        let text = String::from_utf8(self.scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8");
+        assert!(text.contains("node_scrape_collector_success{collector=\"ebpf_pods\"} 1"), "ebpf_pods failed:\n{text}");
+        expfmt::parse(&text).expect("exposition parses").into_iter().flat_map(|f| f.samples).filter(|s| s.name == name).map(|s| (s.labels.into_iter().collect(), s.value)).collect()
+    }
+
+    /// The sample whose labels include `labels`; 0 when absent.
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.samples(name).into_iter().find(|(l, _)| labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))).map_or(0.0, |(_, v)| v)
+    }
+
+    /// One pod's value (`ns`, `pod` empty: the host).
+    fn pod(&self, name: &str, ns: &str, pod: &str) -> f64 {
+        self.value(name, &[("namespace", ns), ("pod", pod)])
+    }
+}
+
+/// A pod's cgroups, made by the test, removed when dropped: the container's
+/// cgroup in the v2 hierarchy and, for memory limits on a hybrid host, the
+/// same path in the v1 memory hierarchy.
+struct PodCgroup {
+    made: Vec<PathBuf>,
+    v2: PathBuf,
+    memory: Option<PathBuf>,
+}
+
+impl Drop for PodCgroup {
+    fn drop(&mut self) {
+        for d in self.made.iter().rev() {
+            // A just-killed task may still be leaving.
+            for _ in 0..50 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn v2_root() -> PathBuf {
+    node_agent::pods::cgroup::v2_root(Path::new("/sys")).expect("a cgroup v2 hierarchy (unified or hybrid)")
+}
+
+fn mkdirs(root: &Path, rel: &str, made: &mut Vec<PathBuf>) -> PathBuf {
+    let mut p = root.to_path_buf();
+    for c in rel.split('/') {
+        p.push(c);
+        if !p.exists() {
+            std::fs::create_dir(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+            made.push(p.clone());
+        }
+    }
+    p
+}
+
+/// The container cgroup of pod A (cgroupfs naming) or B (systemd naming),
+/// optionally memory-limited.
+fn pod_cgroup(which: char, memory_limit: Option<u64>) -> PodCgroup {
+    let rel = match which {
+        'A' => format!("kubepods/burstable/pod{UID_A}/{CID_A}"),
+        _ => format!("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/cri-containerd-{CID_B}.scope", UID_B.replace('-', "_")),
+    };
+    let root = v2_root();
+    let mut made = Vec::new();
+    let mut memory = None;
+    if let Some(limit) = memory_limit {
+        let v2_has_memory = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default().split_whitespace().any(|c| c == "memory");
+        if v2_has_memory {
+            // Enable the memory controller down the path, then limit the leaf.
+            let mut p = root.clone();
+            for c in rel.split('/') {
+                let _ = std::fs::write(p.join("cgroup.subtree_control"), "+memory");
+                p.push(c);
+                if !p.exists() {
+                    std::fs::create_dir(&p).expect("mkdir");
+                    made.push(p.clone());
+                }
+            }
+            std::fs::write(p.join("memory.max"), limit.to_string()).expect("memory.max");
+            let _ = std::fs::write(p.join("memory.swap.max"), "0");
+        } else {
+            let m = mkdirs(Path::new("/sys/fs/cgroup/memory"), &rel, &mut made);
+            std::fs::write(m.join("memory.limit_in_bytes"), limit.to_string()).expect("memory.limit_in_bytes");
+            let _ = std::fs::write(m.join("memory.swappiness"), "0");
+            memory = Some(m);
+        }
+    }
+    let v2 = mkdirs(&root, &rel, &mut made);
+    PodCgroup { made, v2, memory }
+}
+
+impl PodCgroup {
+    /// Runs a shell command inside the pod's cgroups.
+    fn spawn(&self, cmd: &str) -> Child {
+        self.command(cmd).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn in pod")
+    }
+
+    /// As `spawn`, with stdout and stderr kept.
+    fn spawn_piped(&self, cmd: &str) -> Child {
+        self.command(cmd).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn in pod")
+    }
+
+    fn command(&self, cmd: &str) -> Command {
+        let mut join = format!("echo $$ > {}/cgroup.procs", self.v2.display());
+        if let Some(m) = &self.memory {
+            join.push_str(&format!(" && echo $$ > {}/cgroup.procs", m.display()));
+        }
+        let mut c = Command::new("/bin/sh");
+        c.arg("-c").arg(format!("{join} && exec {cmd}"));
+        c
+    }
+}
+
+#[test]
+fn oom_kill_counted_for_its_pod_and_container_only() {
+    if !root_or_skip("pod attribution truth tests") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster();
+    let agent = Agent::new(&c, "5m");
+    let a = pod_cgroup('A', Some(32 << 20));
+    let b = pod_cgroup('B', None);
+    let oom = |ns: &str, pod: &str, container: &str| agent.value("node_ebpf_pod_oom_kills_total", &[("namespace", ns), ("pod", pod), ("container", container)]);
+    let (a0, b0, host0, vm0) = (oom("web", "web-0", "app"), oom("db", "db-0", "pg"), oom("", "", ""), vmstat("oom_kill"));
+    assert_eq!((a0, b0), (0.0, 0.0), "series exist at 0 from the start");
+    let mut idle = b.spawn("sleep 30");
+    // `tail` keeps the endless line of /dev/zero in memory until killed.
+    let status = a.spawn("tail /dev/zero").wait().expect("memory hog");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "the memory hog was not OOM-killed: {status:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    let vm = vmstat("oom_kill") - vm0;
+    let (a1, b1, host1) = (oom("web", "web-0", "app"), oom("db", "db-0", "pg"), oom("", "", ""));
+    let _ = idle.kill();
+    let _ = idle.wait();
+    eprintln!("/proc/vmstat oom_kill +{vm}; web-0/app +{}, db-0/pg +{}, host +{}", a1 - a0, b1 - b0, host1 - host0);
+    assert_eq!(vm, 1, "exactly one OOM kill expected");
+    assert_eq!(a1 - a0, 1.0, "the kill belongs to web-0/app");
+    assert_eq!((b1 - b0, host1 - host0), (0.0, 0.0), "and to no one else");
+}
+
+/// Run-queue wait of a task: /proc/PID/schedstat's second field, in ns.
+fn run_delay_ns(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok().and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse().ok())).unwrap_or(0)
+}
+
+#[test]
+fn cpu_contention_is_the_contending_pods_runqueue_wait() {
+    if !root_or_skip("pod attribution truth tests") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster();
+    let agent = Agent::new(&c, "5m");
+    let a = pod_cgroup('A', None);
+    let b = pod_cgroup('B', None);
+    let wait = |ns: &str, p: &str| agent.pod("node_ebpf_pod_runqueue_wait_seconds_total", ns, p);
+    let (a0, b0) = (wait("web", "web-0"), wait("db", "db-0"));
+    // Three busy loops share CPU 0 in pod A; pod B sleeps.
+    let mut busy: Vec<Child> = (0..3).map(|_| a.spawn("taskset -c 0 /bin/sh -c 'while :; do :; done'")).collect();
+    let mut sleeper = b.spawn("sleep 1.5");
+    std::thread::sleep(Duration::from_millis(1500));
+    // The truth, read right before the loops end.
+    let truth: u64 = busy.iter().map(|c| run_delay_ns(c.id())).sum();
+    for c in &mut busy {
+        let _ = c.kill();
+    }
+    for c in &mut busy {
+        let _ = c.wait();
+    }
+    let _ = sleeper.wait();
+    let (a1, b1) = (wait("web", "web-0"), wait("db", "db-0"));
+    let (got, truth_s) = (a1 - a0, truth as f64 / 1e9);
+    eprintln!("web-0 waited {got:.3}s (schedstat of its tasks {truth_s:.3}s); db-0 waited {:.6}s", b1 - b0);
+    assert!(truth_s > 1.0, "three loops on one CPU for 1.5 s wait about 3 s in all, schedstat says {truth_s}");
+    assert!(got >= truth_s * 0.9 && got <= truth_s * 1.1 + 0.05, "eBPF {got:.3}s vs schedstat {truth_s:.3}s");
+    assert!(b1 - b0 < 0.05, "the sleeping pod hardly waited: {}", b1 - b0);
+    assert!(agent.pod("node_ebpf_pod_runqueue_waits_total", "web", "web-0") >= 3.0);
+}
+
+#[test]
+fn direct_io_bytes_are_the_writing_pods() {
+    if !root_or_skip("pod attribution truth tests") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lo = loop_device();
+    let c = cluster();
+    let agent = Agent::new(&c, "5m");
+    let a = pod_cgroup('A', None);
+    let bytes = |ns: &str, p: &str, op: &str| agent.value("node_ebpf_pod_block_io_bytes_total", &[("namespace", ns), ("pod", p), ("operation", op)]);
+    let before = [bytes("web", "web-0", "write"), bytes("web", "web-0", "read"), bytes("db", "db-0", "write"), bytes("db", "db-0", "read")];
+    let d0 = diskstats(&lo.dev);
+    let dev = format!("/dev/{}", lo.dev);
+    let ok = a.spawn(&format!("dd if=/dev/zero of={dev} bs=64k count=64 oflag=direct")).wait().expect("dd write").success();
+    assert!(ok, "dd write");
+    let ok = a.spawn(&format!("dd if={dev} of=/dev/null bs=64k count=32 iflag=direct")).wait().expect("dd read").success();
+    assert!(ok, "dd read");
+    let d1 = diskstats(&lo.dev);
+    let (sectors_read, sectors_written) = (d1[2] - d0[2], d1[6] - d0[6]);
+    let after = [bytes("web", "web-0", "write"), bytes("web", "web-0", "read"), bytes("db", "db-0", "write"), bytes("db", "db-0", "read")];
+    let d: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    eprintln!("{}: diskstats read {} B, written {} B; web-0 read {} B, wrote {} B; db-0 {} / {}", lo.dev, sectors_read * 512, sectors_written * 512, d[1], d[0], d[3], d[2]);
+    assert_eq!(sectors_written * 512, 4 << 20, "dd wrote 4 MiB");
+    assert_eq!(d[0], (4u64 << 20) as f64, "web-0 wrote what dd wrote");
+    assert_eq!(sectors_read * 512, 2 << 20, "dd read 2 MiB");
+    // Reads may include the pod's own program files, if not cached.
+    assert!(d[1] >= (2u64 << 20) as f64 && d[1] <= (3u64 << 20) as f64, "web-0 read {} B", d[1]);
+    assert_eq!((d[2], d[3]), (0.0, 0.0), "db-0 did no I/O");
+}
+
+#[test]
+fn syscall_errors_are_the_failing_pods() {
+    if !root_or_skip("pod attribution truth tests") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster();
+    let agent = Agent::new(&c, "5m");
+    let a = pod_cgroup('A', None);
+    let b = pod_cgroup('B', None);
+    let errs = |ns: &str, p: &str| agent.pod("node_ebpf_pod_syscall_errors_total", ns, p);
+    let (a0, b0) = (errs("web", "web-0"), errs("db", "db-0"));
+    // The same shell in both pods; in A it fails to open a missing file
+    // 500 times (a builtin redirection: one failed openat each, nothing
+    // else), in B none: the difference is exactly A's 500 failures.
+    let failing = |n: u32| format!("/bin/sh -c 'i=0; while [ $i -lt {n} ]; do true < /nonexistent; i=$((i+1)); done 2>/dev/null'");
+    let _ = a.spawn(&failing(500)).wait();
+    let _ = b.spawn(&failing(0)).wait();
+    let (da, db) = (errs("web", "web-0") - a0, errs("db", "db-0") - b0);
+    eprintln!("web-0 failed syscalls +{da}, db-0 +{db}: difference {}", da - db);
+    assert!(db > 0.0, "starting a shell fails a few syscalls (loader probes)");
+    assert!((da - db - 500.0).abs() <= 2.0, "web-0 failed 500 more than db-0: {da} vs {db}");
+}
+
+/// In a network namespace of its own: a connection over lo whose receiver
+/// drops every segment for 1.7 s (a classic BPF socket filter), so the
+/// sender retransmits; prints the namespace's RetransSegs increase.
+const RETRANSMIT: &str = r#"
+import ctypes, socket, struct, time
+def retrans():
+    lines = [l.split() for l in open("/proc/net/snmp") if l.startswith("Tcp:")]
+    return int(lines[1][lines[0].index("RetransSegs")])
+before = retrans()
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+cli = socket.create_connection(srv.getsockname()); conn, _ = srv.accept()
+cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+drop_all = (ctypes.c_uint64 * 1)(6)  # { code: BPF_RET|BPF_K, k: 0 }
+conn.setsockopt(socket.SOL_SOCKET, 26, struct.pack("HL", 1, ctypes.addressof(drop_all)))  # SO_ATTACH_FILTER
+cli.send(b"hello")
+time.sleep(1.7)
+conn.setsockopt(socket.SOL_SOCKET, 27, struct.pack("i", 0))  # SO_DETACH_FILTER
+conn.settimeout(10)
+got = b""
+while len(got) < 5:
+    got += conn.recv(5)
+assert got == b"hello"
+cli.close(); conn.close(); srv.close()
+time.sleep(0.3)
+print(retrans() - before)
+"#;
+
+#[test]
+fn tcp_retransmits_are_the_sending_pods() {
+    if !root_or_skip("pod attribution truth tests") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster();
+    let agent = Agent::new(&c, "5m");
+    let a = pod_cgroup('A', None);
+    let script = tempfile::NamedTempFile::new().expect("script");
+    std::fs::write(script.path(), RETRANSMIT).expect("write script");
+    let retrans = |ns: &str, p: &str| agent.pod("node_ebpf_pod_tcp_retransmits_total", ns, p);
+    let (a0, b0) = (retrans("web", "web-0"), retrans("db", "db-0"));
+    let child = a.spawn_piped(&format!("unshare -n /bin/sh -c 'ip link set lo up && exec python3 {}'", script.path().display()));
+    let out = child.wait_with_output().expect("retransmitting workload");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "workload failed: {text} {}", String::from_utf8_lossy(&out.stderr));
+    let truth: f64 = text.trim().parse().expect("RetransSegs delta");
+    let (da, db) = (retrans("web", "web-0") - a0, retrans("db", "db-0") - b0);
+    eprintln!("RetransSegs of web-0's namespace +{truth}; web-0 +{da}, db-0 +{db}");
+    assert!(truth >= 2.0, "the dropped segment was retransmitted: {truth}");
+    assert_eq!(da, truth, "every retransmit of the namespace is web-0's sockets'");
+    assert_eq!(db, 0.0);
+}
+
+#[test]
+fn only_this_nodes_pods_are_watched_and_deleted_pods_go_after_grace() {
+    if !root_or_skip("pod attribution truth tests") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster();
+    let agent = Agent::new(&c, "2s");
+    let pods = |name: &str| -> Vec<String> {
+        agent.samples(name).into_iter().map(|(l, _)| format!("{}/{}", l["namespace"], l["pod"])).collect::<std::collections::BTreeSet<_>>().into_iter().collect()
+    };
+    assert_eq!(pods("node_ebpf_pod_syscall_errors_total"), ["/", "db/db-0", "web/web-0"], "the host and this node's pods only");
+    let requests = c.api.requests.lock().expect("requests").clone();
+    let pod_requests: Vec<&String> = requests.iter().filter(|r| r.contains("/api/v1/pods")).collect();
+    assert!(!pod_requests.is_empty());
+    for r in &pod_requests {
+        assert!(r.starts_with("GET /api/v1/pods?") && r.contains("fieldSelector=spec.nodeName%3Dtruth-node"), "every pod request selects this node: {r}");
+    }
+    assert!(pod_requests.iter().any(|r| r.contains("watch=true")), "the pods are watched: {pod_requests:?}");
+    c.api.write("DELETE", "pods", "db", Some("db-0"), None, "", serde_json::Value::Null);
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(pods("node_ebpf_pod_syscall_errors_total").contains(&"db/db-0".to_string()), "kept within the grace period");
+    while pods("node_ebpf_pod_syscall_errors_total").contains(&"db/db-0".to_string()) {
+        assert!(t.elapsed() < Duration::from_secs(10), "db-0's series never went");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let gone_after = t.elapsed();
+    eprintln!("db-0's series went {gone_after:?} after its deletion (grace 2s)");
+    assert!(gone_after >= Duration::from_secs(2));
+    assert_eq!(pods("node_ebpf_pod_oom_kills_total"), ["/", "web/web-0"]);
+}
+
+/// Started outside any cluster and without a kubeconfig, the agent runs
+/// with attribution off, says so in one line, and attaches nothing for it.
+#[test]
+fn without_kubernetes_attribution_is_off_with_one_log_line() {
+    if !root_or_skip("pod attribution truth tests") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let home = tempfile::tempdir().expect("home");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let status = Command::new(env!("CARGO")).args(["build", "-q", "-p", "node-agent", "--bin", "node-agent"]).status().expect("cargo build");
+    assert!(status.success());
+    let exe = std::env::current_exe().expect("exe");
+    let bin = exe.parent().and_then(|d| d.parent()).map(|d| d.join("node-agent")).expect("target dir");
+    let child = Command::new(bin)
+        .args([&format!("--web.listen-address=127.0.0.1:{port}"), "--collector.disable-defaults", "--collector.ebpf_pods", "--collector.loadavg"])
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("HOME", home.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start node-agent");
+    let mut guard = node_agent_tests::Kill(child);
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let t = Instant::now();
+    let text = loop {
+        if let Ok(t) = node_agent_tests::compare::http_get(&url) {
+            break t;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "node-agent did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(guard.0.id() as i32, libc::SIGTERM) };
+    let out = guard.0.wait_with_output_ref();
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains("pod attribution")).collect();
+    assert_eq!(lines.len(), 1, "one line about pod attribution:\n{out}");
+    assert!(lines[0].contains("pod attribution off"), "{}", lines[0]);
+    assert!(text.contains("node_scrape_collector_success{collector=\"ebpf_pods\"} 1"), "{text}");
+    assert!(!text.contains("node_ebpf_pod_") && !text.contains("node_ebpf_program_up"), "no pod series, no program:\n{text}");
+    assert!(text.contains("node_load1 "), "the agent serves");
+}
+
+trait WaitOutput {
+    fn wait_with_output_ref(&mut self) -> String;
+}
+
+impl WaitOutput for Child {
+    fn wait_with_output_ref(&mut self) -> String {
+        use std::io::Read;
+        let mut s = String::new();
+        if let Some(mut e) = self.stderr.take() {
+            let _ = e.read_to_string(&mut s);
+        }
+        let _ = self.wait();
+        s
+    }
+}
