@@ -164,6 +164,7 @@ pub const PODS_RUNQ: u32 = 2;
 pub const PODS_OOM: u32 = 4;
 pub const PODS_TCP: u32 = 8;
 pub const PODS_BLOCK: u32 = 16;
+pub const PODS_ALL: u32 = PODS_SYSCALLS | PODS_RUNQ | PODS_OOM | PODS_TCP | PODS_BLOCK;
 
 /// Byte offsets of the tracepoint fields the programs read, taken by the
 /// agent from tracefs `format` files and set as a read-only global before

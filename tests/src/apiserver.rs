@@ -360,3 +360,37 @@ pub async fn serve(api: Arc<Api>) -> SocketAddr {
     addr
 }
 
+
+/// An API server running on a runtime of its own, with a kubeconfig file
+/// pointing at it (plain HTTP, no credentials).
+pub struct Running {
+    pub api: Arc<Api>,
+    pub addr: SocketAddr,
+    pub kubeconfig: tempfile::NamedTempFile,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Running {
+    pub fn start(api: Arc<Api>) -> std::io::Result<Running> {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+        let addr = rt.block_on(serve(api.clone()));
+        let kubeconfig = tempfile::NamedTempFile::new()?;
+        std::fs::write(
+            kubeconfig.path(),
+            format!("apiVersion: v1\nkind: Config\nclusters:\n- name: mock\n  cluster:\n    server: http://{addr}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: mock\n  context:\n    cluster: mock\n    user: u\ncurrent-context: mock\n"),
+        )?;
+        Ok(Running { api, addr, kubeconfig, _rt: rt })
+    }
+}
+
+/// A running pod as the API server returns it, with one container.
+pub fn pod(uid: &str, ns: &str, name: &str, node: &str, container: &str, container_id: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "uid": uid},
+        "spec": {"nodeName": node, "containers": [{"name": container, "image": "x"}]},
+        "status": {"phase": "Running", "containerStatuses": [{
+            "name": container, "containerID": format!("containerd://{container_id}"), "image": "x", "imageID": "x", "ready": true, "restartCount": 0
+        }]}
+    })
+}

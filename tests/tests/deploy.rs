@@ -347,7 +347,24 @@ fn a_real_prometheus_scrapes_the_agent_through_the_shipped_config() {
 }
 
 fn exported_names() -> BTreeSet<String> {
-    let m = node_agent::cli::command().try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--ebpf.bpf-stats"]).expect("flags");
+    // An API server with one pod on this node, for the per-pod families.
+    use node_agent_tests::apiserver::{pod, Api, Running};
+    let api = std::sync::Arc::new(Api::new());
+    {
+        let mut st = api.state.lock().expect("state");
+        let p = pod("0f9e2c6a-1b3d-4e5f-8a7b-9c0d1e2f3a4b", "web", "web-0", "deploy-node", "app", &"a".repeat(64));
+        api.put(&mut st, "pods", "web", "web-0", p, false);
+    }
+    let cluster = Running::start(api).expect("API server");
+    let m = node_agent::cli::command()
+        .try_get_matches_from([
+            "node-agent".to_string(),
+            "--web.listen-address=127.0.0.1:0".into(),
+            "--ebpf.bpf-stats".into(),
+            format!("--collector.ebpf_pods.kubeconfig={}", cluster.kubeconfig.path().display()),
+            "--collector.ebpf_pods.node-name=deploy-node".into(),
+        ])
+        .expect("flags");
     let agent = node_agent::cli::Agent::start(&m).expect("agent");
     // Histograms labelled by device exist once there was block I/O: make some
     // (written and synced on the disk the build directory is on).
@@ -358,7 +375,7 @@ fn exported_names() -> BTreeSet<String> {
         std::fs::File::open(&f).and_then(|f| f.sync_all()).expect("sync");
         let _ = std::fs::remove_file(&f);
         text = node_agent_tests::compare::http_get(&format!("http://{}/metrics", agent.addrs[0])).expect("scrape");
-        if text.contains("node_ebpf_block_io_latency_seconds_bucket") {
+        if text.contains("node_ebpf_block_io_latency_seconds_bucket") && text.contains("node_ebpf_pod_attribution_synced 1") {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
@@ -474,7 +491,19 @@ fn dashboard_and_rules_query_only_exported_metrics() {
         }
     }
     assert!(missing.is_empty(), "not exported: {missing:#?}");
-    for family in ["node_ebpf_runqueue_latency_seconds_bucket", "node_ebpf_block_io_latency_seconds_bucket", "node_ebpf_syscall_errors_total", "node_ebpf_oom_kills_total", "node_ebpf_tcp_retransmits_total", "node_agent_controller_rollout_halted"] {
+    for family in [
+        "node_ebpf_runqueue_latency_seconds_bucket",
+        "node_ebpf_block_io_latency_seconds_bucket",
+        "node_ebpf_syscall_errors_total",
+        "node_ebpf_oom_kills_total",
+        "node_ebpf_tcp_retransmits_total",
+        "node_agent_controller_rollout_halted",
+        "node_ebpf_pod_runqueue_wait_seconds_total",
+        "node_ebpf_pod_oom_kills_total",
+        "node_ebpf_pod_tcp_retransmits_total",
+        "node_ebpf_pod_block_io_bytes_total",
+        "node_ebpf_pod_syscall_errors_total",
+    ] {
         assert!(seen.contains(family), "{family} is not on the dashboard or in the rules");
     }
 }

@@ -17,9 +17,8 @@ use std::time::{Duration, Instant};
 
 use node_agent::expfmt;
 use node_agent::scrape::{Format, Scraper, Selection};
-use node_agent_tests::apiserver::{serve, Api};
+use node_agent_tests::apiserver::{pod, Api, Running};
 use node_agent_tests::host::{diskstats, loop_device, root_or_skip, vmstat};
-use serde_json::json;
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -30,26 +29,9 @@ const UID_OTHER: &str = "8c2f3e4a-5b6c-4d7e-af80-91a2b3c4d5e6";
 const CID_A: &str = "aaaa1111bbbb2222cccc3333dddd4444eeee5555ffff6666aaaa7777bbbb8888";
 const CID_B: &str = "bbbb1111cccc2222dddd3333eeee4444ffff5555aaaa6666bbbb7777cccc8888";
 
-fn pod(uid: &str, ns: &str, name: &str, node: &str, container: &str, cid: &str) -> serde_json::Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "uid": uid},
-        "spec": {"nodeName": node, "containers": [{"name": container, "image": "x"}]},
-        "status": {"phase": "Running", "containerStatuses": [{
-            "name": container, "containerID": format!("containerd://{cid}"), "image": "x", "imageID": "x", "ready": true, "restartCount": 0
-        }]}
-    })
-}
-
 /// The API server with pods A (web/web-0, container app) and B (db/db-0,
 /// container pg) on this node, and one pod on another node.
-struct Cluster {
-    api: Arc<Api>,
-    _rt: tokio::runtime::Runtime,
-    kubeconfig: tempfile::NamedTempFile,
-}
-
-fn cluster() -> Cluster {
+fn cluster() -> Running {
     let api = Arc::new(Api::new());
     {
         let mut st = api.state.lock().expect("state");
@@ -61,17 +43,7 @@ fn cluster() -> Cluster {
             api.put(&mut st, "pods", ns, name, pod(uid, ns, name, node, c, cid), false);
         }
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
-    let addr = rt.block_on(serve(api.clone()));
-    let kubeconfig = tempfile::NamedTempFile::new().expect("kubeconfig");
-    std::fs::write(
-        kubeconfig.path(),
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: mock\n  cluster:\n    server: http://{addr}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: mock\n  context:\n    cluster: mock\n    user: u\ncurrent-context: mock\n"
-        ),
-    )
-    .expect("write kubeconfig");
-    Cluster { api, _rt: rt, kubeconfig }
+    Running::start(api).expect("API server")
 }
 
 /// The agent with only `ebpf_pods`, scraped in process.
@@ -80,7 +52,7 @@ struct Agent {
 }
 
 impl Agent {
-    fn new(c: &Cluster, grace: &str) -> Agent {
+    fn new(c: &Running, grace: &str) -> Agent {
         let args = [
             "node-agent".to_string(),
             "--collector.disable-defaults".into(),

@@ -341,10 +341,15 @@ fn direct_reads(dev: &str, n: usize) -> f64 {
 /// (seconds without, seconds with, kernel statistics per program).
 type Timings = (f64, f64, BTreeMap<String, (f64, u64)>);
 
-fn with_without(reps: usize, programs: &[(&'static str, node_agent::ebpf::Hook)], mut work: impl FnMut() -> f64) -> Res<Timings> {
+/// `pods`: with pod attribution on (cgroup lookups in the programs).
+fn with_without(reps: usize, programs: &[(&'static str, node_agent::ebpf::Hook)], pods: bool, mut work: impl FnMut() -> f64) -> Res<Timings> {
     use node_agent::ebpf::{Probe, Shared};
+    let btf = Path::new("/sys/kernel/btf/vmlinux");
     let attach = |stats: bool| -> Res<(std::sync::Arc<Shared>, Probe)> {
-        let shared = Shared::load(stats, None).map_err(|e| e.to_string())?;
+        let shared = Shared::load(stats, pods.then_some(btf)).map_err(|e| e.to_string())?;
+        if pods && shared.pods != agent_common::PODS_ALL {
+            return Err(format!("pod attribution serves only events {:#x} here", shared.pods));
+        }
         let p = Probe::attach(Ok(shared.clone()), programs);
         if !p.up() {
             return Err(format!("probe {:?} did not attach", programs.iter().map(|x| x.0).collect::<Vec<_>>()));
@@ -376,6 +381,16 @@ struct EventCost {
     kernel_ns: Option<f64>,
 }
 
+/// close(-1) in a loop: a syscall that fails (EBADF) every time.
+fn failing_loop(n: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        // SAFETY: closing an invalid descriptor only fails.
+        unsafe { libc::close(-1) };
+    }
+    t.elapsed().as_secs_f64()
+}
+
 fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
     use node_agent::ebpf::Hook;
     let reps = if quick { 2 } else { 5 };
@@ -386,16 +401,23 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
     };
 
     let n = if quick { 500_000 } else { 2_000_000 };
-    let (b, w, s) = with_without(reps, &[("empty", Hook::RawTracePoint("sys_exit"))], || getpid_loop(n))?;
+    let (b, w, s) = with_without(reps, &[("empty", Hook::RawTracePoint("sys_exit"))], false, || getpid_loop(n))?;
     out.push(EventCost { probe: "empty program (floor)", event: "syscall (getpid)", base_ns: b / n as f64 * 1e9, with_ns: w / n as f64 * 1e9, kernel_ns: kernel(&s) });
-    let (b, w, s) = with_without(reps, &[("sys_exit", Hook::RawTracePoint("sys_exit"))], || getpid_loop(n))?;
+    let (b, w, s) = with_without(reps, &[("sys_exit", Hook::RawTracePoint("sys_exit"))], false, || getpid_loop(n))?;
     out.push(EventCost { probe: "ebpf_syscalls", event: "syscall (getpid)", base_ns: b / n as f64 * 1e9, with_ns: w / n as f64 * 1e9, kernel_ns: kernel(&s) });
+    let sys_exit = [("sys_exit", Hook::RawTracePoint("sys_exit"))];
+    let (b, w, s) = with_without(reps, &sys_exit, false, || failing_loop(n))?;
+    out.push(EventCost { probe: "ebpf_syscalls", event: "failed syscall (close(-1))", base_ns: b / n as f64 * 1e9, with_ns: w / n as f64 * 1e9, kernel_ns: kernel(&s) });
+    let (b, w, s) = with_without(reps, &sys_exit, true, || failing_loop(n))?;
+    out.push(EventCost { probe: "ebpf_syscalls + ebpf_pods", event: "failed syscall (close(-1))", base_ns: b / n as f64 * 1e9, with_ns: w / n as f64 * 1e9, kernel_ns: kernel(&s) });
 
     let rounds = if quick { 20_000 } else { 100_000 };
     let (_, switches) = ping_pong(rounds);
     let switches = switches.max(1) as f64;
-    let (b, w, s) = with_without(reps, node_agent::collector::ebpf_runqueue::programs(), || ping_pong(rounds).0)?;
+    let (b, w, s) = with_without(reps, node_agent::collector::ebpf_runqueue::programs(), false, || ping_pong(rounds).0)?;
     out.push(EventCost { probe: "ebpf_runqueue", event: "context switch (ping-pong)", base_ns: b / switches * 1e9, with_ns: w / switches * 1e9, kernel_ns: kernel(&s) });
+    let (b, w, s) = with_without(reps, node_agent::collector::ebpf_runqueue::programs(), true, || ping_pong(rounds).0)?;
+    out.push(EventCost { probe: "ebpf_runqueue + ebpf_pods", event: "context switch (ping-pong)", base_ns: b / switches * 1e9, with_ns: w / switches * 1e9, kernel_ns: kernel(&s) });
 
     let k = if quick { 2000 } else { 10_000 };
     let (b, w, s) = with_without(
@@ -405,6 +427,7 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
             ("sched_process_fork", Hook::TracePoint("sched", "sched_process_fork")),
             ("sched_process_exit", Hook::TracePoint("sched", "sched_process_exit")),
         ],
+        false,
         || fork_loop(k),
     )?;
     out.push(EventCost { probe: "ebpf_process", event: "fork + exit + wait", base_ns: b / k as f64 * 1e9, with_ns: w / k as f64 * 1e9, kernel_ns: kernel(&s) });
@@ -414,9 +437,21 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
     let (b, w, s) = with_without(
         reps,
         &[("block_rq_issue", Hook::TracePoint("block", "block_rq_issue")), ("block_rq_complete", Hook::TracePoint("block", "block_rq_complete"))],
+        false,
         || direct_reads(&dev.path, m),
     )?;
     out.push(EventCost { probe: "ebpf_block_io", event: "O_DIRECT 4 KiB read (loop device)", base_ns: b / m as f64 * 1e9, with_ns: w / m as f64 * 1e9, kernel_ns: kernel(&s) });
+    let (b, w, s) = with_without(
+        reps,
+        &[
+            ("pod_io_start", Hook::TracePoint("block", "block_io_start")),
+            ("pod_bio_backmerge", Hook::TracePoint("block", "block_bio_backmerge")),
+            ("pod_bio_frontmerge", Hook::TracePoint("block", "block_bio_frontmerge")),
+        ],
+        true,
+        || direct_reads(&dev.path, m),
+    )?;
+    out.push(EventCost { probe: "ebpf_pods (block I/O)", event: "O_DIRECT 4 KiB read (loop device)", base_ns: b / m as f64 * 1e9, with_ns: w / m as f64 * 1e9, kernel_ns: kernel(&s) });
     Ok(out)
 }
 
