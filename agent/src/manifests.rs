@@ -84,9 +84,10 @@ fn namespace() -> String {
 
 fn agent_rbac() -> String {
     format!(
-        r#"{HEADER}# The agent's identity. It reads nothing from the API today; pod attribution
-# (naming the pods on its node) needs exactly get/list/watch on pods and
-# nodes, and nothing else.
+        r#"{HEADER}# The agent's identity. Pod attribution (ebpf_pods: naming the pods on its
+# node) lists and watches the pods of its node (spec.nodeName field
+# selector); explain reads nodes. Exactly get/list/watch on pods and nodes,
+# nothing else.
 apiVersion: v1
 kind: ServiceAccount
 metadata:
