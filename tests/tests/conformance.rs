@@ -77,7 +77,7 @@ fn sample_set(f: &Family) -> SampleSet {
 
 fn run_agent(root: &std::path::Path, fixtures: &std::path::Path) -> String {
     let p = |s: &str| root.join(s).display().to_string();
-    let args = vec![
+    let mut args = vec![
         "node-agent".to_string(),
         format!("--path.procfs={}", p("proc")),
         format!("--path.sysfs={}", p("sys")),
@@ -98,15 +98,10 @@ fn run_agent(root: &std::path::Path, fixtures: &std::path::Path) -> String {
         "--no-collector.uname".into(),
         "--no-collector.timex".into(),
         "--no-collector.selinux".into(),
-        // Kernel-event collectors have no node_exporter counterpart.
-        "--no-collector.ebpf_block_io".into(),
-        "--no-collector.ebpf_oom_kills".into(),
-        "--no-collector.ebpf_process".into(),
-        "--no-collector.ebpf_runqueue".into(),
-        "--no-collector.ebpf_syscalls".into(),
-        "--no-collector.ebpf_tcp_retransmits".into(),
         "--web.disable-exporter-metrics".into(),
     ];
+    // Kernel-event collectors have no node_exporter counterpart.
+    args.extend(node_agent::manifests::ebpf_collectors().iter().map(|c| format!("--no-collector.{c}")));
     let m = node_agent::cli::command().try_get_matches_from(args).expect("flags parse");
     let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("config resolves");
     let scraper = Scraper::new(cfg.collectors, cfg.exporter_metrics);

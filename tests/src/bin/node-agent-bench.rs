@@ -18,7 +18,6 @@ type Res<T> = Result<T, String>;
 
 use node_agent_tests::Kill;
 
-const EBPF_COLLECTORS: &[&str] = &["ebpf_block_io", "ebpf_oom_kills", "ebpf_process", "ebpf_runqueue", "ebpf_syscalls", "ebpf_tcp_retransmits"];
 
 fn start(bin: &Path, flags: &[String]) -> Res<(Kill, String, u32)> {
     node_agent_tests::start_exporter(bin, flags)
@@ -166,7 +165,7 @@ fn scrape_phase(agent_bin: &Path, ne_bin: &Path, ebpf: bool, quick: bool) -> Res
     let common: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
     let mut agent_flags = common.clone();
     if !ebpf {
-        agent_flags.extend(EBPF_COLLECTORS.iter().map(|c| format!("--no-collector.{c}")));
+        agent_flags.extend(node_agent::manifests::ebpf_collectors().iter().map(|c| format!("--no-collector.{c}")));
     }
     let (_a, ua, pa) = start(agent_bin, &agent_flags)?;
     let (_n, un, pn) = start(ne_bin, &common)?;
