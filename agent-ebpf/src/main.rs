@@ -417,6 +417,18 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     0
 }
 
+/// A test fixture the agent never attaches: it dereferences a raw
+/// tracepoint argument directly, which the verifier refuses. The truth
+/// tests load it to check that a rejected program is reported down and
+/// leaves everything else running.
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn verifier_rejects(ctx: RawTracePointContext) -> i32 {
+    let regs: *const u64 = ctx.arg(0);
+    // SAFETY: deliberately unsound (a kernel pointer read without
+    // bpf_probe_read_kernel): the verifier must reject this program.
+    unsafe { core::ptr::read_volatile(regs) as i32 }
+}
+
 /// An empty program (attached to sys_exit by the benchmark): the floor of a
 /// probe's cost on this kernel.
 #[raw_tracepoint(tracepoint = "sys_exit")]

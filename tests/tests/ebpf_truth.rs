@@ -447,6 +447,38 @@ fn repeated_start_stop_leaks_no_program_map_or_fd() {
     assert!(after <= fds, "file descriptors leaked over 10 start/stop cycles: {fds} -> {after}");
 }
 
+/// A program the verifier refuses is reported down with the verifier's
+/// reason, and the object's other programs still load and count.
+#[test]
+fn verifier_rejected_program_reported_down_others_unaffected() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    use node_agent::ebpf::{Hook, Probe as Programs, Shared};
+    let shared = Shared::load(false, None);
+    let rejected = Programs::attach(shared.clone(), &[("verifier_rejects", Hook::RawTracePoint("sys_exit"))]);
+    assert!(!rejected.up());
+    let reason = shared.as_ref().ok().and_then(|s| s.attach("verifier_rejects", Hook::RawTracePoint("sys_exit")).err()).unwrap_or_default();
+    assert!(reason.contains("loading") && reason.to_lowercase().contains("verifier"), "the verifier's reason is kept: {reason}");
+    let mut sink = node_agent::metrics::Sink::new();
+    rejected.self_metrics(&mut sink);
+    let up: Vec<_> = sink.families().iter().filter(|f| f.name() == "node_ebpf_program_up").flat_map(|f| f.samples().map(|s| s.1).collect::<Vec<_>>()).collect();
+    assert_eq!(up, vec![0.0]);
+    // The same object's syscall counter still loads, attaches and counts.
+    let good = Programs::attach(shared.clone(), &[("sys_exit", Hook::RawTracePoint("sys_exit"))]);
+    assert!(good.up(), "the other programs are unaffected");
+    drop((rejected, good, shared));
+    let p = Probe::new(&["ebpf_syscalls"]);
+    let before = p.value("node_ebpf_syscalls_total", &[("syscall", "getppid")]);
+    for _ in 0..1000 {
+        // SAFETY: getppid has no preconditions.
+        unsafe { libc::getppid() };
+    }
+    let after = p.value("node_ebpf_syscalls_total", &[("syscall", "getppid")]);
+    assert!(after - before >= 1000.0, "counting goes on: {}", after - before);
+}
+
 #[test]
 fn missing_tracepoint_reported_down() {
     if !can_run() {

@@ -314,6 +314,42 @@ fn syscall_errors_are_the_failing_pods() {
     assert!((da - db - 500.0).abs() <= 2.0, "web-0 failed 500 more than db-0: {da} vs {db}");
 }
 
+/// The kernel's cgroup table full (filled from outside through the map's
+/// id): the new pod's events are counted as dropped, nothing is
+/// misattributed, and the scrape keeps succeeding.
+#[test]
+fn full_cgroup_table_counts_dropped_events_and_keeps_serving() {
+    if !root_or_skip("pod attribution truth tests") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster();
+    let agent = Agent::new(&c, "5m");
+    let a = pod_cgroup('A', None);
+    let id = aya::maps::loaded_maps().filter_map(Result::ok).filter(|m| m.name_as_str() == Some("POD_STATS")).map(|m| m.id()).max().expect("POD_STATS is loaded");
+    let data = aya::maps::MapData::from_id(id).expect("open POD_STATS by id");
+    let mut table: aya::maps::HashMap<_, u64, agent_common::PodCounters> = aya::maps::HashMap::try_from(aya::maps::Map::from_map_data(data).expect("map")).expect("a hash map");
+    let mut filled = 0u32;
+    for k in 0..agent_common::POD_MAX_CGROUPS as u64 {
+        if table.insert(u64::MAX - k, agent_common::PodCounters::default(), 1 /* BPF_NOEXIST */).is_ok() {
+            filled += 1;
+        }
+    }
+    assert!(table.insert(1u64 << 62, agent_common::PodCounters::default(), 1).is_err(), "the table is full");
+    let dropped = || agent.value("node_ebpf_events_dropped_total", &[("probe", "pods")]);
+    let (d0, e0) = (dropped(), agent.pod("node_ebpf_pod_syscall_errors_total", "web", "web-0"));
+    let _ = a.spawn("/bin/sh -c 'i=0; while [ $i -lt 300 ]; do true < /nonexistent; i=$((i+1)); done 2>/dev/null'").wait();
+    let (d1, e1) = (dropped(), agent.pod("node_ebpf_pod_syscall_errors_total", "web", "web-0"));
+    eprintln!("filled {filled} entries; dropped +{}, web-0 +{}", d1 - d0, e1 - e0);
+    assert!(d1 - d0 >= 300.0, "web-0's failures had no entry to go to: dropped +{}", d1 - d0);
+    assert_eq!(e1 - e0, 0.0, "nothing counted for web-0");
+    for k in 0..agent_common::POD_MAX_CGROUPS as u64 {
+        let _ = table.remove(&(u64::MAX - k));
+    }
+    let _ = a.spawn("/bin/sh -c 'true < /nonexistent' 2>/dev/null").wait();
+    assert!(agent.pod("node_ebpf_pod_syscall_errors_total", "web", "web-0") - e0 >= 1.0, "counting resumes once there is room");
+}
+
 /// In a network namespace of its own: a connection over lo whose receiver
 /// drops every segment for 1.7 s (a classic BPF socket filter), so the
 /// sender retransmits; prints the namespace's RetransSegs increase.
