@@ -140,7 +140,12 @@ pub fn new(m: &ArgMatches, p: &Paths, ctx: &mut BuildContext) -> Result<Collecto
     let index = Arc::new(Mutex::new(PodIndex::default()));
     let watch = watch::spawn(source, node.clone(), Arc::clone(&index))
         .map_err(|e| ConfigError::Invalid { flag: "collector.ebpf_pods".into(), msg: format!("starting the pod watch: {e}") })?;
-    tracing::info!(node = %node, events = bits, "pod attribution on");
+    let names: Vec<&str> = [(PODS_SYSCALLS, "syscall_errors"), (PODS_RUNQ, "runqueue"), (PODS_OOM, "oom_kills"), (PODS_TCP, "tcp_retransmits"), (PODS_BLOCK, "block_io")]
+        .iter()
+        .filter(|(b, _)| bits & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    tracing::info!(node = %node, events = %names.join(","), "pod attribution on");
     Ok(Collector { active: Some(Active { probe, index, _watch: watch, attrib: Attribution::new(grace), root, cgroups: HashMap::new(), walked: None, unfound: Default::default() }) })
 }
 

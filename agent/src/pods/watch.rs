@@ -82,7 +82,8 @@ async fn run(source: Source, node: String, index: Arc<Mutex<PodIndex>>) {
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(ev) => {
-                if failing {
+                // Init comes before the list is even tried: not a recovery yet.
+                if failing && !matches!(ev, Event::Init) {
                     tracing::info!(node = %node, "pod attribution: watching pods again");
                     failing = false;
                 }
