@@ -29,6 +29,15 @@ pub fn start_exporter<S: AsRef<std::ffi::OsStr>>(bin: &Path, flags: &[S]) -> Res
     Ok((guard, url, pid))
 }
 
+/// The node-agent binary of this build (built first if need be), beside the
+/// running test executable: target/<profile>/deps/<test> → target/<profile>/node-agent.
+pub fn agent_binary() -> PathBuf {
+    let status = std::process::Command::new(env!("CARGO")).args(["build", "-q", "-p", "node-agent", "--bin", "node-agent"]).status();
+    assert!(status.is_ok_and(|s| s.success()), "cargo build -p node-agent failed");
+    let exe = std::env::current_exe().unwrap_or_default();
+    exe.parent().and_then(|d| d.parent()).map(|d| d.join("node-agent")).unwrap_or_default()
+}
+
 /// A `kB` field of /proc/PID/status (`pid` "self" for this process), e.g.
 /// VmRSS or VmHWM; 0 when unreadable.
 pub fn status_kb(pid: &str, field: &str) -> u64 {

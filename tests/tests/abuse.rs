@@ -12,7 +12,6 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 fn agent() -> node_agent::cli::Agent {
@@ -111,15 +110,6 @@ fn oversized_headers_and_urls_are_refused_and_the_agent_goes_on() {
     assert_eq!(scrape(addr), Ok(200));
 }
 
-/// The node-agent binary (built if need be).
-fn binary() -> PathBuf {
-    let status = std::process::Command::new(env!("CARGO")).args(["build", "-q", "-p", "node-agent", "--bin", "node-agent"]).status().expect("cargo build");
-    assert!(status.success());
-    // target/debug/deps/abuse-* -> target/debug/node-agent
-    let exe = std::env::current_exe().expect("exe");
-    exe.parent().and_then(|d| d.parent()).map(|d| d.join("node-agent")).expect("target dir")
-}
-
 #[test]
 fn sigterm_lets_an_in_flight_scrape_finish_and_exits_cleanly() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port");
@@ -130,7 +120,7 @@ fn sigterm_lets_an_in_flight_scrape_finish_and_exits_cleanly() {
         big.push_str(&format!("slow_metric{{i=\"{i}\"}} {i}\n"));
     }
     std::fs::write(dir.path().join("big.prom"), big).expect("write");
-    let child = std::process::Command::new(binary())
+    let child = std::process::Command::new(node_agent_tests::agent_binary())
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .args(["--collector.disable-defaults", "--collector.textfile"])
         .arg(format!("--collector.textfile.directory={}", dir.path().display()))

@@ -46,6 +46,32 @@ fn cluster() -> Running {
     Running::start(api).expect("API server")
 }
 
+/// One test's world, torn down in order: the agent, then the API server,
+/// then the turn.
+struct Truth {
+    agent: Agent,
+    cluster: Running,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+/// Takes the turn and starts the API server and the agent; None (skip)
+/// when not root outside CI.
+fn truth(grace: &str) -> Option<Truth> {
+    if !root_or_skip("pod attribution truth tests") {
+        return None;
+    }
+    let turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = cluster();
+    let agent = Agent::new(&cluster, grace);
+    Some(Truth { agent, cluster, _turn: turn })
+}
+
+/// A shell that fails to open a missing file `n` times (a redirection of
+/// the regular builtin `true`: one failed openat each, nothing else).
+fn failing_opens(n: u32) -> String {
+    format!("/bin/sh -c 'i=0; while [ $i -lt {n} ]; do true < /nonexistent; i=$((i+1)); done 2>/dev/null'")
+}
+
 /// The agent with only `ebpf_pods`, scraped in process.
 struct Agent {
     scraper: Scraper,
@@ -193,12 +219,8 @@ impl PodCgroup {
 
 #[test]
 fn oom_kill_counted_for_its_pod_and_container_only() {
-    if !root_or_skip("pod attribution truth tests") {
-        return;
-    }
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let c = cluster();
-    let agent = Agent::new(&c, "5m");
+    let Some(t) = truth("5m") else { return };
+    let agent = &t.agent;
     let a = pod_cgroup('A', Some(32 << 20));
     let b = pod_cgroup('B', None);
     let oom = |ns: &str, pod: &str, container: &str| agent.value("node_ebpf_pod_oom_kills_total", &[("namespace", ns), ("pod", pod), ("container", container)]);
@@ -227,12 +249,8 @@ fn run_delay_ns(pid: u32) -> u64 {
 
 #[test]
 fn cpu_contention_is_the_contending_pods_runqueue_wait() {
-    if !root_or_skip("pod attribution truth tests") {
-        return;
-    }
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let c = cluster();
-    let agent = Agent::new(&c, "5m");
+    let Some(t) = truth("5m") else { return };
+    let agent = &t.agent;
     let a = pod_cgroup('A', None);
     let b = pod_cgroup('B', None);
     let wait = |ns: &str, p: &str| agent.pod("node_ebpf_pod_runqueue_wait_seconds_total", ns, p);
@@ -261,13 +279,9 @@ fn cpu_contention_is_the_contending_pods_runqueue_wait() {
 
 #[test]
 fn direct_io_bytes_are_the_writing_pods() {
-    if !root_or_skip("pod attribution truth tests") {
-        return;
-    }
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(t) = truth("5m") else { return };
+    let agent = &t.agent;
     let lo = loop_device();
-    let c = cluster();
-    let agent = Agent::new(&c, "5m");
     let a = pod_cgroup('A', None);
     let bytes = |ns: &str, p: &str, op: &str| agent.value("node_ebpf_pod_block_io_bytes_total", &[("namespace", ns), ("pod", p), ("operation", op)]);
     let before = [bytes("web", "web-0", "write"), bytes("web", "web-0", "read"), bytes("db", "db-0", "write"), bytes("db", "db-0", "read")];
@@ -292,22 +306,16 @@ fn direct_io_bytes_are_the_writing_pods() {
 
 #[test]
 fn syscall_errors_are_the_failing_pods() {
-    if !root_or_skip("pod attribution truth tests") {
-        return;
-    }
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let c = cluster();
-    let agent = Agent::new(&c, "5m");
+    let Some(t) = truth("5m") else { return };
+    let agent = &t.agent;
     let a = pod_cgroup('A', None);
     let b = pod_cgroup('B', None);
     let errs = |ns: &str, p: &str| agent.pod("node_ebpf_pod_syscall_errors_total", ns, p);
     let (a0, b0) = (errs("web", "web-0"), errs("db", "db-0"));
-    // The same shell in both pods; in A it fails to open a missing file
-    // 500 times (a builtin redirection: one failed openat each, nothing
-    // else), in B none: the difference is exactly A's 500 failures.
-    let failing = |n: u32| format!("/bin/sh -c 'i=0; while [ $i -lt {n} ]; do true < /nonexistent; i=$((i+1)); done 2>/dev/null'");
-    let _ = a.spawn(&failing(500)).wait();
-    let _ = b.spawn(&failing(0)).wait();
+    // The same shell in both pods, failing 500 times in A and never in B:
+    // the difference is exactly A's 500 failures.
+    let _ = a.spawn(&failing_opens(500)).wait();
+    let _ = b.spawn(&failing_opens(0)).wait();
     let (da, db) = (errs("web", "web-0") - a0, errs("db", "db-0") - b0);
     eprintln!("web-0 failed syscalls +{da}, db-0 +{db}: difference {}", da - db);
     assert!(db > 0.0, "starting a shell fails a few syscalls (loader probes)");
@@ -319,12 +327,8 @@ fn syscall_errors_are_the_failing_pods() {
 /// misattributed, and the scrape keeps succeeding.
 #[test]
 fn full_cgroup_table_counts_dropped_events_and_keeps_serving() {
-    if !root_or_skip("pod attribution truth tests") {
-        return;
-    }
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let c = cluster();
-    let agent = Agent::new(&c, "5m");
+    let Some(t) = truth("5m") else { return };
+    let agent = &t.agent;
     let a = pod_cgroup('A', None);
     let id = aya::maps::loaded_maps().filter_map(Result::ok).filter(|m| m.name_as_str() == Some("POD_STATS")).map(|m| m.id()).max().expect("POD_STATS is loaded");
     let data = aya::maps::MapData::from_id(id).expect("open POD_STATS by id");
@@ -338,7 +342,7 @@ fn full_cgroup_table_counts_dropped_events_and_keeps_serving() {
     assert!(table.insert(1u64 << 62, agent_common::PodCounters::default(), 1).is_err(), "the table is full");
     let dropped = || agent.value("node_ebpf_events_dropped_total", &[("probe", "pods")]);
     let (d0, e0) = (dropped(), agent.pod("node_ebpf_pod_syscall_errors_total", "web", "web-0"));
-    let _ = a.spawn("/bin/sh -c 'i=0; while [ $i -lt 300 ]; do true < /nonexistent; i=$((i+1)); done 2>/dev/null'").wait();
+    let _ = a.spawn(&failing_opens(300)).wait();
     let (d1, e1) = (dropped(), agent.pod("node_ebpf_pod_syscall_errors_total", "web", "web-0"));
     eprintln!("filled {filled} entries; dropped +{}, web-0 +{}", d1 - d0, e1 - e0);
     assert!(d1 - d0 >= 300.0, "web-0's failures had no entry to go to: dropped +{}", d1 - d0);
@@ -346,7 +350,7 @@ fn full_cgroup_table_counts_dropped_events_and_keeps_serving() {
     for k in 0..agent_common::POD_MAX_CGROUPS as u64 {
         let _ = table.remove(&(u64::MAX - k));
     }
-    let _ = a.spawn("/bin/sh -c 'true < /nonexistent' 2>/dev/null").wait();
+    let _ = a.spawn(&failing_opens(1)).wait();
     assert!(agent.pod("node_ebpf_pod_syscall_errors_total", "web", "web-0") - e0 >= 1.0, "counting resumes once there is room");
 }
 
@@ -379,12 +383,8 @@ print(retrans() - before)
 
 #[test]
 fn tcp_retransmits_are_the_sending_pods() {
-    if !root_or_skip("pod attribution truth tests") {
-        return;
-    }
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let c = cluster();
-    let agent = Agent::new(&c, "5m");
+    let Some(t) = truth("5m") else { return };
+    let agent = &t.agent;
     let a = pod_cgroup('A', None);
     let script = tempfile::NamedTempFile::new().expect("script");
     std::fs::write(script.path(), RETRANSMIT).expect("write script");
@@ -404,12 +404,8 @@ fn tcp_retransmits_are_the_sending_pods() {
 
 #[test]
 fn only_this_nodes_pods_are_watched_and_deleted_pods_go_after_grace() {
-    if !root_or_skip("pod attribution truth tests") {
-        return;
-    }
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let c = cluster();
-    let agent = Agent::new(&c, "2s");
+    let Some(t) = truth("2s") else { return };
+    let (c, agent) = (&t.cluster, &t.agent);
     let pods = |name: &str| -> Vec<String> {
         agent.samples(name).into_iter().map(|(l, _)| format!("{}/{}", l["namespace"], l["pod"])).collect::<std::collections::BTreeSet<_>>().into_iter().collect()
     };
@@ -445,11 +441,7 @@ fn without_kubernetes_attribution_is_off_with_one_log_line() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let home = tempfile::tempdir().expect("home");
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
-    let status = Command::new(env!("CARGO")).args(["build", "-q", "-p", "node-agent", "--bin", "node-agent"]).status().expect("cargo build");
-    assert!(status.success());
-    let exe = std::env::current_exe().expect("exe");
-    let bin = exe.parent().and_then(|d| d.parent()).map(|d| d.join("node-agent")).expect("target dir");
-    let child = Command::new(bin)
+    let child = Command::new(node_agent_tests::agent_binary())
         .args([&format!("--web.listen-address=127.0.0.1:{port}"), "--collector.disable-defaults", "--collector.ebpf_pods", "--collector.loadavg"])
         .env_remove("KUBECONFIG")
         .env_remove("KUBERNETES_SERVICE_HOST")
