@@ -38,6 +38,8 @@ pub enum Error {
     Runtime(std::io::Error),
     #[error(transparent)]
     WebConfig(#[from] crate::webconfig::Error),
+    #[error("--security.drop-capabilities: {0}")]
+    DropCapabilities(#[from] crate::caps::DropError),
 }
 
 /// A running agent: its bound addresses, and a handle to stop it.
@@ -60,6 +62,13 @@ impl Agent {
         let names: Vec<&str> = cfg.collectors.iter().map(|(n, _)| *n).collect();
         tracing::info!(collectors = %names.join(","), procfs = %cfg.paths.procfs.display(), sysfs = %cfg.paths.sysfs.display(), rootfs = %cfg.paths.rootfs.display(), "starting node-agent");
         crate::caps::log_report(crate::caps::effective());
+        if cfg.drop_capabilities {
+            // The programs are attached: keep only what scrapes need.
+            let before = crate::caps::effective();
+            let keep = crate::caps::needed_after_start(before);
+            crate::caps::restrict_all_threads(keep)?;
+            tracing::info!(kept = format!("{keep:#x}"), dropped = format!("{:#x}", before & !keep), "capabilities dropped in every thread");
+        }
         let web = match &cfg.web_config {
             Some(p) => crate::webconfig::Handle::open(p)?,
             None => crate::webconfig::Handle::none(),

@@ -28,6 +28,8 @@ pub struct ServeConfig {
     pub collectors: Vec<(&'static str, Box<dyn collector::Collector>)>,
     pub log_level: tracing::Level,
     pub log_format: LogFormat,
+    /// `--security.drop-capabilities`.
+    pub drop_capabilities: bool,
 }
 
 /// A bad flag value, naming the flag.
@@ -59,6 +61,11 @@ pub fn serve_args(defs: &[Definition]) -> Vec<Arg> {
     ];
     v.extend(util::bool_args("web.disable-exporter-metrics", false, "Exclude metrics about the exporter itself (process_*, node_agent_build_info)."));
     v.extend(util::bool_args("collector.disable-defaults", false, "Set all collectors to disabled by default."));
+    v.extend(util::bool_args(
+        "security.drop-capabilities",
+        false,
+        "Once the eBPF programs are attached, drop every capability but BPF, SYS_PTRACE and DAC_READ_SEARCH, in every thread.",
+    ));
     v.extend(util::bool_args("ebpf.bpf-stats", false, "Enable the kernel's BPF run-time statistics while running, for node_ebpf_program_run_seconds_total and node_ebpf_program_runs_total."));
     for d in defs {
         let enable: &'static str = Box::leak(format!("collector.{}", d.name).into_boxed_str());
@@ -145,6 +152,7 @@ pub fn resolve(m: &ArgMatches, defs: &[Definition]) -> Result<ServeConfig, Error
         collectors,
         log_level,
         log_format,
+        drop_capabilities: util::bool_flag(m, "security.drop-capabilities", false),
     })
 }
 

@@ -43,7 +43,8 @@ pub const CAPABILITIES: &[Capability] = &[
     },
 ];
 
-/// The agent's arguments in the pod: the host's trees, the port.
+/// The agent's arguments in the pod: the host's trees, the port, and
+/// PERFMON dropped once the programs are attached.
 pub fn agent_args() -> Vec<String> {
     vec![
         "--path.procfs=/host/proc".into(),
@@ -51,6 +52,7 @@ pub fn agent_args() -> Vec<String> {
         "--path.rootfs=/host/root".into(),
         "--path.udev.data=/host/root/run/udev/data".into(),
         format!("--web.listen-address=:{PORT}"),
+        "--security.drop-capabilities".into(),
     ]
 }
 

@@ -528,3 +528,58 @@ fn unprivileged_agent_degrades() {
     }
     assert!(!text.contains("node_ebpf_syscalls_total"));
 }
+
+/// Capability sets of every thread of a process: (tid, CapEff, CapPrm).
+fn thread_caps(pid: u32) -> Vec<(String, u64, u64)> {
+    let field = |status: &str, key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|h| u64::from_str_radix(h.trim(), 16).ok()).unwrap_or(u64::MAX);
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .flatten()
+        .map(|t| {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            (t.file_name().to_string_lossy().into_owned(), field(&status, "CapEff:"), field(&status, "CapPrm:"))
+        })
+        .collect()
+}
+
+/// `--security.drop-capabilities`: once the programs are attached every
+/// thread holds only BPF, SYS_PTRACE and DAC_READ_SEARCH, and the agent
+/// still reads its maps and the host's mounts.
+#[test]
+fn drop_capabilities_leaves_every_thread_only_what_scrapes_need() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    let bin = node_agent_tests::agent_binary();
+    let flags = ["--collector.disable-defaults", "--collector.ebpf_syscalls", "--collector.ebpf_runqueue", "--collector.filesystem", "--collector.loadavg"];
+    let (_plain, _, plain_pid) = node_agent_tests::start_exporter(&bin, &flags).expect("agent without the flag");
+    let perfmon = 1u64 << node_agent::caps::PERFMON;
+    assert!(thread_caps(plain_pid).iter().all(|(_, eff, _)| eff & perfmon != 0), "control: without the flag PERFMON stays");
+    let mut with = flags.to_vec();
+    with.push("--security.drop-capabilities");
+    let (_agent, url, pid) = node_agent_tests::start_exporter(&bin, &with).expect("agent with --security.drop-capabilities");
+    let keep = 1u64 << node_agent::caps::BPF | 1 << node_agent::caps::SYS_PTRACE | 1 << node_agent::caps::DAC_READ_SEARCH;
+    let threads = thread_caps(pid);
+    assert!(threads.len() >= 3, "several threads: {threads:?}");
+    for (tid, eff, prm) in &threads {
+        assert_eq!((*eff, *prm), (keep, keep), "thread {tid}: CapEff {eff:#x} CapPrm {prm:#x}");
+    }
+    let scrape = || node_agent_tests::compare::http_get(&url).expect("scrape");
+    let value = |text: &str, series: &str| text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()));
+    let before = value(&scrape(), "node_ebpf_syscalls_total{syscall=\"getppid\"}").unwrap_or(0.0);
+    for _ in 0..1000 {
+        // SAFETY: getppid has no preconditions.
+        unsafe { libc::getppid() };
+    }
+    let text = scrape();
+    let after = value(&text, "node_ebpf_syscalls_total{syscall=\"getppid\"}").unwrap_or(0.0);
+    eprintln!("{} threads at {keep:#x}; getppid +{}", threads.len(), after - before);
+    assert!(after - before >= 1000.0, "the maps are still read: {}", after - before);
+    assert!(text.contains("node_ebpf_program_up{program=\"sys_exit\"} 1"), "{text}");
+    assert!(text.contains("node_filesystem_size_bytes{") && text.contains("mountpoint=\"/\""), "the host's mounts are still read");
+    assert_eq!(value(&text, "node_agent_capability{capability=\"PERFMON\"}"), Some(0.0));
+    assert_eq!(value(&text, "node_agent_capability{capability=\"BPF\"}"), Some(1.0));
+    // Threads started since (the server's) hold no more than the others.
+    assert!(thread_caps(pid).iter().all(|(_, eff, prm)| *eff == keep && *prm == keep));
+}
