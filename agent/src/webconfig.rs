@@ -223,9 +223,13 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
                     let v = if auth == "VerifyClientCertIfGiven" { v.allow_unauthenticated() } else { v };
                     builder.with_client_cert_verifier(v.build().map_err(|e| err(path, format!("tls_server_config.client_ca_file: {e}")))?)
                 }
-                "RequestClientCert" | "RequireAnyClientCert" => {
-                    return Err(err(path, format!("tls_server_config.client_auth_type: {auth} (accepting unverified client certificates) is not supported; use RequireAndVerifyClientCert or VerifyClientCertIfGiven")))
-                }
+                // As Go's crypto/tls: ask for a certificate (and require one)
+                // without checking who issued it; the handshake still proves
+                // the client holds its key.
+                "RequestClientCert" | "RequireAnyClientCert" => builder.with_client_cert_verifier(Arc::new(AnyClientCert {
+                    mandatory: auth == "RequireAnyClientCert",
+                    algorithms: provider.signature_verification_algorithms,
+                })),
                 other => return Err(err(path, format!("tls_server_config.client_auth_type: unknown value {other:?}"))),
             };
             let mut cfg = builder.with_single_cert(certs, key).map_err(|e| err(path, format!("tls_server_config: certificate and key: {e}")))?;
@@ -234,6 +238,59 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
         }
     };
     Ok(Loaded { tls, users: f.basic_auth_users, headers, verified: Mutex::new(Default::default()) })
+}
+
+/// Go's RequestClientCert / RequireAnyClientCert: any certificate, issuer
+/// unchecked; only the handshake signature (possession of the key) is.
+#[derive(Debug)]
+struct AnyClientCert {
+    mandatory: bool,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl rustls::server::danger::ClientCertVerifier for AnyClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.mandatory
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
 }
 
 /// A file's modification time and length: a change to either reloads it.

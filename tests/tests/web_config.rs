@@ -1,6 +1,6 @@
 //! `--web.config.file` (exporter-toolkit format) with real clients (curl)
 //! and real certificates (openssl): TLS, TLS version bounds, mTLS with
-//! RequireAndVerifyClientCert, basic auth with bcrypt hashes, response
+//! RequireAndVerifyClientCert, RequestClientCert and RequireAnyClientCert, basic auth with bcrypt hashes, response
 //! headers, reload on change without a restart, and bad files failing at
 //! start-up naming the file and the field.
 
@@ -113,6 +113,34 @@ fn tls_mtls_basic_auth_headers_and_reload() {
     std::fs::write(&cfg, "tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n").expect("rewrite");
     let (code, _, _) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &client.display().to_string(), "--key", &client_key.display().to_string()], &url);
     assert_eq!(code, 200, "still served with the last good configuration");
+}
+
+/// Go's RequestClientCert and RequireAnyClientCert: a certificate is asked
+/// for (and required) but its issuer is not checked.
+#[test]
+fn request_and_require_any_client_cert() {
+    if !need_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    pki(d);
+    let cfg = d.join("web.yml");
+    let ca = d.join("ca.crt").display().to_string();
+    let (rogue, rogue_key) = (d.join("rogue.crt").display().to_string(), d.join("rogue.key").display().to_string());
+    let (client, client_key) = (d.join("client.crt").display().to_string(), d.join("client.key").display().to_string());
+    for (auth, without_cert) in [("RequireAnyClientCert", 0), ("RequestClientCert", 200)] {
+        std::fs::write(&cfg, format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: {auth}\n")).expect("write");
+        let agent = start(&cfg).expect("starts");
+        let url = format!("https://127.0.0.1:{}/metrics", agent.addrs[0].port());
+        let (code, _, exit) = curl(&["--cacert", &ca], &url);
+        assert_eq!(code, without_cert, "{auth} without a certificate (curl exit {exit})");
+        let (code, body, _) = curl(&["--cacert", &ca, "--cert", &rogue, "--key", &rogue_key], &url);
+        assert_eq!(code, 200, "{auth}: a self-signed certificate is accepted: {body}");
+        assert!(body.contains("node_load1 "));
+        let (code, _, _) = curl(&["--cacert", &ca, "--cert", &client, "--key", &client_key], &url);
+        assert_eq!(code, 200, "{auth}: a CA-signed one too");
+    }
 }
 
 #[test]
