@@ -164,28 +164,42 @@ impl super::Collector for Collector {
         let Some(a) = &mut self.active else { return Ok(()) };
         a.probe.self_metrics(sink);
         let Some(shared) = a.probe.shared.clone() else { return Ok(()) };
-        let mut ebpf = shared.lock().ok_or_else(|| map_err("eBPF state poisoned"))?;
-        let map = ebpf.map_mut("POD_STATS").ok_or_else(|| map_err("missing"))?;
-        let mut stats: aya::maps::HashMap<_, u64, PodCounters> = aya::maps::HashMap::try_from(map).map_err(map_err)?;
-        let entries: Vec<(u64, PodCounters)> = stats.iter().filter_map(Result::ok).collect();
+        let entries: Vec<(u64, PodCounters)> = {
+            let ebpf = shared.lock().ok_or_else(|| map_err("eBPF state poisoned"))?;
+            let map = ebpf.map("POD_STATS").ok_or_else(|| map_err("missing"))?;
+            let stats: aya::maps::HashMap<_, u64, PodCounters> = aya::maps::HashMap::try_from(map).map_err(map_err)?;
+            stats.iter().filter_map(Result::ok).collect()
+        };
+        // The hierarchy is walked without holding the eBPF state.
         let now = Instant::now();
-        if let Some(root) = &a.root {
-            let new_cgroup = entries.iter().any(|(id, _)| !a.cgroups.contains_key(id) && !a.unfound.contains(id));
-            if walk_due(a.walked, new_cgroup, now) {
-                a.cgroups = cgroup::walk(root);
-                a.walked = Some(now);
-                a.unfound = entries.iter().map(|(id, _)| *id).filter(|id| !a.cgroups.contains_key(id)).collect();
+        match &a.root {
+            Some(root) => {
+                let new_cgroup = entries.iter().any(|(id, _)| !a.cgroups.contains_key(id) && !a.unfound.contains(id));
+                if walk_due(a.walked, new_cgroup, now) {
+                    a.cgroups = cgroup::walk(root);
+                    a.walked = Some(now);
+                    a.unfound = entries.iter().map(|(id, _)| *id).filter(|id| !a.cgroups.contains_key(id)).collect();
+                }
             }
+            // No cgroup v2 hierarchy to name anything with: all the host's.
+            None => a.cgroups = entries.iter().map(|(id, _)| (*id, Cgroup { path: String::new(), pod: None })).collect(),
         }
         let (out, pods, synced) = {
             let mut idx = a.index.lock().unwrap_or_else(|e| e.into_inner());
             let out = a.attrib.update(&entries, &a.cgroups, &mut idx, now);
             (out, idx.live(now, a.attrib.grace).count(), idx.synced)
         };
-        for id in &out.delete {
-            let _ = stats.remove(id);
-        }
-        drop(ebpf);
+        let dropped = {
+            let mut ebpf = shared.lock().ok_or_else(|| map_err("eBPF state poisoned"))?;
+            if !out.delete.is_empty() {
+                let map = ebpf.map_mut("POD_STATS").ok_or_else(|| map_err("missing"))?;
+                let mut stats: aya::maps::HashMap<_, u64, PodCounters> = aya::maps::HashMap::try_from(map).map_err(map_err)?;
+                for id in &out.delete {
+                    let _ = stats.remove(id);
+                }
+            }
+            super::ebpf_process::read_counter(&ebpf, CNT_DROPPED_POD)?
+        };
         emit(sink, &out.series);
         sink.family("node_ebpf_pod_attribution_cgroups", "Cgroups with counts in the kernel, by whether their pod (or the host) is known.", Kind::Gauge)
             .sample(&[("state", "attributed")], out.attributed as f64)
@@ -194,8 +208,6 @@ impl super::Collector for Collector {
             .sample(&[], pods as f64);
         sink.family("node_ebpf_pod_attribution_synced", "Whether the pods of this node have been listed from the API server.", Kind::Gauge)
             .sample(&[], if synced { 1.0 } else { 0.0 });
-        let ebpf = shared.lock().ok_or_else(|| map_err("eBPF state poisoned"))?;
-        let dropped = super::ebpf_process::read_counter(&ebpf, CNT_DROPPED_POD)?;
         sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
             .sample(&[("probe", "pods")], dropped as f64);
         Ok(())
