@@ -197,8 +197,10 @@ fn block_io_matches_diskstats() {
         let l = labels(op);
         p.value("node_ebpf_block_io_latency_seconds_count", &[("device", l[0].1.as_str()), ("operation", l[1].1.as_str())])
     };
+    let misses = || p.value("node_ebpf_program_misses_total", &[("program", "block_rq_issue")]) + p.value("node_ebpf_program_misses_total", &[("program", "block_rq_complete")]);
     let (r0, w0) = diskstats(&lo.dev);
     let (cr0, cw0) = (count("read"), count("write"));
+    let missed0 = misses();
     const N: u64 = 200;
     for i in 0..N {
         dev.write_all_at(buf, i * 8192).expect("O_DIRECT write");
@@ -210,10 +212,16 @@ fn block_io_matches_diskstats() {
     unsafe { std::alloc::dealloc(ptr, layout) };
     let (r1, w1) = diskstats(&lo.dev);
     let (cr, cw) = (count("read") - cr0, count("write") - cw0);
-    eprintln!("{}: diskstats reads +{} writes +{}; eBPF reads +{cr} writes +{cw}", lo.dev, r1 - r0, w1 - w0);
+    let missed = misses() - missed0;
+    eprintln!("{}: diskstats reads +{} writes +{}; eBPF reads +{cr} writes +{cw}; runs the kernel skipped +{missed}", lo.dev, r1 - r0, w1 - w0);
     assert!(w1 - w0 >= N && r1 - r0 >= N, "the I/O reached the device");
-    assert_eq!(cr, (r1 - r0) as f64, "read requests: eBPF vs /proc/diskstats");
-    assert_eq!(cw, (w1 - w0) as f64, "write requests: eBPF vs /proc/diskstats");
+    // Exact, but for runs the kernel skipped (a tracepoint program does not
+    // run while another BPF program runs on that CPU: an interrupt's
+    // completion during an issue), which it counts and the agent exports.
+    let (truth_r, truth_w) = ((r1 - r0) as f64, (w1 - w0) as f64);
+    assert!(cr <= truth_r && cr + missed >= truth_r, "read requests: eBPF {cr} (+{missed} skipped) vs /proc/diskstats {truth_r}");
+    assert!(cw <= truth_w && cw + missed >= truth_w, "write requests: eBPF {cw} (+{missed} skipped) vs /proc/diskstats {truth_w}");
+    assert!(missed <= 2.0, "skipped runs are rare: {missed}");
 }
 
 #[test]

@@ -318,6 +318,28 @@ impl Shared {
         Ok(())
     }
 
+    /// Runs of a program the kernel skipped because another BPF program
+    /// was running on that CPU (`recursion_misses`, Linux 5.12+): events
+    /// the probe could not see.
+    pub fn misses(&self, program: &str) -> Option<u64> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let ebpf = self.lock()?;
+        let fd = ebpf.program(program)?.fd().ok()?.as_fd().as_raw_fd();
+        #[repr(C)]
+        struct InfoAttr {
+            bpf_fd: u32,
+            info_len: u32,
+            info: u64,
+        }
+        // SAFETY: bpf_prog_info is plain integers; all-zero is valid.
+        let mut info: aya_obj::generated::bpf_prog_info = unsafe { std::mem::zeroed() };
+        let mut attr = InfoAttr { bpf_fd: fd as u32, info_len: std::mem::size_of_val(&info) as u32, info: &mut info as *mut _ as u64 };
+        // SAFETY: BPF_OBJ_GET_INFO_BY_FD (15) writes at most info_len bytes
+        // into `info`, which lives until after the call.
+        let rc = unsafe { libc::syscall(libc::SYS_bpf, 15, &mut attr as *mut InfoAttr, std::mem::size_of::<InfoAttr>()) };
+        (rc == 0).then_some(info.recursion_misses)
+    }
+
     /// Kernel run-time statistics of a program: (seconds, runs).
     pub fn run_stats(&self, program: &str) -> Option<(f64, u64)> {
         if !self.stats {
@@ -373,6 +395,10 @@ impl Probe {
                 .sample(&[("program", name)], if r.is_ok() { 1.0 } else { 0.0 });
             if r.is_err() {
                 continue;
+            }
+            if let Some(m) = self.shared.as_ref().and_then(|s| s.misses(name)) {
+                sink.family("node_ebpf_program_misses_total", "Runs of the eBPF program the kernel skipped because another BPF program was running on that CPU: events the probe did not see.", Kind::Counter)
+                    .sample(&[("program", name)], m as f64);
             }
             if let Some((secs, runs)) = self.shared.as_ref().and_then(|s| s.run_stats(name)) {
                 sink.family("node_ebpf_program_run_seconds_total", "Time the kernel spent running the eBPF program (kernel.bpf_stats_enabled).", Kind::Counter)
