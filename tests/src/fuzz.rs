@@ -47,6 +47,16 @@ impl Rng {
     }
 }
 
+/// The fixture files the collectors read (proc, sys, textfile), sorted.
+pub fn corpus_files(root: &Path) -> Vec<PathBuf> {
+    let mut corpus = Vec::new();
+    for d in ["proc", "sys", "textfile"] {
+        files(&root.join(d), &mut corpus);
+    }
+    corpus.sort();
+    corpus
+}
+
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     for e in rd.flatten() {
@@ -172,11 +182,7 @@ pub fn run(root: &Path, budget: Duration, seed: u64) -> Report {
             p.push(info.to_string());
         }
     }));
-    let mut corpus = Vec::new();
-    for d in ["proc", "sys", "textfile"] {
-        files(&root.join(d), &mut corpus);
-    }
-    corpus.sort();
+    let corpus = corpus_files(root);
     let originals: Vec<Vec<u8>> = corpus.iter().map(|f| std::fs::read(f).unwrap_or_default()).collect();
     let s = scraper(root);
     let _ = s.scrape(&Selection::default(), Format::Text);

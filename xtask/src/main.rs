@@ -3,11 +3,12 @@
 //! - `setup`: install what building, running and testing need (idempotent).
 //! - `build-ebpf`: install the eBPF toolchain and build `agent-ebpf`.
 //! - `run [-- FLAGS]`: set up, build in release mode and run the agent.
-//! - `test`: set up and run the whole test suite.
+//! - `test`: set up and run the whole test suite, then fuzz with AFL++ for a minute.
 //! - `compare-node-exporter`: node-agent beside Debian's node_exporter on this
 //!   machine; prints family and stable-value differences.
 //! - `manifests`: write deploy/ from the code.
-//! - `fuzz [--seconds N] [--seed S]`: mutation-fuzz the collectors' parsers.
+//! - `fuzz [--seconds N] [--seed S] [--afl]`: mutation-fuzz the collectors' parsers; with
+//!   `--afl`, coverage-guided with AFL++ (afl.rs on stable Rust; harness in fuzz/).
 //! - `image`: build the container image (needs docker or podman).
 //!
 //! xtask depends on no workspace crate, so it builds on a machine that does
@@ -53,12 +54,15 @@ enum Cmd {
         quick: bool,
     },
     /// Mutation-fuzz every collector's parser for N seconds (stable Rust:
-    /// cargo-fuzz needs nightly).
+    /// cargo-fuzz needs nightly); with --afl, coverage-guided with AFL++.
     Fuzz {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
         #[arg(long)]
         seed: Option<u64>,
+        /// Coverage-guided, with AFL++ (afl.rs) instead of the mutation fuzzer.
+        #[arg(long)]
+        afl: bool,
     },
     /// Write deploy/ from the code (a test fails when the committed files differ).
     Manifests,
@@ -72,8 +76,9 @@ enum Cmd {
 
 /// Debian packages the test suite uses: promtool, the peer exporter,
 /// losetup/ip for the eBPF truth tests, taskset and python3 for the pod
-/// attribution workloads, and the venv of the manifest validators.
-const TEST_PACKAGES: &[&str] = &["prometheus", "prometheus-node-exporter", "mount", "iproute2", "wrk", "util-linux", "python3", "python3-venv"];
+/// attribution workloads, the venv of the manifest validators, and a C
+/// compiler and make for building AFL++ (cargo-afl).
+const TEST_PACKAGES: &[&str] = &["prometheus", "prometheus-node-exporter", "mount", "iproute2", "wrk", "util-linux", "python3", "python3-venv", "gcc", "make"];
 
 /// The offline eBPF toolchain (see ../shared/notes/ebpf-toolchain.md):
 /// Debian's rustc-web with a prebuilt `core` for bpfel-unknown-none, and the
@@ -85,16 +90,77 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const CARGO_DENY_VERSION: &str = "0.20.2";
 
 fn setup_cargo_deny() -> Result<()> {
+    setup_cargo_tool("cargo-deny", "deny", CARGO_DENY_VERSION)
+}
+
+/// afl.rs: AFL++ for Rust on a stable compiler (installing it builds AFL++).
+const CARGO_AFL_VERSION: &str = "0.18.2";
+/// How long `cargo xtask test` runs afl-fuzz.
+const AFL_CI_SECONDS: u64 = 60;
+
+fn setup_cargo_afl() -> Result<()> {
+    setup_cargo_tool("cargo-afl", "afl", CARGO_AFL_VERSION)
+}
+
+/// Installs a cargo subcommand at a pinned version unless it is there.
+fn setup_cargo_tool(krate: &str, subcommand: &str, version: &str) -> Result<()> {
     let ok = Command::new(cargo())
-        .args(["deny", "--version"])
+        .args([subcommand, "--version"])
         .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains(CARGO_DENY_VERSION))
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(version))
         .unwrap_or(false);
     if ok {
         return Ok(());
     }
-    eprintln!("xtask: installing cargo-deny {CARGO_DENY_VERSION} (a few minutes)");
-    run(Command::new(cargo()).args(["install", "cargo-deny", "--version", CARGO_DENY_VERSION, "--locked"]))
+    eprintln!("xtask: installing {krate} {version} (a few minutes)");
+    run(Command::new(cargo()).args(["install", krate, "--version", version, "--locked"]))
+}
+
+/// Coverage-guided fuzzing with AFL++ for `seconds`: builds the
+/// instrumented harness (fuzz/), seeds it from the fixture tree, runs
+/// afl-fuzz, and fails on any crash or hang it saved.
+fn fuzz_afl(seconds: u64) -> Result<()> {
+    setup_ebpf()?;
+    setup_cargo_afl()?;
+    let target = root().join("target/afl");
+    let mut build = Command::new(cargo());
+    build.current_dir(root().join("fuzz")).args(["afl", "build", "--release", "--target-dir"]).arg(&target);
+    run(&mut build)?;
+    let harness = target.join("release/node-agent-afl");
+    let (seeds, out, tree) = (target.join("seeds"), target.join("out"), target.join("tree"));
+    for d in [&seeds, &out, &tree] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    run(Command::new(&harness).arg("--seeds").arg(&seeds).env("NODE_AGENT_AFL_TREE", &tree))?;
+    let mut afl = Command::new(cargo());
+    afl.current_dir(root())
+        .args(["afl", "fuzz", "-i"])
+        .arg(&seeds)
+        .arg("-o")
+        .arg(&out)
+        .args(["-V", &seconds.to_string(), "-t", "5000"])
+        .arg(&harness)
+        .env("NODE_AGENT_AFL_TREE", &tree)
+        .env("AFL_NO_UI", "1")
+        .env("AFL_SKIP_CPUFREQ", "1")
+        .env("AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES", "1")
+        .stdout(Stdio::null());
+    run(&mut afl)?;
+    let stats = std::fs::read_to_string(out.join("default/fuzzer_stats")).map_err(|e| anyhow::anyhow!("afl-fuzz left no statistics: {e}"))?;
+    let stat = |k: &str| stats.lines().find_map(|l| l.split_once(':').filter(|(n, _)| n.trim() == k).map(|(_, v)| v.trim().to_string())).unwrap_or_default();
+    eprintln!(
+        "xtask: afl-fuzz {seconds}s: {} executions, {} corpus entries ({} found), edges {}, {} crashes, {} hangs",
+        stat("execs_done"),
+        stat("corpus_count"),
+        stat("corpus_found"),
+        stat("bitmap_cvg"),
+        stat("saved_crashes"),
+        stat("saved_hangs")
+    );
+    if stat("saved_crashes") != "0" || stat("saved_hangs") != "0" {
+        anyhow::bail!("afl-fuzz found crashes or hangs: see {}/default/crashes and hangs (each file is an input: 2 bytes of file index, then the content)", out.display());
+    }
+    Ok(())
 }
 
 /// PyPI tools the manifest tests use, in a venv under target/tools: the
@@ -215,6 +281,7 @@ fn setup() -> Result<()> {
     apt_install(TEST_PACKAGES)?;
     setup_python()?;
     setup_cargo_deny()?;
+    setup_cargo_afl()?;
     // kustomize, as `kubectl kustomize`: machines of this kind carry kubectl
     // (with kustomize v5) in their image; Debian has no kustomize v5 to install.
     let ok = Command::new("kubectl").args(["kustomize", "--help"]).stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false);
@@ -271,7 +338,12 @@ fn main() -> ExitCode {
         Cmd::Test { args } => setup().and_then(|_| {
             let mut all = vec!["--workspace"];
             all.extend(args.iter().map(String::as_str));
-            cargo_test(&all).map(|_| true)
+            cargo_test(&all)?;
+            // The whole suite also fuzzes, coverage-guided, for a bounded time.
+            if args.is_empty() {
+                fuzz_afl(AFL_CI_SECONDS)?;
+            }
+            Ok(true)
         }),
         // The side-by-side test prints the full report.
         Cmd::Bench { quick } => setup().and_then(|_| build_release()).and_then(|agent| {
@@ -283,7 +355,8 @@ fn main() -> ExitCode {
             }
             run(&mut c).map(|_| true)
         }),
-        Cmd::Fuzz { seconds, seed } => setup_ebpf().and_then(|_| {
+        Cmd::Fuzz { seconds, afl: true, .. } => fuzz_afl(seconds).map(|_| true),
+        Cmd::Fuzz { seconds, seed, afl: false } => setup_ebpf().and_then(|_| {
             let mut c = Command::new(cargo());
             c.current_dir(root()).args(["run", "--profile", "bench-tool", "-q", "-p", "node-agent-tests", "--bin", "node-agent-fuzz", "--", "--seconds", &seconds.to_string()]);
             if let Some(s) = seed {
