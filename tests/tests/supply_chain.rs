@@ -1,5 +1,5 @@
 //! Supply chain: `cargo deny check licenses bans sources` (deny.toml) on the
-//! workspace and on agent-ebpf: only the licenses listed, no OpenSSL, no
+//! workspace, on agent-ebpf and on the AFL++ harness (fuzz/): only the licenses listed, no OpenSSL, no
 //! wildcard versions, crates from crates.io only. cargo-deny comes from
 //! `cargo xtask test` (setup); without it this skips, except in CI. The
 //! advisories check needs GitHub (the RustSec database) and is not run here.
@@ -19,7 +19,7 @@ fn deny(manifest: &Path) -> Option<(bool, String)> {
 #[test]
 fn licenses_bans_and_sources_pass_cargo_deny() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for manifest in [root.join("Cargo.toml"), root.join("agent-ebpf/Cargo.toml")] {
+    for manifest in [root.join("Cargo.toml"), root.join("agent-ebpf/Cargo.toml"), root.join("fuzz/Cargo.toml")] {
         let Some((ok, text)) = deny(&manifest) else {
             assert!(std::env::var_os("CI").is_none(), "cargo-deny is required in CI (cargo xtask test installs it)");
             eprintln!("SKIP: cargo-deny not installed (cargo xtask test installs it)");
