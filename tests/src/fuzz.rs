@@ -151,19 +151,8 @@ fn hwm_kb() -> u64 {
 
 /// A scraper of every host collector over `root` (a fixture copy).
 pub fn scraper(root: &Path) -> Scraper {
-    let p = |s: &str| root.join(s).display().to_string();
-    let mut args = vec![
-        "node-agent".to_string(),
-        format!("--path.procfs={}", p("proc")),
-        format!("--path.sysfs={}", p("sys")),
-        format!("--path.rootfs={}", root.display()),
-        format!("--path.udev.data={}", p("udev/data")),
-        format!("--collector.textfile.directory={}", p("textfile/two_metric_files")),
-        "--collector.cpu.info".into(),
-        "--collector.stat.softirq".into(),
-        "--no-collector.filesystem".into(),
-        "--web.disable-exporter-metrics".into(),
-    ];
+    let mut args = crate::fixture_flags(root, &root.join("textfile/two_metric_files"));
+    args.extend(["--collector.stat.softirq".into(), "--no-collector.filesystem".into(), "--web.disable-exporter-metrics".into()]);
     for c in node_agent::collector::definitions().iter().filter(|d| d.name.starts_with("ebpf_")) {
         args.push(format!("--no-collector.{}", c.name));
     }

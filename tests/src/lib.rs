@@ -38,6 +38,22 @@ pub fn agent_binary() -> PathBuf {
     exe.parent().and_then(|d| d.parent()).map(|d| d.join("node-agent")).unwrap_or_default()
 }
 
+/// The flags pointing node-agent at a node_exporter fixture tree in `root`
+/// (procfs, sysfs, rootfs, udev data, the textfile directory) with CPU
+/// info on, as the conformance test and the fuzzers run it.
+pub fn fixture_flags(root: &Path, textfile: &Path) -> Vec<String> {
+    let p = |s: &str| root.join(s).display().to_string();
+    vec![
+        "node-agent".to_string(),
+        format!("--path.procfs={}", p("proc")),
+        format!("--path.sysfs={}", p("sys")),
+        format!("--path.rootfs={}", root.display()),
+        format!("--path.udev.data={}", p("udev/data")),
+        format!("--collector.textfile.directory={}", textfile.display()),
+        "--collector.cpu.info".into(),
+    ]
+}
+
 /// A `kB` field of /proc/PID/status (`pid` "self" for this process), e.g.
 /// VmRSS or VmHWM; 0 when unreadable.
 pub fn status_kb(pid: &str, field: &str) -> u64 {

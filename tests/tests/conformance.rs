@@ -76,30 +76,24 @@ fn sample_set(f: &Family) -> SampleSet {
 }
 
 fn run_agent(root: &std::path::Path, fixtures: &std::path::Path) -> String {
-    let p = |s: &str| root.join(s).display().to_string();
-    let mut args = vec![
-        "node-agent".to_string(),
-        format!("--path.procfs={}", p("proc")),
-        format!("--path.sysfs={}", p("sys")),
-        format!("--path.rootfs={}", root.display()),
-        format!("--path.udev.data={}", p("udev/data")),
-        format!("--collector.textfile.directory={}", fixtures.join("textfile/two_metric_files").display()),
-        "--collector.cpu.info".into(),
-        "--collector.cpu.info.bugs-include=^(cpu_meltdown|spectre_.*|mds)$".into(),
-        "--collector.cpu.info.flags-include=^(aes|avx.?|constant_tsc)$".into(),
-        "--collector.hwmon.chip-include=(applesmc|asus_nb_wmi|coretemp|hwmon4|ieee80211|nct6779)".into(),
-        "--collector.netclass.ignore-invalid-speed".into(),
-        "--collector.netclass.ignored-devices=(dmz|int)".into(),
-        "--collector.netdev.device-include=lo".into(),
-        "--collector.stat.softirq".into(),
-        "--collector.arp.device-exclude=nope".into(),
-        "--no-collector.arp.netlink".into(),
-        "--no-collector.filesystem".into(),
-        "--no-collector.uname".into(),
-        "--no-collector.timex".into(),
-        "--no-collector.selinux".into(),
-        "--web.disable-exporter-metrics".into(),
-    ];
+    let mut args = node_agent_tests::fixture_flags(root, &fixtures.join("textfile/two_metric_files"));
+    args.extend([
+        "--collector.cpu.info.bugs-include=^(cpu_meltdown|spectre_.*|mds)$",
+        "--collector.cpu.info.flags-include=^(aes|avx.?|constant_tsc)$",
+        "--collector.hwmon.chip-include=(applesmc|asus_nb_wmi|coretemp|hwmon4|ieee80211|nct6779)",
+        "--collector.netclass.ignore-invalid-speed",
+        "--collector.netclass.ignored-devices=(dmz|int)",
+        "--collector.netdev.device-include=lo",
+        "--collector.stat.softirq",
+        "--collector.arp.device-exclude=nope",
+        "--no-collector.arp.netlink",
+        "--no-collector.filesystem",
+        "--no-collector.uname",
+        "--no-collector.timex",
+        "--no-collector.selinux",
+        "--web.disable-exporter-metrics",
+    ]
+    .map(String::from));
     // Kernel-event collectors have no node_exporter counterpart.
     args.extend(node_agent::manifests::ebpf_collectors().iter().map(|c| format!("--no-collector.{c}")));
     let m = node_agent::cli::command().try_get_matches_from(args).expect("flags parse");
