@@ -16,9 +16,8 @@ fn output(cmd: &str, args: &[&str]) -> Option<String> {
 fn main() {
     let rev = output("git", &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let version = output(&rustc, &["--version"])
-        .and_then(|v| v.split_whitespace().nth(1).map(str::to_string))
-        .unwrap_or_else(|| "unknown".into());
+    let version =
+        output(&rustc, &["--version"]).and_then(|v| v.split_whitespace().nth(1).map(str::to_string)).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=NODE_AGENT_REVISION={rev}");
     println!("cargo:rustc-env=NODE_AGENT_RUSTC={version}");
     println!("cargo:rerun-if-changed=../.git/HEAD");
@@ -26,15 +25,18 @@ fn main() {
 
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     let root = manifest.parent().map(PathBuf::from).unwrap_or_default();
-    for p in ["agent-ebpf/src", "agent-ebpf/Cargo.toml", "agent-ebpf/Cargo.lock", "agent-ebpf/build.sh", "agent-common/src", "agent-common/Cargo.toml"] {
+    for p in [
+        "agent-ebpf/src",
+        "agent-ebpf/Cargo.toml",
+        "agent-ebpf/Cargo.lock",
+        "agent-ebpf/build.sh",
+        "agent-common/src",
+        "agent-common/Cargo.toml",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }
     let target_dir = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target")).join("ebpf");
-    let status = Command::new("bash")
-        .arg(root.join("agent-ebpf/build.sh"))
-        .arg(&target_dir)
-        .env_remove("CARGO_TARGET_DIR")
-        .status();
+    let status = Command::new("bash").arg(root.join("agent-ebpf/build.sh")).arg(&target_dir).env_remove("CARGO_TARGET_DIR").status();
     let object = target_dir.join("bpfel-unknown-none/release/agent-ebpf");
     match status {
         Ok(s) if s.success() && object.is_file() => {}

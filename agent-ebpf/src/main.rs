@@ -342,9 +342,8 @@ pub fn block_rq_issue(ctx: TracePointContext) -> u32 {
 fn try_rq_complete(ctx: &TracePointContext) -> Result<(), i32> {
     let off = OFFSETS.load();
     // SAFETY: offsets come from this tracepoint's format file.
-    let (dev, sector) = unsafe {
-        (ctx.read_at::<u32>(off.rq_complete_dev as usize)?, ctx.read_at::<u64>(off.rq_complete_sector as usize)?)
-    };
+    let (dev, sector) =
+        unsafe { (ctx.read_at::<u32>(off.rq_complete_dev as usize)?, ctx.read_at::<u64>(off.rq_complete_sector as usize)?) };
     let req = BioReq { dev, _pad: 0, sector };
     // SAFETY: the value is copied out before the entry is removed.
     let Some(start) = (unsafe { BIO_START.get(&req) }).copied() else { return Ok(()) };
@@ -521,8 +520,7 @@ fn try_pod_io_start(ctx: &TracePointContext) -> Result<(), i32> {
         return Ok(());
     }
     // SAFETY: offsets come from this tracepoint's format file.
-    let (bytes, rwbs) =
-        unsafe { (ctx.read_at::<u32>(off.io_start_bytes as usize)?, ctx.read_at::<[u8; 4]>(off.io_start_rwbs as usize)?) };
+    let (bytes, rwbs) = unsafe { (ctx.read_at::<u32>(off.io_start_bytes as usize)?, ctx.read_at::<[u8; 4]>(off.io_start_rwbs as usize)?) };
     pod_block(rwbs_op(rwbs), bytes as u64);
     Ok(())
 }

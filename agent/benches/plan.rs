@@ -13,13 +13,23 @@ fn bench(c: &mut Criterion) {
         let hash = revision_hash(&ds);
         let nodes: Vec<_> = (0..n)
             .map(|i| {
-                let taints: &[(&str, Option<&str>, &str)] = if i % 50 == 0 { &[("node-role.kubernetes.io/control-plane", None, "NoSchedule")] } else { &[] };
+                let taints: &[(&str, Option<&str>, &str)] =
+                    if i % 50 == 0 { &[("node-role.kubernetes.io/control-plane", None, "NoSchedule")] } else { &[] };
                 node(&format!("node-{i:05}"), &[("zone", if i % 2 == 0 { "a" } else { "b" })], taints)
             })
             .collect();
         // Half the pods updated, half old, all ready.
         let pods: Vec<_> = (0..n)
-            .map(|i| pod(&format!("agent-{i:05}"), &format!("node-{i:05}"), if i % 2 == 0 { &hash } else { "old" }, at(100), "Running", Some(at(200))))
+            .map(|i| {
+                pod(
+                    &format!("agent-{i:05}"),
+                    &format!("node-{i:05}"),
+                    if i % 2 == 0 { &hash } else { "old" },
+                    at(100),
+                    "Running",
+                    Some(at(200)),
+                )
+            })
             .collect();
         g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
             b.iter(|| plan(&ds, &nodes, &pods, at(10_000), None).map(|p| p.actions.len()))

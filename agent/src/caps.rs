@@ -135,7 +135,9 @@ extern "C" fn on_drop_signal(_: libc::c_int) {
 }
 
 fn thread_ids() -> Vec<i32> {
-    std::fs::read_dir("/proc/self/task").map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()).unwrap_or_default()
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 /// Drops every capability but `keep` in every thread of the process.

@@ -95,9 +95,14 @@ impl Agent {
         let thread = std::thread::Builder::new()
             .name("node-agent-http".into())
             .spawn(move || {
-                rt.block_on(crate::server::serve(listeners, state, async move {
-                    let _ = rx.await;
-                }, Duration::from_secs(10)));
+                rt.block_on(crate::server::serve(
+                    listeners,
+                    state,
+                    async move {
+                        let _ = rx.await;
+                    },
+                    Duration::from_secs(10),
+                ));
             })
             .map_err(Error::Runtime)?;
         Ok(Agent { addrs, stop: Some(tx), thread: Some(thread) })

@@ -47,11 +47,18 @@ pub const DEFAULT_PORT: u16 = 9100;
 /// The flags of `serve` (also accepted with no subcommand).
 pub fn serve_args(defs: &[Definition]) -> Vec<Arg> {
     let mut v = vec![
-        Arg::new("web.listen-address").long("web.listen-address").value_name("ADDR").action(ArgAction::Append)
+        Arg::new("web.listen-address")
+            .long("web.listen-address")
+            .value_name("ADDR")
+            .action(ArgAction::Append)
             .help("Addresses on which to expose metrics and web interface; repeatable. [default: :9100]"),
         util::string_arg("web.telemetry-path", "/metrics", "Path under which to expose metrics."),
         util::string_arg("web.max-requests", "40", "Maximum number of parallel scrape requests; 0 disables the limit."),
-        util::string_arg("web.config.file", "", "Path to a configuration file that enables TLS or authentication (Prometheus exporter-toolkit format)."),
+        util::string_arg(
+            "web.config.file",
+            "",
+            "Path to a configuration file that enables TLS or authentication (Prometheus exporter-toolkit format).",
+        ),
         util::string_arg("path.procfs", "/proc", "procfs mountpoint."),
         util::string_arg("path.sysfs", "/sys", "sysfs mountpoint."),
         util::string_arg("path.rootfs", "/", "rootfs mountpoint."),
@@ -59,7 +66,11 @@ pub fn serve_args(defs: &[Definition]) -> Vec<Arg> {
         util::string_arg("log.level", "info", "Only log messages with the given severity or above: debug, info, warn, error."),
         util::string_arg("log.format", "logfmt", "Output format of log messages: logfmt or json."),
     ];
-    v.extend(util::bool_args("web.disable-exporter-metrics", false, "Exclude metrics about the exporter itself (process_*, node_agent_build_info)."));
+    v.extend(util::bool_args(
+        "web.disable-exporter-metrics",
+        false,
+        "Exclude metrics about the exporter itself (process_*, node_agent_build_info).",
+    ));
     v.extend(util::bool_args("collector.disable-defaults", false, "Set all collectors to disabled by default."));
     v.extend(util::bool_args(
         "security.drop-capabilities",

@@ -69,10 +69,7 @@ pub struct ParseError {
 }
 
 fn err(line: usize, msg: impl fmt::Display) -> ParseError {
-    ParseError {
-        line,
-        msg: msg.to_string(),
-    }
+    ParseError { line, msg: msg.to_string() }
 }
 
 fn valid_metric_name(s: &str) -> bool {
@@ -83,8 +80,7 @@ fn valid_metric_name(s: &str) -> bool {
 
 fn valid_label_name(s: &str) -> bool {
     let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Parses a Go-style float: decimal, exponent, `+Inf`, `-Inf`, `NaN`.
@@ -218,18 +214,13 @@ pub fn parse(text: &str) -> Result<Vec<Family>, ParseError> {
             }
             continue;
         }
-        let name_end = line
-            .find(['{', ' ', '\t'])
-            .ok_or_else(|| err(n, "sample without value"))?;
+        let name_end = line.find(['{', ' ', '\t']).ok_or_else(|| err(n, "sample without value"))?;
         let name = &line[..name_end];
         if !valid_metric_name(name) {
             return Err(err(n, format!("invalid metric name {name:?}")));
         }
-        let (labels, rest) = if line[name_end..].starts_with('{') {
-            parse_labels(&line[name_end + 1..], n)?
-        } else {
-            (Vec::new(), &line[name_end..])
-        };
+        let (labels, rest) =
+            if line[name_end..].starts_with('{') { parse_labels(&line[name_end + 1..], n)? } else { (Vec::new(), &line[name_end..]) };
         let mut it = rest.split_whitespace();
         let value = it.next().ok_or_else(|| err(n, "sample without value"))?;
         let value = parse_value(value).ok_or_else(|| err(n, format!("invalid value {value:?}")))?;
@@ -254,12 +245,7 @@ pub fn parse(text: &str) -> Result<Vec<Family>, ParseError> {
                 families.len() - 1
             }
         };
-        families[i].samples.push(Sample {
-            name: name.to_string(),
-            labels,
-            value,
-            timestamp,
-        });
+        families[i].samples.push(Sample { name: name.to_string(), labels, value, timestamp });
     }
     for f in &mut families {
         f.help = helps.get(&f.name).cloned();

@@ -6,16 +6,10 @@ use crate::config::LogFormat;
 pub fn init(level: tracing::Level, format: LogFormat) {
     let filter = tracing_subscriber::filter::LevelFilter::from_level(level);
     let res = match format {
-        LogFormat::Json => tracing_subscriber::fmt()
-            .json()
-            .with_max_level(filter)
-            .with_writer(std::io::stderr)
-            .try_init(),
+        LogFormat::Json => tracing_subscriber::fmt().json().with_max_level(filter).with_writer(std::io::stderr).try_init(),
         LogFormat::Logfmt => {
             use tracing_subscriber::layer::SubscriberExt;
-            let sub = tracing_subscriber::registry()
-                .with(filter)
-                .with(tracing_logfmt::builder().layer().with_writer(std::io::stderr));
+            let sub = tracing_subscriber::registry().with(filter).with(tracing_logfmt::builder().layer().with_writer(std::io::stderr));
             tracing::subscriber::set_global_default(sub).map_err(|e| e.into())
         }
     };

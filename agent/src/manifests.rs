@@ -81,7 +81,9 @@ fn kustomization(comment: &str, resources: &[&str], extra: &str) -> String {
 }
 
 fn namespace() -> String {
-    format!("{HEADER}apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n  labels:\n    app.kubernetes.io/part-of: node-agent\n")
+    format!(
+        "{HEADER}apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n  labels:\n    app.kubernetes.io/part-of: node-agent\n"
+    )
 }
 
 fn agent_rbac() -> String {
@@ -179,7 +181,8 @@ fn pod_spec(indent: usize, priority_class: bool) -> String {
         let _ = writeln!(s, "      - {a}");
     }
     s.push_str("    env:\n      - name: NODE_NAME\n        valueFrom:\n          fieldRef:\n            fieldPath: spec.nodeName\n");
-    let _ = writeln!(s, "    ports:\n      - name: metrics\n        containerPort: {PORT}\n        hostPort: {PORT}\n        protocol: TCP");
+    let _ =
+        writeln!(s, "    ports:\n      - name: metrics\n        containerPort: {PORT}\n        hostPort: {PORT}\n        protocol: TCP");
     s.push_str("    readinessProbe:\n      httpGet: {path: /readyz, port: metrics}\n      periodSeconds: 10\n");
     s.push_str("    livenessProbe:\n      httpGet: {path: /healthz, port: metrics}\n      periodSeconds: 20\n      failureThreshold: 3\n");
     s.push_str(
@@ -409,11 +412,16 @@ spec:
 fn overlay_no_ebpf() -> String {
     let mut patch = String::from("  - target:\n      kind: DaemonSet\n      name: node-agent\n    patch: |-\n");
     for c in ebpf_collectors() {
-        let _ = writeln!(patch, "      - op: add\n        path: /spec/template/spec/containers/0/args/-\n        value: --no-collector.{c}");
+        let _ =
+            writeln!(patch, "      - op: add\n        path: /spec/template/spec/containers/0/args/-\n        value: --no-collector.{c}");
     }
     // Keep only the capabilities the host collectors need.
     let keep: Vec<&str> = CAPABILITIES.iter().filter(|c| !c.ebpf_only).map(|c| c.name).collect();
-    let _ = writeln!(patch, "      - op: replace\n        path: /spec/template/spec/containers/0/securityContext/capabilities/add\n        value: [{}]", keep.join(", "));
+    let _ = writeln!(
+        patch,
+        "      - op: replace\n        path: /spec/template/spec/containers/0/securityContext/capabilities/add\n        value: [{}]",
+        keep.join(", ")
+    );
     patch.push_str("      - op: remove\n        path: /spec/template/spec/containers/0/volumeMounts/3\n      - op: remove\n        path: /spec/template/spec/volumes/3\n");
     kustomization("Host metrics only: no eBPF collectors, no BPF/PERFMON capabilities, no tracefs.", BASE, &format!("patches:\n{patch}"))
 }
@@ -526,7 +534,14 @@ fn prometheus_rule(rules_yml: &str) -> String {
 pub fn render(rules_yml: &str) -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
     let crd = format!("{HEADER}{}", crd::crd_yaml()?);
     Ok(vec![
-        ("deploy/kustomization.yaml".into(), kustomization("kubectl apply -k deploy/ : the agent DaemonSet in namespace monitoring.", &["namespace", "agent-rbac", "agent"], "")),
+        (
+            "deploy/kustomization.yaml".into(),
+            kustomization(
+                "kubectl apply -k deploy/ : the agent DaemonSet in namespace monitoring.",
+                &["namespace", "agent-rbac", "agent"],
+                "",
+            ),
+        ),
         ("deploy/namespace/kustomization.yaml".into(), kustomization("", &["namespace.yaml"], "")),
         ("deploy/namespace/namespace.yaml".into(), namespace()),
         ("deploy/agent-rbac/kustomization.yaml".into(), kustomization("", &["rbac.yaml"], "")),
@@ -544,7 +559,14 @@ pub fn render(rules_yml: &str) -> Result<Vec<(String, String)>, serde_yaml_ng::E
         ("deploy/overlays/seccomp-unconfined/kustomization.yaml".into(), overlay_seccomp_unconfined()),
         ("deploy/overlays/controller/kustomization.yaml".into(), overlay_controller()),
         ("deploy/overlays/prometheus-operator/kustomization.yaml".into(), overlay_prometheus_operator()),
-        ("deploy/prometheus/operator/kustomization.yaml".into(), kustomization("podmonitor.yaml is the alternative to the ServiceMonitor: use one.", &["servicemonitor.yaml", "prometheusrule.yaml"], "")),
+        (
+            "deploy/prometheus/operator/kustomization.yaml".into(),
+            kustomization(
+                "podmonitor.yaml is the alternative to the ServiceMonitor: use one.",
+                &["servicemonitor.yaml", "prometheusrule.yaml"],
+                "",
+            ),
+        ),
         ("deploy/prometheus/operator/servicemonitor.yaml".into(), service_monitor()),
         ("deploy/prometheus/operator/podmonitor.yaml".into(), pod_monitor()),
         ("deploy/prometheus/operator/prometheusrule.yaml".into(), prometheus_rule(rules_yml)),

@@ -15,9 +15,7 @@ use std::fmt;
 use std::ops::Range;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder,
-};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 
 /// The type of a metric family, as node_exporter declares it.
@@ -120,34 +118,18 @@ impl Family {
     /// client_golang sorts them.
     pub fn sample(&mut self, labels: &[(&str, &str)], value: f64) -> &mut Self {
         let labels = self.push_labels(labels);
-        self.samples.push(Sample {
-            labels,
-            value,
-            buckets: 0..0,
-            count: 0,
-        });
+        self.samples.push(Sample { labels, value, buckets: 0..0, count: 0 });
         self
     }
 
     /// Adds a histogram sample: `buckets` are (upper bound, cumulative count)
     /// pairs without the `+Inf` bucket, which is `count`.
-    pub fn histogram(
-        &mut self,
-        labels: &[(&str, &str)],
-        sum: f64,
-        count: u64,
-        buckets: &[(f64, u64)],
-    ) -> &mut Self {
+    pub fn histogram(&mut self, labels: &[(&str, &str)], sum: f64, count: u64, buckets: &[(f64, u64)]) -> &mut Self {
         let labels = self.push_labels(labels);
         let b0 = self.buckets.len() as u32;
         self.buckets.extend_from_slice(buckets);
         let b1 = self.buckets.len() as u32;
-        self.samples.push(Sample {
-            labels,
-            value: sum,
-            buckets: b0..b1,
-            count,
-        });
+        self.samples.push(Sample { labels, value: sum, buckets: b0..b1, count });
         self
     }
 
@@ -156,12 +138,7 @@ impl Family {
         self.samples.iter().map(|s| {
             let labels = self.labels[s.labels.start as usize..s.labels.end as usize]
                 .iter()
-                .map(|l| {
-                    (
-                        &self.arena[l.start as usize..l.mid as usize],
-                        &self.arena[l.mid as usize..l.end as usize],
-                    )
-                })
+                .map(|l| (&self.arena[l.start as usize..l.mid as usize], &self.arena[l.mid as usize..l.end as usize]))
                 .collect();
             (labels, s.value)
         })
@@ -178,10 +155,7 @@ impl Family {
 
     fn encode_samples(&self, family: &mut MetricEncoder) -> Result<(), fmt::Error> {
         for s in &self.samples {
-            let labels = SampleLabels {
-                family: self,
-                range: s.labels.clone(),
-            };
+            let labels = SampleLabels { family: self, range: s.labels.clone() };
             let sample = SampleValue {
                 kind: self.kind,
                 value: s.value,
@@ -237,11 +211,7 @@ struct SampleValue<'a> {
 impl EncodeMetric for SampleValue<'_> {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
         match self.kind {
-            Kind::Counter => encoder.encode_counter::<
-                prometheus_client::encoding::NoLabelSet,
-                f64,
-                f64,
-            >(&self.value, None),
+            Kind::Counter => encoder.encode_counter::<prometheus_client::encoding::NoLabelSet, f64, f64>(&self.value, None),
             Kind::Gauge | Kind::Untyped => encoder.encode_gauge(&self.value),
             Kind::Histogram => {
                 // prometheus-client expects per-bucket (not cumulative) counts
@@ -253,12 +223,7 @@ impl EncodeMetric for SampleValue<'_> {
                     prev = cum;
                 }
                 per_bucket.push((f64::INFINITY, self.count.saturating_sub(prev)));
-                encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                    self.value,
-                    self.count,
-                    &per_bucket,
-                    None,
-                )
+                encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(self.value, self.count, &per_bucket, None)
             }
         }
     }
@@ -340,7 +305,6 @@ impl Sink {
             }
         }
     }
-
 }
 
 /// Several sinks exposed through prometheus-client as one [`Collector`].
@@ -383,9 +347,7 @@ mod tests {
     use std::sync::Arc;
 
     fn render(sink: Sink, openmetrics: bool) -> String {
-        let exp = Arc::new(Exposition {
-            sinks: std::sync::Mutex::new(vec![sink]),
-        });
+        let exp = Arc::new(Exposition { sinks: std::sync::Mutex::new(vec![sink]) });
         let mut reg = Registry::default();
         reg.register_collector(Box::new(exp));
         let mut out = String::new();
@@ -400,13 +362,10 @@ mod tests {
     #[test]
     fn encodes_text_and_openmetrics() {
         let mut s = Sink::new();
-        s.family("node_cpu_seconds_total", "Seconds.", Kind::Counter)
-            .sample(&[("cpu", "0"), ("mode", "idle")], 1.5);
+        s.family("node_cpu_seconds_total", "Seconds.", Kind::Counter).sample(&[("cpu", "0"), ("mode", "idle")], 1.5);
         s.single("node_load1", "1m load average.", Kind::Gauge, 0.25);
-        s.family("node_vmstat_pgfault", "x", Kind::Untyped)
-            .sample(&[], 7.0);
-        s.family("node_x_seconds", "h", Kind::Histogram)
-            .histogram(&[("a", "q\"\n")], 3.5, 5, &[(0.5, 1), (1.0, 4)]);
+        s.family("node_vmstat_pgfault", "x", Kind::Untyped).sample(&[], 7.0);
+        s.family("node_x_seconds", "h", Kind::Histogram).histogram(&[("a", "q\"\n")], 3.5, 5, &[(0.5, 1), (1.0, 4)]);
         let text = render(s, false);
         assert!(text.contains("# TYPE node_cpu_seconds_total counter\n"));
         assert!(text.contains("node_cpu_seconds_total{cpu=\"0\",mode=\"idle\"} 1.5\n"));
@@ -417,10 +376,8 @@ mod tests {
         assert!(!text.contains("# EOF"));
 
         let mut s = Sink::new();
-        s.family("node_cpu_seconds_total", "Seconds.", Kind::Counter)
-            .sample(&[("cpu", "0")], 2.0);
-        s.family("node_vmstat_pgfault", "x", Kind::Untyped)
-            .sample(&[], 7.0);
+        s.family("node_cpu_seconds_total", "Seconds.", Kind::Counter).sample(&[("cpu", "0")], 2.0);
+        s.family("node_vmstat_pgfault", "x", Kind::Untyped).sample(&[], 7.0);
         let om = render(s, true);
         assert!(om.contains("# TYPE node_cpu_seconds counter\n"), "{om}");
         assert!(om.contains("node_cpu_seconds_total{cpu=\"0\"} 2.0\n"), "{om}");

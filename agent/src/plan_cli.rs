@@ -22,7 +22,12 @@ pub fn plan_command() -> Command {
         .arg(Arg::new("nodes").long("nodes").required(true).value_name("FILE").help("Nodes: objects, a NodeList, or YAML documents."))
         .arg(Arg::new("pods").long("pods").value_name("FILE").help("Pods of the DaemonSet (optional)."))
         .arg(Arg::new("now").long("now").value_name("RFC3339").help("The time of the sync [default: now]."))
-        .arg(Arg::new("revision-hash").long("revision-hash").value_name("HASH").help("The cluster's current revision hash (controller-revision-hash) instead of the computed one."))
+        .arg(
+            Arg::new("revision-hash")
+                .long("revision-hash")
+                .value_name("HASH")
+                .help("The cluster's current revision hash (controller-revision-hash) instead of the computed one."),
+        )
         .arg(output_arg())
 }
 
@@ -39,7 +44,13 @@ pub fn simulate_command() -> Command {
         .arg(Arg::new("daemonset").long("daemonset").required(true).value_name("FILE"))
         .arg(Arg::new("nodes").long("nodes").required(true).value_name("N").value_parser(clap::value_parser!(usize)))
         .arg(Arg::new("seed").long("seed").value_name("S").default_value("1").value_parser(clap::value_parser!(u64)))
-        .arg(Arg::new("faults").long("faults").value_name("pod-failure=RATE").action(ArgAction::Set).help("Fail this fraction of new pods, e.g. pod-failure=0.05."))
+        .arg(
+            Arg::new("faults")
+                .long("faults")
+                .value_name("pod-failure=RATE")
+                .action(ArgAction::Set)
+                .help("Fail this fraction of new pods, e.g. pod-failure=0.05."),
+        )
         .arg(output_arg())
 }
 
@@ -76,7 +87,11 @@ pub fn table(ds: &DaemonSet, p: &plan::Plan) -> String {
         .unwrap_or_else(|| "<none>".into());
     let s = &p.status;
     let mut out = String::new();
-    let _ = writeln!(out, "{:<20} {:>7} {:>7} {:>5} {:>10} {:>9}   NODE SELECTOR", "NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE");
+    let _ = writeln!(
+        out,
+        "{:<20} {:>7} {:>7} {:>5} {:>10} {:>9}   NODE SELECTOR",
+        "NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE"
+    );
     let _ = writeln!(
         out,
         "{:<20} {:>7} {:>7} {:>5} {:>10} {:>9}   {sel}\n",
@@ -94,7 +109,8 @@ pub fn table(ds: &DaemonSet, p: &plan::Plan) -> String {
             })
             .collect();
         let action = if actions.is_empty() { "-".to_string() } else { actions.join(", ") };
-        let _ = writeln!(out, "{:<24} {:<10} {:<10} {:<28} {}", n.node, n.should_run, n.should_continue_running, action, n.reasons.join("; "));
+        let _ =
+            writeln!(out, "{:<24} {:<10} {:<10} {:<28} {}", n.node, n.should_run, n.should_continue_running, action, n.reasons.join("; "));
     }
     let _ = writeln!(out, "\nrevision {}", p.revision.hash);
     out
@@ -142,7 +158,8 @@ pub fn explain(m: &ArgMatches) -> ExitCode {
         Err(e) => return fail(e),
     };
     let res = rt.block_on(async {
-        let client = kube::Client::try_default().await.map_err(|e| format!("no cluster (kubeconfig or in-cluster service account): {e}"))?;
+        let client =
+            kube::Client::try_default().await.map_err(|e| format!("no cluster (kubeconfig or in-cluster service account): {e}"))?;
         ex::explain(client, ns, name, node.as_deref(), Timestamp::now()).await.map_err(|e| e.to_string())
     });
     match res {
@@ -174,7 +191,11 @@ pub fn simulate(m: &ArgMatches) -> ExitCode {
         // The previous revision: the same DaemonSet with another template.
         let mut old = ds.clone();
         if let Some(t) = old.spec.as_mut().map(|s| &mut s.template) {
-            t.metadata.get_or_insert_with(Default::default).annotations.get_or_insert_with(Default::default).insert("node-agent.io/simulated-revision".into(), "previous".into());
+            t.metadata
+                .get_or_insert_with(Default::default)
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert("node-agent.io/simulated-revision".into(), "previous".into());
         }
         let nodes: Vec<Node> = (0..n).map(|i| builders::node(&format!("node-{i:05}"), &[], &[])).collect();
         let mut c = simulate::Cluster::new(ds, &old, nodes, cfg).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -189,15 +210,34 @@ pub fn simulate(m: &ArgMatches) -> ExitCode {
     match res {
         Ok(out) => {
             if m.get_one::<String>("output").map(String::as_str) == Some("table") {
-                println!("{:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>9}", "T", "CREATED", "DELETED", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE");
+                println!(
+                    "{:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>9}",
+                    "T", "CREATED", "DELETED", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE"
+                );
                 for t in &out.ticks {
                     if t.created + t.deleted == 0 {
                         continue;
                     }
                     let s = &t.status;
-                    println!("{:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>9}", t.t, t.created, t.deleted, s.desired_number_scheduled, s.current_number_scheduled, s.number_ready, s.updated_number_scheduled, s.number_available);
+                    println!(
+                        "{:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>9}",
+                        t.t,
+                        t.created,
+                        t.deleted,
+                        s.desired_number_scheduled,
+                        s.current_number_scheduled,
+                        s.number_ready,
+                        s.updated_number_scheduled,
+                        s.number_available
+                    );
                 }
-                println!("converged: {}; ticks: {}; max unavailable: {}; max extra pods: {}", out.converged, out.ticks.len(), out.max_unavailable_seen, out.max_extra_pods_seen);
+                println!(
+                    "converged: {}; ticks: {}; max unavailable: {}; max extra pods: {}",
+                    out.converged,
+                    out.ticks.len(),
+                    out.max_unavailable_seen,
+                    out.max_extra_pods_seen
+                );
                 for v in &out.violations {
                     println!("VIOLATION: {v}");
                 }

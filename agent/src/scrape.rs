@@ -61,10 +61,7 @@ pub struct Scraper {
 impl Scraper {
     pub fn new(collectors: Vec<(&'static str, Box<dyn Collector>)>, exporter_metrics: bool) -> Self {
         Scraper {
-            entries: collectors
-                .into_iter()
-                .map(|(name, c)| Entry { name, state: Mutex::new((c, Sink::new())) })
-                .collect(),
+            entries: collectors.into_iter().map(|(name, c)| Entry { name, state: Mutex::new((c, Sink::new())) }).collect(),
             exporter_metrics,
             process: Mutex::new(ProcessMetrics::new()),
             last_len: std::sync::atomic::AtomicUsize::new(64 * 1024),

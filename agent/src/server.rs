@@ -78,7 +78,11 @@ fn landing(state: &State) -> Response<Full<Bytes>> {
 
 /// Handles one request: authentication, then the route, then the
 /// configured response headers.
-pub async fn handle(state: Arc<State>, web: Arc<crate::webconfig::Loaded>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+pub async fn handle(
+    state: Arc<State>,
+    web: Arc<crate::webconfig::Loaded>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let auth = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let mut resp = if web.authorize(auth) == crate::webconfig::Auth::Denied {
         let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
@@ -196,12 +200,7 @@ async fn bind_one(a: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Serves until `shutdown` resolves, then lets in-flight requests finish
 /// for up to `grace`.
-pub async fn serve(
-    listeners: Vec<TcpListener>,
-    state: Arc<State>,
-    shutdown: impl std::future::Future<Output = ()>,
-    grace: Duration,
-) {
+pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: impl std::future::Future<Output = ()>, grace: Duration) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<(tokio::net::TcpStream, SocketAddr)>(256);
     for l in listeners {
@@ -286,7 +285,10 @@ mod tests {
     #[test]
     fn negotiates() {
         use crate::scrape::Format;
-        assert_eq!(Format::negotiate(Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")), Format::OpenMetrics);
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")),
+            Format::OpenMetrics
+        );
         assert_eq!(Format::negotiate(Some("text/plain")), Format::Text);
         assert_eq!(Format::negotiate(None), Format::Text);
     }

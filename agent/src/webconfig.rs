@@ -60,7 +60,8 @@ struct HttpFile {
 }
 
 /// The response headers exporter-toolkit lets a configuration set.
-const ALLOWED_HEADERS: &[&str] = &["Strict-Transport-Security", "X-Content-Type-Options", "X-Frame-Options", "X-XSS-Protection", "Content-Security-Policy"];
+const ALLOWED_HEADERS: &[&str] =
+    &["Strict-Transport-Security", "X-Content-Type-Options", "X-Frame-Options", "X-XSS-Protection", "Content-Security-Policy"];
 
 /// A loaded configuration.
 pub struct Loaded {
@@ -154,9 +155,13 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
         }
         for (k, v) in &h.headers {
             if !ALLOWED_HEADERS.iter().any(|a| a.eq_ignore_ascii_case(k)) {
-                return Err(err(path, format!("http_server_config.headers: {k:?} may not be set (allowed: {})", ALLOWED_HEADERS.join(", "))));
+                return Err(err(
+                    path,
+                    format!("http_server_config.headers: {k:?} may not be set (allowed: {})", ALLOWED_HEADERS.join(", ")),
+                ));
             }
-            let name = hyper::header::HeaderName::from_bytes(k.as_bytes()).map_err(|e| err(path, format!("http_server_config.headers: {k}: {e}")))?;
+            let name = hyper::header::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| err(path, format!("http_server_config.headers: {k}: {e}")))?;
             let value = hyper::header::HeaderValue::from_str(v).map_err(|e| err(path, format!("http_server_config.headers: {k}: {e}")))?;
             headers.push((name, value));
         }
@@ -170,9 +175,16 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
     let tls = match f.tls_server_config {
         None => None,
         Some(t) => {
-            for (set, field) in [(t.cipher_suites.is_some(), "cipher_suites"), (t.curve_preferences.is_some(), "curve_preferences"), (t.client_allowed_sans.is_some(), "client_allowed_sans")] {
+            for (set, field) in [
+                (t.cipher_suites.is_some(), "cipher_suites"),
+                (t.curve_preferences.is_some(), "curve_preferences"),
+                (t.client_allowed_sans.is_some(), "client_allowed_sans"),
+            ] {
                 if set {
-                    return Err(err(path, format!("tls_server_config.{field} is not supported: rustls chooses from its own safe defaults")));
+                    return Err(err(
+                        path,
+                        format!("tls_server_config.{field} is not supported: rustls chooses from its own safe defaults"),
+                    ));
                 }
             }
             let _ = t.prefer_server_cipher_suites;
@@ -180,8 +192,12 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
             let max = tls_version(t.max_version.as_deref().unwrap_or("TLS13"), path, "max_version")?;
 
             let certs: Vec<CertificateDer<'static>> = match (&t.cert_file, &t.cert) {
-                (Some(p), None) => CertificateDer::pem_file_iter(rel(p)).and_then(|i| i.collect()).map_err(|e| err(path, format!("tls_server_config.cert_file {}: {e}", rel(p).display())))?,
-                (None, Some(pem)) => CertificateDer::pem_slice_iter(pem.as_bytes()).collect::<Result<_, _>>().map_err(|e| err(path, format!("tls_server_config.cert: {e}")))?,
+                (Some(p), None) => CertificateDer::pem_file_iter(rel(p))
+                    .and_then(|i| i.collect())
+                    .map_err(|e| err(path, format!("tls_server_config.cert_file {}: {e}", rel(p).display())))?,
+                (None, Some(pem)) => CertificateDer::pem_slice_iter(pem.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| err(path, format!("tls_server_config.cert: {e}")))?,
                 (None, None) => return Err(err(path, "tls_server_config: cert_file or cert is required")),
                 (Some(_), Some(_)) => return Err(err(path, "tls_server_config: set cert_file or cert, not both")),
             };
@@ -189,8 +205,11 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
                 return Err(err(path, "tls_server_config: no certificate found"));
             }
             let key: PrivateKeyDer<'static> = match (&t.key_file, &t.key) {
-                (Some(p), None) => PrivateKeyDer::from_pem_file(rel(p)).map_err(|e| err(path, format!("tls_server_config.key_file {}: {e}", rel(p).display())))?,
-                (None, Some(pem)) => PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| err(path, format!("tls_server_config.key: {e}")))?,
+                (Some(p), None) => PrivateKeyDer::from_pem_file(rel(p))
+                    .map_err(|e| err(path, format!("tls_server_config.key_file {}: {e}", rel(p).display())))?,
+                (None, Some(pem)) => {
+                    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| err(path, format!("tls_server_config.key: {e}")))?
+                }
                 (None, None) => return Err(err(path, "tls_server_config: key_file or key is required")),
                 (Some(_), Some(_)) => return Err(err(path, "tls_server_config: set key_file or key, not both")),
             };
@@ -202,12 +221,18 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
                 return Err(err(path, "tls_server_config: min_version is above max_version"));
             }
             let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let builder = rustls::ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(&versions).map_err(|e| err(path, e.to_string()))?;
+            let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+                .with_protocol_versions(&versions)
+                .map_err(|e| err(path, e.to_string()))?;
             let auth = t.client_auth_type.as_deref().unwrap_or("NoClientCert");
             let roots = || -> Result<Arc<rustls::RootCertStore>, Error> {
                 let cas: Vec<CertificateDer<'static>> = match (&t.client_ca_file, &t.client_ca) {
-                    (Some(p), _) => CertificateDer::pem_file_iter(rel(p)).and_then(|i| i.collect()).map_err(|e| err(path, format!("tls_server_config.client_ca_file {}: {e}", rel(p).display())))?,
-                    (None, Some(pem)) => CertificateDer::pem_slice_iter(pem.as_bytes()).collect::<Result<_, _>>().map_err(|e| err(path, format!("tls_server_config.client_ca: {e}")))?,
+                    (Some(p), _) => CertificateDer::pem_file_iter(rel(p))
+                        .and_then(|i| i.collect())
+                        .map_err(|e| err(path, format!("tls_server_config.client_ca_file {}: {e}", rel(p).display())))?,
+                    (None, Some(pem)) => CertificateDer::pem_slice_iter(pem.as_bytes())
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| err(path, format!("tls_server_config.client_ca: {e}")))?,
                     (None, None) => return Err(err(path, format!("tls_server_config: client_auth_type {auth} needs client_ca_file"))),
                 };
                 let mut store = rustls::RootCertStore::empty();
@@ -232,7 +257,8 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
                 })),
                 other => return Err(err(path, format!("tls_server_config.client_auth_type: unknown value {other:?}"))),
             };
-            let mut cfg = builder.with_single_cert(certs, key).map_err(|e| err(path, format!("tls_server_config: certificate and key: {e}")))?;
+            let mut cfg =
+                builder.with_single_cert(certs, key).map_err(|e| err(path, format!("tls_server_config: certificate and key: {e}")))?;
             cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
             Some(Arc::new(cfg))
         }

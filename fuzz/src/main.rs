@@ -11,7 +11,9 @@ fn main() {
         eprintln!("node-agent-afl: the conformance fixtures (../shared) are missing");
         std::process::exit(2);
     };
-    let dir = std::env::var_os("NODE_AGENT_AFL_TREE").map(std::path::PathBuf::from).unwrap_or_else(|| std::env::temp_dir().join(format!("node-agent-afl-{}", std::process::id())));
+    let dir = std::env::var_os("NODE_AGENT_AFL_TREE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("node-agent-afl-{}", std::process::id())));
     if !dir.join("proc").exists() {
         if let Err(e) = node_agent_tests::materialize(&src, &dir) {
             eprintln!("node-agent-afl: copying the fixtures: {e}");

@@ -54,7 +54,8 @@ fn route(path: &str) -> Option<(String, String, Option<String>, Option<String>)>
         "apis" => &seg[3..],
         _ => return None,
     };
-    let (ns, rest) = if rest.first() == Some(&"namespaces") && rest.len() >= 3 { (rest[1].to_string(), &rest[2..]) } else { (String::new(), rest) };
+    let (ns, rest) =
+        if rest.first() == Some(&"namespaces") && rest.len() >= 3 { (rest[1].to_string(), &rest[2..]) } else { (String::new(), rest) };
     Some((rest.first()?.to_string(), ns, rest.get(1).map(|s| s.to_string()), rest.get(2).map(|s| s.to_string())))
 }
 
@@ -117,7 +118,10 @@ fn merge_patch(dst: &mut Value, patch: &Value) {
 }
 
 pub fn status(code: u16, reason: &str) -> (u16, Value) {
-    (code, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": reason, "code": code, "message": reason}))
+    (
+        code,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": reason, "code": code, "message": reason}),
+    )
 }
 
 impl Default for Api {
@@ -129,7 +133,14 @@ impl Default for Api {
 impl Api {
     pub fn new() -> Api {
         use std::sync::atomic::AtomicU64;
-        Api { state: Mutex::new(State::default()), changed: Notify::new(), faults: AtomicU64::new(0), injected: AtomicU64::new(0), rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15), requests: Mutex::new(Vec::new()) }
+        Api {
+            state: Mutex::new(State::default()),
+            changed: Notify::new(),
+            faults: AtomicU64::new(0),
+            injected: AtomicU64::new(0),
+            rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
+            requests: Mutex::new(Vec::new()),
+        }
     }
 
     /// A fault, with the configured probability.
@@ -169,7 +180,16 @@ impl Api {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn write(&self, method: &str, resource: &str, ns: &str, name: Option<&str>, sub: Option<&str>, ctype: &str, body: Value) -> (u16, Value) {
+    pub fn write(
+        &self,
+        method: &str,
+        resource: &str,
+        ns: &str,
+        name: Option<&str>,
+        sub: Option<&str>,
+        ctype: &str,
+        body: Value,
+    ) -> (u16, Value) {
         let mut st = self.state.lock().expect("state");
         let key = |n: &str| (resource.to_string(), ns.to_string(), n.to_string());
         match method {
@@ -275,7 +295,9 @@ impl Api {
                     let st = self.state.lock().expect("state");
                     st.log
                         .iter()
-                        .filter(|(rv, r, n, _, o)| *rv > seen && *r == resource && (ns.is_empty() || *n == ns) && selects(&selector, &fields, o))
+                        .filter(|(rv, r, n, _, o)| {
+                            *rv > seen && *r == resource && (ns.is_empty() || *n == ns) && selects(&selector, &fields, o)
+                        })
                         .map(|(rv, _, _, t, o)| (*rv, format!("{}\n", json!({"type": t, "object": o}))))
                         .collect()
                 };
@@ -324,11 +346,13 @@ impl Api {
             ("GET", None) => (200, self.list(&resource, &ns, &selector, &fields)),
             ("GET", Some(n)) => self.get(&resource, &ns, n),
             // Injected faults on writes (not the lease: that only slows leadership down).
-            (_, _) if resource != "leases" && resource != "events" && self.roll().is_some() => match self.rng.load(std::sync::atomic::Ordering::Relaxed) % 3 {
-                0 => status(500, "InternalError"),
-                1 => status(429, "TooManyRequests"),
-                _ => status(409, "Conflict"),
-            },
+            (_, _) if resource != "leases" && resource != "events" && self.roll().is_some() => {
+                match self.rng.load(std::sync::atomic::Ordering::Relaxed) % 3 {
+                    0 => status(500, "InternalError"),
+                    1 => status(429, "TooManyRequests"),
+                    _ => status(409, "Conflict"),
+                }
+            }
             (m, n) => self.write(m, &resource, &ns, n.as_deref(), sub.as_deref(), &ctype, body),
         };
         Ok(json_response(code, v))
@@ -359,7 +383,6 @@ pub async fn serve(api: Arc<Api>) -> SocketAddr {
     });
     addr
 }
-
 
 /// An API server running on a runtime of its own, with a kubeconfig file
 /// pointing at it (plain HTTP, no credentials).

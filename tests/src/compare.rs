@@ -188,8 +188,7 @@ pub fn promtool_extra(node_agent: &[String], node_exporter: &[String]) -> Vec<St
         .iter()
         .filter(|l| !theirs.contains(l))
         .filter(|l| {
-            let compat = ["node_memory_", "node_netstat_", "node_sockstat_"].iter().any(|p| l.starts_with(p))
-                && l.contains("camelCase");
+            let compat = ["node_memory_", "node_netstat_", "node_sockstat_"].iter().any(|p| l.starts_with(p)) && l.contains("camelCase");
             !compat
         })
         .cloned()
@@ -220,9 +219,5 @@ pub fn http_get(url: &str) -> Result<String, String> {
 
 /// Finds a program on PATH.
 pub fn which(prog: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| std::path::Path::new(d).join(prog))
-        .find(|p| p.is_file())
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| std::path::Path::new(d).join(prog)).find(|p| p.is_file())
 }

@@ -50,7 +50,8 @@ impl Drop for Loop {
 pub fn loop_device() -> Loop {
     let file = tempfile::NamedTempFile::new_in("/var/tmp").expect("backing file");
     file.as_file().set_len(64 << 20).expect("size");
-    let out = std::process::Command::new("losetup").args(["--find", "--show", "--direct-io=on"]).arg(file.path()).output().expect("losetup");
+    let out =
+        std::process::Command::new("losetup").args(["--find", "--show", "--direct-io=on"]).arg(file.path()).output().expect("losetup");
     assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
     let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
     Loop { dev: path.trim_start_matches("/dev/").to_string(), _file: file }

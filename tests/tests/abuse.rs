@@ -16,7 +16,14 @@ use std::time::{Duration, Instant};
 
 fn agent() -> node_agent::cli::Agent {
     let m = node_agent::cli::command()
-        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.loadavg", "--collector.meminfo", "--collector.stat"])
+        .try_get_matches_from([
+            "node-agent",
+            "--web.listen-address=127.0.0.1:0",
+            "--collector.disable-defaults",
+            "--collector.loadavg",
+            "--collector.meminfo",
+            "--collector.stat",
+        ])
         .expect("flags");
     node_agent::cli::Agent::start(&m).expect("agent")
 }

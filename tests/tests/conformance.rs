@@ -13,12 +13,38 @@ const SKIP: &str = r"^(go_|node_exporter_build_info|node_scrape_collector_durati
 
 /// Family prefixes that node-agent's collectors are responsible for.
 const OURS: &[&str] = &[
-    "node_arp_", "node_nf_conntrack_", "node_cpu_", "node_disk_", "node_entropy_", "node_filefd_", "node_filesystem_",
-    "node_hwmon_", "node_load", "node_memory_", "node_network_", "node_netstat_", "node_os_", "node_pressure_",
-    "node_schedstat_", "node_sockstat_", "node_softnet_", "node_intr_total", "node_context_switches_total",
-    "node_forks_total", "node_boot_time_seconds", "node_procs_", "node_softirqs_total", "node_textfile_",
-    "node_thermal_zone_", "node_cooling_device_", "node_time_", "node_udp_queues", "node_uname_", "node_vmstat_",
-    "node_timex_", "node_selinux_",
+    "node_arp_",
+    "node_nf_conntrack_",
+    "node_cpu_",
+    "node_disk_",
+    "node_entropy_",
+    "node_filefd_",
+    "node_filesystem_",
+    "node_hwmon_",
+    "node_load",
+    "node_memory_",
+    "node_network_",
+    "node_netstat_",
+    "node_os_",
+    "node_pressure_",
+    "node_schedstat_",
+    "node_sockstat_",
+    "node_softnet_",
+    "node_intr_total",
+    "node_context_switches_total",
+    "node_forks_total",
+    "node_boot_time_seconds",
+    "node_procs_",
+    "node_softirqs_total",
+    "node_textfile_",
+    "node_thermal_zone_",
+    "node_cooling_device_",
+    "node_time_",
+    "node_udp_queues",
+    "node_uname_",
+    "node_vmstat_",
+    "node_timex_",
+    "node_selinux_",
     "testmetric",
 ];
 
@@ -32,7 +58,10 @@ const NOT_OURS: &[(&str, &str)] = &[
 /// Families of our collectors that node_exporter prints and we don't, each
 /// with its reason. Keep it short.
 const KNOWN_GAPS: &[(&str, &str)] = &[
-    ("node_os_info", "the shared fixtures omit usr/lib/os-release (node_exporter reads it from its repository root); parsing is unit-tested"),
+    (
+        "node_os_info",
+        "the shared fixtures omit usr/lib/os-release (node_exporter reads it from its repository root); parsing is unit-tested",
+    ),
     ("node_os_version", "as node_os_info"),
     // node_exporter 1.12 reads netdev counters over rtnetlink from the live
     // test machine (see the fixtures' README); there is no /proc/net/dev.
@@ -77,23 +106,25 @@ fn sample_set(f: &Family) -> SampleSet {
 
 fn run_agent(root: &std::path::Path, fixtures: &std::path::Path) -> String {
     let mut args = node_agent_tests::fixture_flags(root, &fixtures.join("textfile/two_metric_files"));
-    args.extend([
-        "--collector.cpu.info.bugs-include=^(cpu_meltdown|spectre_.*|mds)$",
-        "--collector.cpu.info.flags-include=^(aes|avx.?|constant_tsc)$",
-        "--collector.hwmon.chip-include=(applesmc|asus_nb_wmi|coretemp|hwmon4|ieee80211|nct6779)",
-        "--collector.netclass.ignore-invalid-speed",
-        "--collector.netclass.ignored-devices=(dmz|int)",
-        "--collector.netdev.device-include=lo",
-        "--collector.stat.softirq",
-        "--collector.arp.device-exclude=nope",
-        "--no-collector.arp.netlink",
-        "--no-collector.filesystem",
-        "--no-collector.uname",
-        "--no-collector.timex",
-        "--no-collector.selinux",
-        "--web.disable-exporter-metrics",
-    ]
-    .map(String::from));
+    args.extend(
+        [
+            "--collector.cpu.info.bugs-include=^(cpu_meltdown|spectre_.*|mds)$",
+            "--collector.cpu.info.flags-include=^(aes|avx.?|constant_tsc)$",
+            "--collector.hwmon.chip-include=(applesmc|asus_nb_wmi|coretemp|hwmon4|ieee80211|nct6779)",
+            "--collector.netclass.ignore-invalid-speed",
+            "--collector.netclass.ignored-devices=(dmz|int)",
+            "--collector.netdev.device-include=lo",
+            "--collector.stat.softirq",
+            "--collector.arp.device-exclude=nope",
+            "--no-collector.arp.netlink",
+            "--no-collector.filesystem",
+            "--no-collector.uname",
+            "--no-collector.timex",
+            "--no-collector.selinux",
+            "--web.disable-exporter-metrics",
+        ]
+        .map(String::from),
+    );
     // Kernel-event collectors have no node_exporter counterpart.
     args.extend(node_agent::manifests::ebpf_collectors().iter().map(|c| format!("--no-collector.{c}")));
     let m = node_agent::cli::command().try_get_matches_from(args).expect("flags parse");

@@ -23,9 +23,15 @@ use serde_json::{json, Value};
 /// Ready when every readiness gate condition is True.
 fn kubelet_pass(api: &Api) {
     let mut st = api.state.lock().expect("state");
-    let pods: Vec<((String, String, String), Value)> = st.objects.iter().filter(|((r, _, _), _)| r == "pods").map(|(k, v)| (k.clone(), v.clone())).collect();
+    let pods: Vec<((String, String, String), Value)> =
+        st.objects.iter().filter(|((r, _, _), _)| r == "pods").map(|(k, v)| (k.clone(), v.clone())).collect();
     for ((_, ns, name), mut p) in pods {
-        let gates: Vec<String> = p["spec"]["readinessGates"].as_array().into_iter().flatten().filter_map(|g| g["conditionType"].as_str().map(str::to_string)).collect();
+        let gates: Vec<String> = p["spec"]["readinessGates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|g| g["conditionType"].as_str().map(str::to_string))
+            .collect();
         let conds = p["status"]["conditions"].as_array().cloned().unwrap_or_default();
         let is_true = |t: &str| conds.iter().any(|c| c["type"] == t && c["status"] == "True");
         let ready = gates.iter().all(|g| is_true(g));
@@ -41,7 +47,6 @@ fn kubelet_pass(api: &Api) {
         api.put(&mut st, "pods", &ns, &name, p, false);
     }
 }
-
 
 fn free_port() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -100,7 +105,13 @@ fn two_replicas_one_leader_gated_rollout_over_real_http_and_failover() {
 /// for the health gate to scrape (the agent runs its own runtime).
 fn with_agent<F: std::future::Future<Output = ()>>(f: impl FnOnce(u16) -> F) {
     let m = node_agent::cli::command()
-        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.loadavg", "--collector.meminfo"])
+        .try_get_matches_from([
+            "node-agent",
+            "--web.listen-address=127.0.0.1:0",
+            "--collector.disable-defaults",
+            "--collector.loadavg",
+            "--collector.meminfo",
+        ])
         .expect("flags");
     let agent = node_agent::cli::Agent::start(&m).expect("agent");
     let port = agent.addrs[0].port();
@@ -110,7 +121,6 @@ fn with_agent<F: std::future::Future<Output = ()>>(f: impl FnOnce(u16) -> F) {
 }
 
 async fn scenario(agent_port: u16) {
-
     let api = cluster(agent_port);
     let addr = serve(api.clone()).await;
     let kubelet = kubelet(api.clone());
@@ -145,7 +155,15 @@ async fn scenario(agent_port: u16) {
 
     // Roll out agent:2: canary first, then the rest, within maxUnavailable 2.
     let first_rv = api.state.lock().expect("state").rv;
-    api.write("PATCH", "nodeagents", "monitoring", Some("node-agent"), None, "application/merge-patch+json", json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "agent:2"}]}}}}));
+    api.write(
+        "PATCH",
+        "nodeagents",
+        "monitoring",
+        Some("node-agent"),
+        None,
+        "application/merge-patch+json",
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "agent:2"}]}}}}),
+    );
     wait_for("the agent:2 rollout", 60, || complete(&api, "agent:2")).await;
     {
         let st = api.state.lock().expect("state");
@@ -153,7 +171,16 @@ async fn scenario(agent_port: u16) {
             .log
             .iter()
             .filter(|(rv, r, _, t, o)| *rv > first_rv && r == "pods" && *t == "ADDED" && o["spec"]["containers"][0]["image"] == "agent:2")
-            .map(|(rv, _, _, _, o)| (*rv, o["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0].as_str().unwrap_or("").to_string()))
+            .map(|(rv, _, _, _, o)| {
+                (
+                    *rv,
+                    o["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+                        ["matchFields"][0]["values"][0]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                )
+            })
             .collect();
         assert_eq!(created.len(), 5, "{created:?}");
         assert_eq!(created[0].1, "n3", "the canary first: {created:?}");
@@ -167,7 +194,15 @@ async fn scenario(agent_port: u16) {
     let _ = stop_a.send(());
     a.await.expect("join").expect("replica-a stops cleanly");
     wait_for("replica-b to lead", 10, || metric(&scrape(mb), "node_agent_controller_leader") == 1.0).await;
-    api.write("PATCH", "nodeagents", "monitoring", Some("node-agent"), None, "application/merge-patch+json", json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "agent:3"}]}}}}));
+    api.write(
+        "PATCH",
+        "nodeagents",
+        "monitoring",
+        Some("node-agent"),
+        None,
+        "application/merge-patch+json",
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "agent:3"}]}}}}),
+    );
     wait_for("the agent:3 rollout by replica-b", 60, || complete(&api, "agent:3")).await;
     assert!(metric(&scrape(mb), "node_agent_controller_reconciles_total") > 0.0);
     let lease = api.get("leases", "monitoring", "node-agent-controller").1;
@@ -210,9 +245,14 @@ fn complete(api: &Api, image: &str) -> bool {
     let s = &v["status"];
     let pods = api.list("pods", "monitoring", "", "");
     let items = pods["items"].as_array().cloned().unwrap_or_default();
-    let ready = |p: &Value| p["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+    let ready =
+        |p: &Value| p["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
     let on_image = items.iter().filter(|p| p["spec"]["containers"][0]["image"] == image && ready(p)).count();
-    s["numberAvailable"] == 5 && s["updatedNumberScheduled"] == 5 && s["currentRevision"] == s["updateRevision"] && on_image == 5 && items.len() == 5
+    s["numberAvailable"] == 5
+        && s["updatedNumberScheduled"] == 5
+        && s["currentRevision"] == s["updateRevision"]
+        && on_image == 5
+        && items.len() == 5
 }
 
 /// Over the pod events after `from`: the most nodes without a pod at once,
@@ -222,7 +262,11 @@ fn worst_since(api: &Api, from: u64) -> (usize, i64) {
     let mut live: BTreeMap<String, i64> = (0..5).map(|i| (format!("n{i}"), 1)).collect();
     let (mut without, mut most) = (0usize, 1i64);
     for (_, _, _, t, o) in st.log.iter().filter(|(rv, r, ..)| *rv > from && r == "pods") {
-        let node = o["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0].as_str().unwrap_or("").to_string();
+        let node = o["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+            ["matchFields"][0]["values"][0]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         match *t {
             "ADDED" => *live.entry(node).or_default() += 1,
             "DELETED" => *live.entry(node).or_default() -= 1,
@@ -251,7 +295,15 @@ fn api_faults_and_dropped_watches_never_break_the_invariants() {
         api.faults.store(15, std::sync::atomic::Ordering::Relaxed);
         wait_for("the first install under faults", 120, || complete(&api, "agent:1")).await;
         let from = api.state.lock().expect("state").rv;
-        api.write("PATCH", "nodeagents", "monitoring", Some("node-agent"), None, "application/merge-patch+json", json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "agent:2"}]}}}}));
+        api.write(
+            "PATCH",
+            "nodeagents",
+            "monitoring",
+            Some("node-agent"),
+            None,
+            "application/merge-patch+json",
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "agent:2"}]}}}}),
+        );
         wait_for("the agent:2 rollout under faults", 180, || complete(&api, "agent:2")).await;
         let injected = api.injected.load(std::sync::atomic::Ordering::Relaxed);
         eprintln!("faults injected: {injected}");

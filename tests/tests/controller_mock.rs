@@ -86,7 +86,10 @@ fn not_found() -> Value {
 fn serve(mut handle: Handle, expected: Vec<Expect>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         for (i, e) in expected.into_iter().enumerate() {
-            let (req, send) = tokio::time::timeout(Duration::from_secs(10), handle.next_request()).await.unwrap_or_else(|_| panic!("request #{i} ({} {}) never came", e.method, e.path)).expect("a request");
+            let (req, send) = tokio::time::timeout(Duration::from_secs(10), handle.next_request())
+                .await
+                .unwrap_or_else(|_| panic!("request #{i} ({} {}) never came", e.method, e.path))
+                .expect("a request");
             let (parts, body) = req.into_parts();
             let what = format!("request #{i}: {} {}?{}", parts.method, parts.uri.path(), parts.uri.query().unwrap_or(""));
             assert_eq!(parts.method, e.method, "{what}");
@@ -98,7 +101,11 @@ fn serve(mut handle: Handle, expected: Vec<Expect>) -> tokio::task::JoinHandle<(
                 assert_eq!(parts.headers.get("content-type").and_then(|v| v.to_str().ok()), Some(ct), "{what}");
             }
             let bytes = body.collect().await.expect("body").to_bytes();
-            let value: Value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{what}: body is not JSON: {e}")) };
+            let value: Value = if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{what}: body is not JSON: {e}"))
+            };
             (e.check)(&value);
             let out = match e.answer {
                 Answer::Echo => value,
@@ -136,7 +143,10 @@ where
 fn template(image: &str) -> PodTemplateSpec {
     PodTemplateSpec {
         metadata: Some(ObjectMeta { labels: Some([("app".to_string(), "node-agent".to_string())].into()), ..Default::default() }),
-        spec: Some(PodSpec { containers: vec![Container { name: "agent".into(), image: Some(image.into()), ..Default::default() }], ..Default::default() }),
+        spec: Some(PodSpec {
+            containers: vec![Container { name: "agent".into(), image: Some(image.into()), ..Default::default() }],
+            ..Default::default()
+        }),
     }
 }
 
@@ -156,7 +166,13 @@ fn agent(gate: Option<HealthGate>) -> NodeAgent {
     a
 }
 
-fn context(client: kube::Client, nodes: Vec<Node>, pods: Vec<Pod>, revs: Vec<ControllerRevision>, probe: GateResult) -> (Arc<Context>, Vec<Box<dyn std::any::Any>>) {
+fn context(
+    client: kube::Client,
+    nodes: Vec<Node>,
+    pods: Vec<Pod>,
+    revs: Vec<ControllerRevision>,
+    probe: GateResult,
+) -> (Arc<Context>, Vec<Box<dyn std::any::Any>>) {
     let (ns, nw) = filled(nodes);
     let (ps, pw) = filled(pods);
     let (rs, rw) = filled(revs);
@@ -208,23 +224,29 @@ async fn first_sync_ensures_the_priority_class_records_the_revision_and_creates_
         event("RevisionRecorded", "Normal"),
         // Slow start: a batch of one, then two (one left).
         expect(Method::PATCH, format!("{NS}/pods/{pod_a}")).apply().body(|b| {
-            assert_eq!(b["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0], "worker-a");
+            assert_eq!(
+                b["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+                    ["matchFields"][0]["values"][0],
+                "worker-a"
+            );
             assert_eq!(b["spec"]["priorityClassName"], "node-agent-critical");
             assert_eq!(b["spec"]["readinessGates"][0]["conditionType"], GATE_CONDITION);
             assert_eq!(b["metadata"]["ownerReferences"][0]["controller"], true);
         }),
         expect(Method::PATCH, format!("{NS}/pods/{pod_b}")).apply(),
         event("SuccessfulCreate", "Normal").body(|b| assert!(b["note"].as_str().unwrap_or("").contains("created 2 pod(s)"), "{b}")),
-        expect(Method::PATCH, format!("{NA}/status")).apply().body(|b| {
-            assert_eq!(b["kind"], "NodeAgent");
-            let s = &b["status"];
-            assert_eq!(s["desiredNumberScheduled"], 2);
-            assert_eq!(s["currentNumberScheduled"], 0);
-            assert_eq!(s["observedGeneration"], 1);
-            assert_eq!(s["conditions"][1]["type"], "Progressing");
-            assert_eq!(s["conditions"][1]["status"], "True");
-        })
-        .answer(200, agent_json.clone()),
+        expect(Method::PATCH, format!("{NA}/status"))
+            .apply()
+            .body(|b| {
+                assert_eq!(b["kind"], "NodeAgent");
+                let s = &b["status"];
+                assert_eq!(s["desiredNumberScheduled"], 2);
+                assert_eq!(s["currentNumberScheduled"], 0);
+                assert_eq!(s["observedGeneration"], 1);
+                assert_eq!(s["conditions"][1]["type"], "Progressing");
+                assert_eq!(s["conditions"][1]["status"], "True");
+            })
+            .answer(200, agent_json.clone()),
     ];
     let server = serve(handle, expected);
     let (ctx, _writers) = context(client, vec![node("worker-a", &[], &[]), node("worker-b", &[], &[])], vec![], vec![], GateResult::Pass);
@@ -238,8 +260,18 @@ fn gated_pod(a: &NodeAgent, node: &str, hash: &str, ready_since: i64) -> Pod {
     let mut p = pod_for(a, node, hash, &a.spec.template);
     p.metadata.creation_timestamp = Some(Time(at(ready_since - 10)));
     p.spec.as_mut().expect("spec").node_name = Some(node.into());
-    let c = |t: &str, on: bool| PodCondition { type_: t.into(), status: if on { "True" } else { "False" }.into(), last_transition_time: Some(Time(at(ready_since))), ..Default::default() };
-    p.status = Some(PodStatus { phase: Some("Running".into()), pod_ip: Some("10.1.2.3".into()), conditions: Some(vec![c("ContainersReady", true), c("Ready", false)]), ..Default::default() });
+    let c = |t: &str, on: bool| PodCondition {
+        type_: t.into(),
+        status: if on { "True" } else { "False" }.into(),
+        last_transition_time: Some(Time(at(ready_since))),
+        ..Default::default()
+    };
+    p.status = Some(PodStatus {
+        phase: Some("Running".into()),
+        pod_ip: Some("10.1.2.3".into()),
+        conditions: Some(vec![c("ContainersReady", true), c("Ready", false)]),
+        ..Default::default()
+    });
     p
 }
 
@@ -344,7 +376,8 @@ fn lease_json(holder: &str, renewed: i64, rv: &str) -> Value {
 async fn the_lease_is_taken_only_when_free_or_expired_and_a_lost_race_is_not_leadership() {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
-    let lock = LeaseLock::new(Api::<Lease>::namespaced(client, "monitoring"), "node-agent-controller", "replica-a", Duration::from_secs(15));
+    let lock =
+        LeaseLock::new(Api::<Lease>::namespaced(client, "monitoring"), "node-agent-controller", "replica-a", Duration::from_secs(15));
     let path = "/apis/coordination.k8s.io/v1/namespaces/monitoring/leases";
     let conflict = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Conflict", "code": 409, "message": "the object has been modified"});
     let expected = vec![
@@ -394,16 +427,26 @@ async fn rollout_undo_puts_the_previous_template_back_and_resume_clears_a_halt()
     a.spec.template = template("agent:2");
     let rev2 = revision_object(&a, &template_hash(&a), 2, &a.spec.template);
     let agent_json = serde_json::to_value(&a).expect("json");
-    let list = json!({"apiVersion": "apps/v1", "kind": "ControllerRevisionList", "metadata": {"resourceVersion": "1"}, "items": [rev1, rev2]});
+    let list =
+        json!({"apiVersion": "apps/v1", "kind": "ControllerRevisionList", "metadata": {"resourceVersion": "1"}, "items": [rev1, rev2]});
     let expected = vec![
         expect(Method::GET, NA).answer(200, agent_json.clone()),
         expect(Method::GET, REVS).query(&["labelSelector=nodeagent.io%2Fname%3Dnode-agent"]).answer(200, list),
-        expect(Method::PATCH, NA).content_type("application/json-patch+json").body(|b| {
-            assert_eq!(b[0]["op"], "replace");
-            assert_eq!(b[0]["value"]["spec"]["containers"][0]["image"], "agent:1");
-        }).answer(200, agent_json.clone()),
-        expect(Method::PATCH, NA).content_type("application/merge-patch+json").body(|b| assert_eq!(b, &json!({"spec": {"rollout": {"paused": false}}}))).answer(200, agent_json.clone()),
-        expect(Method::PATCH, format!("{NA}/status")).content_type("application/merge-patch+json").body(|b| assert_eq!(b, &json!({"status": {"haltedRevision": null}}))).answer(200, agent_json),
+        expect(Method::PATCH, NA)
+            .content_type("application/json-patch+json")
+            .body(|b| {
+                assert_eq!(b[0]["op"], "replace");
+                assert_eq!(b[0]["value"]["spec"]["containers"][0]["image"], "agent:1");
+            })
+            .answer(200, agent_json.clone()),
+        expect(Method::PATCH, NA)
+            .content_type("application/merge-patch+json")
+            .body(|b| assert_eq!(b, &json!({"spec": {"rollout": {"paused": false}}})))
+            .answer(200, agent_json.clone()),
+        expect(Method::PATCH, format!("{NA}/status"))
+            .content_type("application/merge-patch+json")
+            .body(|b| assert_eq!(b, &json!({"status": {"haltedRevision": null}})))
+            .answer(200, agent_json),
     ];
     let server = serve(handle, expected);
     let m = rollout_command().no_binary_name(true).try_get_matches_from(["undo", "node-agent"]).expect("args");

@@ -13,7 +13,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use node_agent::controller::crd::{HealthGate, NodeAgent, NodeAgentSpec, NodeAgentStatus, Rollout, RollingUpdate, UpdateStrategy, Wave, GATE_CONDITION};
+use node_agent::controller::crd::{
+    HealthGate, NodeAgent, NodeAgentSpec, NodeAgentStatus, RollingUpdate, Rollout, UpdateStrategy, Wave, GATE_CONDITION,
+};
 use node_agent::controller::gate;
 use node_agent::controller::rollout::{self, decide, gate_targets, template_hash, Expectations, GateResult, Observed};
 use node_agent::daemonset::builders::{at, node};
@@ -42,7 +44,11 @@ impl Rng {
 fn template(image: &str) -> PodTemplateSpec {
     PodTemplateSpec {
         metadata: Some(ObjectMeta { labels: Some([("app".to_string(), "node-agent".to_string())].into()), ..Default::default() }),
-        spec: Some(PodSpec { containers: vec![Container { name: "agent".into(), image: Some(image.into()), ..Default::default() }], host_network: Some(true), ..Default::default() }),
+        spec: Some(PodSpec {
+            containers: vec![Container { name: "agent".into(), image: Some(image.into()), ..Default::default() }],
+            host_network: Some(true),
+            ..Default::default()
+        }),
     }
 }
 
@@ -52,10 +58,24 @@ fn agent(auto_rollback: bool) -> NodeAgent {
         NodeAgentSpec {
             selector: LabelSelector { match_labels: Some([("app".to_string(), "node-agent".to_string())].into()), ..Default::default() },
             template: template("agent:1"),
-            update_strategy: Some(UpdateStrategy { type_: None, rolling_update: Some(RollingUpdate { max_unavailable: Some(IntOrString::Int(MAX_UNAVAILABLE)), max_surge: None }) }),
+            update_strategy: Some(UpdateStrategy {
+                type_: None,
+                rolling_update: Some(RollingUpdate { max_unavailable: Some(IntOrString::Int(MAX_UNAVAILABLE)), max_surge: None }),
+            }),
             rollout: Rollout {
-                waves: vec![Wave { name: "canary".into(), selector: LabelSelector { match_labels: Some([("nodeagent.io/wave".to_string(), "canary".to_string())].into()), ..Default::default() } }],
-                health_gate: Some(HealthGate { required_collectors: vec!["cpu".into()], deadline_seconds: DEADLINE, auto_rollback, ..Default::default() }),
+                waves: vec![Wave {
+                    name: "canary".into(),
+                    selector: LabelSelector {
+                        match_labels: Some([("nodeagent.io/wave".to_string(), "canary".to_string())].into()),
+                        ..Default::default()
+                    },
+                }],
+                health_gate: Some(HealthGate {
+                    required_collectors: vec!["cpu".into()],
+                    deadline_seconds: DEADLINE,
+                    auto_rollback,
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
             ..Default::default()
@@ -93,7 +113,9 @@ fn set_cond(p: &mut Pod, t: &str, on: bool, now: Timestamp) {
             c.status = status.into();
             c.last_transition_time = Some(Time(now));
         }
-        None => conds.push(PodCondition { type_: t.into(), status: status.into(), last_transition_time: Some(Time(now)), ..Default::default() }),
+        None => {
+            conds.push(PodCondition { type_: t.into(), status: status.into(), last_transition_time: Some(Time(now)), ..Default::default() })
+        }
     }
 }
 
@@ -181,7 +203,10 @@ impl Cluster {
 
     fn complete(&self) -> bool {
         let s = self.status();
-        s.update_revision == Some(template_hash(&self.agent)) && s.current_revision == s.update_revision && s.number_available as usize == self.eligible() && s.updated_number_scheduled as usize == self.eligible()
+        s.update_revision == Some(template_hash(&self.agent))
+            && s.current_revision == s.update_revision
+            && s.number_available as usize == self.eligible()
+            && s.updated_number_scheduled as usize == self.eligible()
     }
 
     fn halted(&self) -> bool {
@@ -251,7 +276,16 @@ impl Cluster {
             };
             results.insert(t.pod, r);
         }
-        let d = decide(&Observed { agent: &self.agent, nodes: &self.nodes, pods: &pods, revisions: &self.revisions, gate: &results, backoff: &|_| false, now: self.ts() }).expect("decide");
+        let d = decide(&Observed {
+            agent: &self.agent,
+            nodes: &self.nodes,
+            pods: &pods,
+            revisions: &self.revisions,
+            gate: &results,
+            backoff: &|_| false,
+            now: self.ts(),
+        })
+        .expect("decide");
         let (mut created, mut deleted) = (Vec::new(), Vec::new());
         let result = self.act(&d, &mut created, &mut deleted);
         self.expectations = Expectations::new(&created, &deleted, self.ts());

@@ -102,7 +102,15 @@ fn every_kustomization_builds_and_validates_strictly() {
     assert!(ok, "{report}");
     let checked = report.lines().filter(|l| l.starts_with("ok ")).count();
     assert!(checked >= 50, "{checked} objects checked:\n{report}");
-    for kind in ["DaemonSet/node-agent", "NodeAgent/node-agent", "CustomResourceDefinition/nodeagents.nodeagent.io", "ServiceMonitor/node-agent", "PodMonitor/node-agent", "PrometheusRule/node-agent", "Deployment/node-agent-controller"] {
+    for kind in [
+        "DaemonSet/node-agent",
+        "NodeAgent/node-agent",
+        "CustomResourceDefinition/nodeagents.nodeagent.io",
+        "ServiceMonitor/node-agent",
+        "PodMonitor/node-agent",
+        "PrometheusRule/node-agent",
+        "Deployment/node-agent-controller",
+    ] {
         assert!(report.lines().any(|l| l.starts_with("ok ") && l.contains(kind)), "{kind} not validated:\n{report}");
     }
 
@@ -113,10 +121,28 @@ fn every_kustomization_builds_and_validates_strictly() {
     for (what, text) in [
         ("unknown DaemonSet field", ds.replace("  updateStrategy:", "  updateStrategi:\n    type: RollingUpdate\n  updateStrategy:")),
         ("wrong type", ds.replace("maxUnavailable: 1", "maxUnavailable: [1]")),
-        ("unknown container field", ds.replace("readOnlyRootFilesystem: true", "readOnlyRootFilesystem: true\n          readOnlyRootFs: true")),
-        ("unknown ServiceMonitor field", std::fs::read_to_string(root().join("deploy/prometheus/operator/servicemonitor.yaml")).expect("sm").replace("interval: 15s", "interval: 15s\n      intervall: 15s")),
-        ("unknown NodeAgent field", std::fs::read_to_string(root().join("deploy/controller/nodeagent.yaml")).expect("na").replace("autoRollback: true", "autoRollback: true\n      autoRollbak: true")),
-        ("bad NodeAgent pod template", std::fs::read_to_string(root().join("deploy/controller/nodeagent.yaml")).expect("na").replace("hostPID: true", "hostPID: yes-please")),
+        (
+            "unknown container field",
+            ds.replace("readOnlyRootFilesystem: true", "readOnlyRootFilesystem: true\n          readOnlyRootFs: true"),
+        ),
+        (
+            "unknown ServiceMonitor field",
+            std::fs::read_to_string(root().join("deploy/prometheus/operator/servicemonitor.yaml"))
+                .expect("sm")
+                .replace("interval: 15s", "interval: 15s\n      intervall: 15s"),
+        ),
+        (
+            "unknown NodeAgent field",
+            std::fs::read_to_string(root().join("deploy/controller/nodeagent.yaml"))
+                .expect("na")
+                .replace("autoRollback: true", "autoRollback: true\n      autoRollbak: true"),
+        ),
+        (
+            "bad NodeAgent pod template",
+            std::fs::read_to_string(root().join("deploy/controller/nodeagent.yaml"))
+                .expect("na")
+                .replace("hostPID: true", "hostPID: yes-please"),
+        ),
     ] {
         std::fs::write(&bad, text).expect("write");
         let (ok, report) = validate(&py, std::slice::from_ref(&bad));
@@ -149,7 +175,9 @@ fn plan_places_the_built_daemonsets_as_intended() {
     let p = plan::plan(&daemonset_of(&kustomize("deploy")), &nodes, &[], node_agent::daemonset::builders::at(1_000), None).expect("plan");
     assert_eq!(eligible(&p).len(), nodes.len(), "{:?}", p.nodes);
     assert_eq!(p.actions.len(), nodes.len());
-    let p = plan::plan(&daemonset_of(&kustomize("deploy/overlays/gpu-only")), &nodes, &[], node_agent::daemonset::builders::at(1_000), None).expect("plan");
+    let p =
+        plan::plan(&daemonset_of(&kustomize("deploy/overlays/gpu-only")), &nodes, &[], node_agent::daemonset::builders::at(1_000), None)
+            .expect("plan");
     assert_eq!(eligible(&p), vec!["gpu-1"]);
 }
 
@@ -170,8 +198,11 @@ fn capabilities(ds: &DaemonSet) -> Vec<String> {
 #[test]
 fn manifest_flags_are_flags_the_agent_accepts_and_overlays_do_what_they_say() {
     let resolve = |args: &[String]| {
-        let m = node_agent::cli::command().try_get_matches_from(std::iter::once("node-agent".to_string()).chain(args.iter().cloned())).expect("flags parse");
-        node_agent::config::resolve(&m, &node_agent::collector::definitions()).map(|c| c.collectors.iter().map(|(n, _)| n.to_string()).collect::<BTreeSet<String>>())
+        let m = node_agent::cli::command()
+            .try_get_matches_from(std::iter::once("node-agent".to_string()).chain(args.iter().cloned()))
+            .expect("flags parse");
+        node_agent::config::resolve(&m, &node_agent::collector::definitions())
+            .map(|c| c.collectors.iter().map(|(n, _)| n.to_string()).collect::<BTreeSet<String>>())
     };
     let base: Vec<String> = node_agent::manifests::agent_args();
     let with_ebpf = resolve(&base).expect("the DaemonSet's flags resolve");
@@ -182,7 +213,12 @@ fn manifest_flags_are_flags_the_agent_accepts_and_overlays_do_what_they_say() {
     let ds = daemonset_of(&kustomize("deploy"));
     assert_eq!(container_args(&ds), base);
     assert_eq!(capabilities(&ds), ["BPF", "PERFMON", "SYS_PTRACE"]);
-    let sc = ds.spec.as_ref().and_then(|s| s.template.spec.as_ref()).and_then(|s| s.containers[0].security_context.clone()).expect("securityContext");
+    let sc = ds
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers[0].security_context.clone())
+        .expect("securityContext");
     assert_eq!((sc.privileged, sc.allow_privilege_escalation, sc.read_only_root_filesystem), (Some(false), Some(false), Some(true)));
     assert_eq!(sc.capabilities.and_then(|c| c.drop), Some(vec!["ALL".to_string()]));
 
@@ -191,11 +227,22 @@ fn manifest_flags_are_flags_the_agent_accepts_and_overlays_do_what_they_say() {
     assert!(collectors.iter().all(|c| !c.starts_with("ebpf_")), "{collectors:?}");
     assert_eq!(collectors, with_ebpf.iter().filter(|c| !c.starts_with("ebpf_")).cloned().collect::<BTreeSet<_>>());
     assert_eq!(capabilities(&no_ebpf), ["SYS_PTRACE"]);
-    let volumes: Vec<String> = no_ebpf.spec.as_ref().and_then(|s| s.template.spec.as_ref()).map(|s| s.volumes.iter().flatten().map(|v| v.name.clone()).collect()).unwrap_or_default();
+    let volumes: Vec<String> = no_ebpf
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .map(|s| s.volumes.iter().flatten().map(|v| v.name.clone()).collect())
+        .unwrap_or_default();
     assert_eq!(volumes, ["proc", "sys", "root"]);
 
     let unconfined = daemonset_of(&kustomize("deploy/overlays/seccomp-unconfined"));
-    let profile = unconfined.spec.as_ref().and_then(|s| s.template.spec.as_ref()).and_then(|s| s.security_context.as_ref()).and_then(|c| c.seccomp_profile.clone()).expect("seccomp");
+    let profile = unconfined
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|c| c.seccomp_profile.clone())
+        .expect("seccomp");
     assert_eq!(profile.type_, "Unconfined");
     assert_eq!(capabilities(&unconfined), capabilities(&ds), "still only the agent's capabilities");
 }
@@ -206,11 +253,20 @@ fn promtool_checks_the_rules_and_their_unit_tests() {
     let dir = root().join("deploy/prometheus");
     for args in [vec!["check", "rules", "rules.yml"], vec!["test", "rules", "rules_test.yml"]] {
         let out = Command::new(&promtool).args(&args).current_dir(&dir).output().expect("promtool runs");
-        assert!(out.status.success(), "promtool {}: {}{}", args.join(" "), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "promtool {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     // The PrometheusRule carries the same groups.
-    let rule: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(root().join("deploy/prometheus/operator/prometheusrule.yaml")).expect("rule")).expect("yaml");
-    let plain: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("rules.yml")).expect("rules")).expect("yaml");
+    let rule: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(root().join("deploy/prometheus/operator/prometheusrule.yaml")).expect("rule"))
+            .expect("yaml");
+    let plain: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("rules.yml")).expect("rules")).expect("yaml");
     assert_eq!(rule["spec"]["groups"], plain["groups"]);
 }
 
@@ -219,7 +275,8 @@ fn promtool_checks_the_rules_and_their_unit_tests() {
 /// and the agent's port replaced by `port` (Debian's Prometheus is built
 /// without Kubernetes discovery).
 fn testable_config(dir: &Path, port: u16, interval: &str) -> PathBuf {
-    let mut cfg: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(root().join("deploy/prometheus/prometheus.yml")).expect("config")).expect("yaml");
+    let mut cfg: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(root().join("deploy/prometheus/prometheus.yml")).expect("config")).expect("yaml");
     cfg["global"]["scrape_interval"] = interval.into();
     cfg["global"]["evaluation_interval"] = interval.into();
     cfg["rule_files"] = serde_yaml_ng::to_value(vec![root().join("deploy/prometheus/rules.yml").display().to_string()]).expect("yaml");
@@ -236,14 +293,21 @@ fn testable_config(dir: &Path, port: u16, interval: &str) -> PathBuf {
         let sd = job["kubernetes_sd_configs"].as_sequence().cloned().unwrap_or_default();
         // Structure of what promtool cannot check here.
         for s in &sd {
-            assert!(["node", "pod", "endpoints", "service", "endpointslice", "ingress"].contains(&s["role"].as_str().unwrap_or("")), "{name}: role {:?}", s["role"]);
+            assert!(
+                ["node", "pod", "endpoints", "service", "endpointslice", "ingress"].contains(&s["role"].as_str().unwrap_or("")),
+                "{name}: role {:?}",
+                s["role"]
+            );
         }
         let file = dir.join(format!("{name}.json"));
         let t = targets.iter().find(|(n, _)| *n == name).map(|(_, t)| t.clone()).expect("a target for every job");
         std::fs::write(&file, t.to_string()).expect("write");
         let m = job.as_mapping_mut().expect("job");
         m.remove("kubernetes_sd_configs");
-        m.insert("file_sd_configs".into(), serde_yaml_ng::to_value(vec![serde_json::json!({"files": [file.display().to_string()]})]).expect("yaml"));
+        m.insert(
+            "file_sd_configs".into(),
+            serde_yaml_ng::to_value(vec![serde_json::json!({"files": [file.display().to_string()]})]).expect("yaml"),
+        );
         for r in m.get_mut("relabel_configs").and_then(|r| r.as_sequence_mut()).into_iter().flatten() {
             if r["replacement"].as_str() == Some("${1}:9100") {
                 r["replacement"] = format!("${{1}}:{port}").into();
@@ -314,8 +378,14 @@ fn a_real_prometheus_scrapes_the_agent_through_the_shipped_config() {
     let _kill = node_agent_tests::Kill(child);
 
     let target = wait_until("the node-agent target to be up", 60, || {
-        let t: serde_json::Value = node_agent_tests::compare::http_get(&format!("http://{prom}/api/v1/targets")).ok().and_then(|t| serde_json::from_str(&t).ok())?;
-        t["data"]["activeTargets"].as_array()?.iter().find(|t| t["labels"]["job"] == "node-agent" && t["health"] == "up").map(|t| t.to_string())
+        let t: serde_json::Value = node_agent_tests::compare::http_get(&format!("http://{prom}/api/v1/targets"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())?;
+        t["data"]["activeTargets"]
+            .as_array()?
+            .iter()
+            .find(|t| t["labels"]["job"] == "node-agent" && t["health"] == "up")
+            .map(|t| t.to_string())
     });
     let t: serde_json::Value = serde_json::from_str(&target).expect("json");
     assert_eq!(t["labels"]["instance"], "test-node", "{t}");
@@ -330,7 +400,10 @@ fn a_real_prometheus_scrapes_the_agent_through_the_shipped_config() {
     assert_eq!(n, std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "one idle series per CPU");
 
     let p99 = wait_until("a run-queue latency p99", 60, || {
-        let r = query(&prom, "histogram_quantile(0.99, sum by (le) (rate(node_ebpf_runqueue_latency_seconds_bucket{job=\"node-agent\"}[10s])))");
+        let r = query(
+            &prom,
+            "histogram_quantile(0.99, sum by (le) (rate(node_ebpf_runqueue_latency_seconds_bucket{job=\"node-agent\"}[10s])))",
+        );
         r["data"]["result"][0]["value"][1].as_str().filter(|v| v.parse::<f64>().is_ok_and(|x| x.is_finite() && x > 0.0)).map(str::to_string)
     });
     let p99: f64 = p99.parse().expect("number");
@@ -380,7 +453,11 @@ fn exported_names() -> BTreeSet<String> {
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    let mut names: BTreeSet<String> = text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).map(|l| l.split(['{', ' ']).next().unwrap_or("").to_string()).collect();
+    let mut names: BTreeSet<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap_or("").to_string())
+        .collect();
     let controller = node_agent::controller::metrics::Metrics::new();
     controller.set_progress("monitoring", "node-agent", 1, 1, false);
     for l in controller.encode().lines() {
@@ -432,8 +509,14 @@ fn metric_names(expr: &str) -> Vec<String> {
 
 #[test]
 fn promql_metric_names_are_extracted_correctly() {
-    assert_eq!(metric_names(r#"topk(10, sum by (syscall) (rate(node_ebpf_syscalls_total{instance=~"$instance"}[$__rate_interval])))"#), ["node_ebpf_syscalls_total"]);
-    assert_eq!(metric_names(r#"1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[5m])) / on (instance) node_load1"#), ["node_cpu_seconds_total", "node_load1"]);
+    assert_eq!(
+        metric_names(r#"topk(10, sum by (syscall) (rate(node_ebpf_syscalls_total{instance=~"$instance"}[$__rate_interval])))"#),
+        ["node_ebpf_syscalls_total"]
+    );
+    assert_eq!(
+        metric_names(r#"1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[5m])) / on (instance) node_load1"#),
+        ["node_cpu_seconds_total", "node_load1"]
+    );
     assert_eq!(metric_names("count(node_ebpf_program_up == 0) or vector(0)"), ["node_ebpf_program_up"]);
 }
 
@@ -463,13 +546,15 @@ fn dashboard_and_rules_query_only_exported_metrics() {
         return;
     }
     let exported = exported_names();
-    let dash: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root().join("deploy/grafana/node-agent.json")).expect("dashboard")).expect("json");
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("deploy/grafana/node-agent.json")).expect("dashboard")).expect("json");
     let mut exprs = Vec::new();
     dashboard_exprs(&dash, &mut exprs);
     if let Some(q) = dash["templating"]["list"][1]["query"]["query"].as_str() {
         exprs.push(q.replace("label_values(", "").replace(", instance)", ""));
     }
-    let rules: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(root().join("deploy/prometheus/rules.yml")).expect("rules")).expect("yaml");
+    let rules: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(root().join("deploy/prometheus/rules.yml")).expect("rules")).expect("yaml");
     let mut recorded = BTreeSet::new();
     for g in rules["groups"].as_sequence().into_iter().flatten() {
         for r in g["rules"].as_sequence().into_iter().flatten() {

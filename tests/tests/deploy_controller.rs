@@ -21,7 +21,16 @@ fn example_nodeagent_plans_one_pinned_pod_per_node_and_matches_the_daemonset() {
     let mut agents: Vec<NodeAgent> = input::read(&root().join("deploy/controller/nodeagent.yaml"), "NodeAgent").expect("nodeagent");
     let a = agents.remove(0);
     let nodes: Vec<Node> = input::read(&root().join("tests/fixtures/daemonset/nodes.yaml"), "Node").expect("nodes");
-    let d = decide(&Observed { agent: &a, nodes: &nodes, pods: &[], revisions: &[], gate: &Default::default(), backoff: &|_| false, now: at(1_000) }).expect("decide");
+    let d = decide(&Observed {
+        agent: &a,
+        nodes: &nodes,
+        pods: &[],
+        revisions: &[],
+        gate: &Default::default(),
+        backoff: &|_| false,
+        now: at(1_000),
+    })
+    .expect("decide");
     assert_eq!(d.creates.len(), nodes.len(), "one pod per node: {:?}", d.creates.iter().map(|c| &c.node).collect::<Vec<_>>());
     assert_eq!(d.status.desired_number_scheduled as usize, nodes.len());
     assert_eq!(d.revision.as_ref().map(|r| r.revision), Some(1));

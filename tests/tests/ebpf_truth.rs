@@ -121,7 +121,8 @@ fn process_churn_counted() {
         .status()
         .expect("run sh");
     assert!(status.success());
-    let (f, e, x) = (get("node_ebpf_process_forks_total") - f0, get("node_ebpf_process_execs_total") - e0, get("node_ebpf_process_exits_total") - x0);
+    let (f, e, x) =
+        (get("node_ebpf_process_forks_total") - f0, get("node_ebpf_process_execs_total") - e0, get("node_ebpf_process_exits_total") - x0);
     eprintln!("forks +{f} execs +{e} exits +{x} (k = {K})");
     assert!(f >= K as f64 && e >= K as f64 && x >= K as f64, "forks {f}, execs {e}, exits {x} for k = {K}");
 }
@@ -197,7 +198,10 @@ fn block_io_matches_diskstats() {
         let l = labels(op);
         p.value("node_ebpf_block_io_latency_seconds_count", &[("device", l[0].1.as_str()), ("operation", l[1].1.as_str())])
     };
-    let misses = || p.value("node_ebpf_program_misses_total", &[("program", "block_rq_issue")]) + p.value("node_ebpf_program_misses_total", &[("program", "block_rq_complete")]);
+    let misses = || {
+        p.value("node_ebpf_program_misses_total", &[("program", "block_rq_issue")])
+            + p.value("node_ebpf_program_misses_total", &[("program", "block_rq_complete")])
+    };
     let (r0, w0) = diskstats(&lo.dev);
     let (cr0, cw0) = (count("read"), count("write"));
     let missed0 = misses();
@@ -213,7 +217,12 @@ fn block_io_matches_diskstats() {
     let (r1, w1) = diskstats(&lo.dev);
     let (cr, cw) = (count("read") - cr0, count("write") - cw0);
     let missed = misses() - missed0;
-    eprintln!("{}: diskstats reads +{} writes +{}; eBPF reads +{cr} writes +{cw}; runs the kernel skipped +{missed}", lo.dev, r1 - r0, w1 - w0);
+    eprintln!(
+        "{}: diskstats reads +{} writes +{}; eBPF reads +{cr} writes +{cw}; runs the kernel skipped +{missed}",
+        lo.dev,
+        r1 - r0,
+        w1 - w0
+    );
     assert!(w1 - w0 >= N && r1 - r0 >= N, "the I/O reached the device");
     // Exact, but for runs the kernel skipped (a tracepoint program does not
     // run while another BPF program runs on that CPU: an interrupt's
@@ -326,11 +335,23 @@ fn drop_incoming(fd: i32, on: bool) {
     // SAFETY: valid socket, option value sized as the option requires.
     let rc = unsafe {
         if on {
-            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, (&prog as *const libc::sock_fprog).cast(), std::mem::size_of::<libc::sock_fprog>() as u32)
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                (&prog as *const libc::sock_fprog).cast(),
+                std::mem::size_of::<libc::sock_fprog>() as u32,
+            )
         } else {
             // The kernel wants an int-sized option value even here.
             let zero: libc::c_int = 0;
-            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, (&zero as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as u32)
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_DETACH_FILTER,
+                (&zero as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            )
         }
     };
     assert_eq!(rc, 0, "socket filter: {}", std::io::Error::last_os_error());
@@ -381,10 +402,7 @@ fn tcp_retransmits_match_netns_snmp() {
 
 /// Loaded BPF programs with one of our program names.
 fn loaded(name: &str) -> usize {
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| p.name_as_str() == Some(name))
-        .count()
+    aya::programs::loaded_programs().filter_map(Result::ok).filter(|p| p.name_as_str() == Some(name)).count()
 }
 
 #[test]
@@ -396,7 +414,12 @@ fn programs_released_on_stop() {
     let switch = node_agent::collector::ebpf_runqueue::programs()[2].0;
     let before = loaded(switch);
     let m = node_agent::cli::command()
-        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.ebpf_runqueue"])
+        .try_get_matches_from([
+            "node-agent",
+            "--web.listen-address=127.0.0.1:0",
+            "--collector.disable-defaults",
+            "--collector.ebpf_runqueue",
+        ])
         .expect("flags");
     let agent = node_agent::cli::Agent::start(&m).expect("start");
     assert_eq!(loaded(switch), before + 1, "the agent's program is loaded");
@@ -471,7 +494,12 @@ fn verifier_rejected_program_reported_down_others_unaffected() {
     assert!(reason.contains("loading") && reason.to_lowercase().contains("verifier"), "the verifier's reason is kept: {reason}");
     let mut sink = node_agent::metrics::Sink::new();
     rejected.self_metrics(&mut sink);
-    let up: Vec<_> = sink.families().iter().filter(|f| f.name() == "node_ebpf_program_up").flat_map(|f| f.samples().map(|s| s.1).collect::<Vec<_>>()).collect();
+    let up: Vec<_> = sink
+        .families()
+        .iter()
+        .filter(|f| f.name() == "node_ebpf_program_up")
+        .flat_map(|f| f.samples().map(|s| s.1).collect::<Vec<_>>())
+        .collect();
     assert_eq!(up, vec![0.0]);
     // The same object's syscall counter still loads, attaches and counts.
     let good = Programs::attach(shared.clone(), &[("sys_exit", Hook::RawTracePoint("sys_exit"))]);
@@ -498,7 +526,12 @@ fn missing_tracepoint_reported_down() {
     assert!(!probe.up());
     let mut sink = node_agent::metrics::Sink::new();
     probe.self_metrics(&mut sink);
-    let up: Vec<_> = sink.families().iter().filter(|f| f.name() == "node_ebpf_program_up").flat_map(|f| f.samples().map(|s| s.1).collect::<Vec<_>>()).collect();
+    let up: Vec<_> = sink
+        .families()
+        .iter()
+        .filter(|f| f.name() == "node_ebpf_program_up")
+        .flat_map(|f| f.samples().map(|s| s.1).collect::<Vec<_>>())
+        .collect();
     assert_eq!(up, vec![0.0]);
 }
 
@@ -517,7 +550,13 @@ fn unprivileged_agent_degrades() {
         let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
         assert_eq!(rc, 0, "setresuid: {}", std::io::Error::last_os_error());
         let m = node_agent::cli::command()
-            .try_get_matches_from(["node-agent", "--collector.disable-defaults", "--collector.loadavg", "--collector.ebpf_syscalls", "--collector.ebpf_runqueue"])
+            .try_get_matches_from([
+                "node-agent",
+                "--collector.disable-defaults",
+                "--collector.loadavg",
+                "--collector.ebpf_syscalls",
+                "--collector.ebpf_runqueue",
+            ])
             .expect("flags");
         let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("starts without privileges");
         let scraper = Scraper::new(cfg.collectors, true);
@@ -539,7 +578,9 @@ fn unprivileged_agent_degrades() {
 
 /// Capability sets of every thread of a process: (tid, CapEff, CapPrm).
 fn thread_caps(pid: u32) -> Vec<(String, u64, u64)> {
-    let field = |status: &str, key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|h| u64::from_str_radix(h.trim(), 16).ok()).unwrap_or(u64::MAX);
+    let field = |status: &str, key: &str| {
+        status.lines().find_map(|l| l.strip_prefix(key)).and_then(|h| u64::from_str_radix(h.trim(), 16).ok()).unwrap_or(u64::MAX)
+    };
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .expect("tasks")
         .flatten()
@@ -560,7 +601,13 @@ fn drop_capabilities_leaves_every_thread_only_what_scrapes_need() {
     }
     let _turn = serial();
     let bin = node_agent_tests::agent_binary();
-    let flags = ["--collector.disable-defaults", "--collector.ebpf_syscalls", "--collector.ebpf_runqueue", "--collector.filesystem", "--collector.loadavg"];
+    let flags = [
+        "--collector.disable-defaults",
+        "--collector.ebpf_syscalls",
+        "--collector.ebpf_runqueue",
+        "--collector.filesystem",
+        "--collector.loadavg",
+    ];
     let (_plain, _, plain_pid) = node_agent_tests::start_exporter(&bin, &flags).expect("agent without the flag");
     let perfmon = 1u64 << node_agent::caps::PERFMON;
     assert!(thread_caps(plain_pid).iter().all(|(_, eff, _)| eff & perfmon != 0), "control: without the flag PERFMON stays");

@@ -40,7 +40,14 @@ async fn explain_reads_the_cluster_and_names_each_reason() {
             name: Some("node-agent-cluster-hash".into()),
             namespace: Some("monitoring".into()),
             labels: Some([("controller-revision-hash".to_string(), "cluster-hash".to_string())].into()),
-            owner_references: Some(vec![OwnerReference { uid: DS_UID.into(), kind: "DaemonSet".into(), name: "node-agent".into(), api_version: "apps/v1".into(), controller: Some(true), ..Default::default() }]),
+            owner_references: Some(vec![OwnerReference {
+                uid: DS_UID.into(),
+                kind: "DaemonSet".into(),
+                name: "node-agent".into(),
+                api_version: "apps/v1".into(),
+                controller: Some(true),
+                ..Default::default()
+            }]),
             ..Default::default()
         },
         revision: 3,
@@ -50,9 +57,27 @@ async fn explain_reads_the_cluster_and_names_each_reason() {
     let responses: Vec<(Method, &str, Option<&str>, Vec<u8>)> = vec![
         (Method::GET, "/apis/apps/v1/namespaces/monitoring/daemonsets/node-agent", None, serde_json::to_vec(&ds).expect("json")),
         (Method::GET, "/api/v1/nodes", None, list("NodeList", serde_json::to_value(&nodes).expect("json"))),
-        (Method::GET, "/api/v1/namespaces/monitoring/pods", Some("labelSelector=app%3Dnode-agent"), list("PodList", serde_json::to_value(&pods).expect("json"))),
-        (Method::GET, "/apis/apps/v1/namespaces/monitoring/controllerrevisions", Some("labelSelector=app%3Dnode-agent"), list("ControllerRevisionList", json!([revision]))),
-        (Method::GET, "/apis/scheduling.k8s.io/v1/priorityclasses/agents", None, serde_json::to_vec(&json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "agents"}, "value": 1000})).expect("json")),
+        (
+            Method::GET,
+            "/api/v1/namespaces/monitoring/pods",
+            Some("labelSelector=app%3Dnode-agent"),
+            list("PodList", serde_json::to_value(&pods).expect("json")),
+        ),
+        (
+            Method::GET,
+            "/apis/apps/v1/namespaces/monitoring/controllerrevisions",
+            Some("labelSelector=app%3Dnode-agent"),
+            list("ControllerRevisionList", json!([revision])),
+        ),
+        (
+            Method::GET,
+            "/apis/scheduling.k8s.io/v1/priorityclasses/agents",
+            None,
+            serde_json::to_vec(
+                &json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "agents"}, "value": 1000}),
+            )
+            .expect("json"),
+        ),
     ];
     let server = tokio::spawn(async move {
         for (method, path, query, body) in responses {

@@ -30,7 +30,11 @@ fn tree(root: &Path) {
     }
     stat.push_str("intr 100 1 2\nctxt 1000\nbtime 1700000000\nprocesses 500\nprocs_running 2\nprocs_blocked 0\nsoftirq 10 1 2 3 4 5 6 7 8 9 10\nnew_line_from_2030 1 2 3\n");
     write(root, "proc/stat", &stat);
-    write(root, "proc/meminfo", &format!("MemTotal:       {MAX} kB\nMemFree:        1000 kB\nNewField2030:   5 kB\nHugePages_Total: {MAX}\n"));
+    write(
+        root,
+        "proc/meminfo",
+        &format!("MemTotal:       {MAX} kB\nMemFree:        1000 kB\nNewField2030:   5 kB\nHugePages_Total: {MAX}\n"),
+    );
     let mut dev = String::from("Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n");
     for d in 0..DEVICES {
         let _ = writeln!(dev, "veth{d:05}: {MAX} 1 0 0 0 0 0 0 {MAX} 1 0 0 0 0 0 0");
@@ -115,7 +119,8 @@ fn huge_odd_and_broken_trees_scrape_correctly_and_in_bounded_time() {
     assert_eq!(count(&text, "node_cpu_seconds_total{"), CPUS * 8);
     assert_eq!(success(&text, "stat"), Some(1.0));
     assert_eq!(success(&text, "meminfo"), Some(1.0));
-    let total: f64 = text.lines().find_map(|l| l.strip_prefix("node_memory_MemTotal_bytes ")).and_then(|v| v.parse().ok()).expect("MemTotal");
+    let total: f64 =
+        text.lines().find_map(|l| l.strip_prefix("node_memory_MemTotal_bytes ")).and_then(|v| v.parse().ok()).expect("MemTotal");
     assert_eq!(total, MAX as f64 * 1024.0, "u64::MAX kB, in bytes, as a float");
     assert!(text.contains("node_memory_NewField2030_bytes 5120"), "an unknown meminfo field is exported as node_exporter does");
     assert_eq!(success(&text, "netdev"), Some(1.0));
@@ -124,7 +129,11 @@ fn huge_odd_and_broken_trees_scrape_correctly_and_in_bounded_time() {
     assert_eq!(success(&text, "netclass"), Some(1.0));
     assert_eq!(count(&text, "node_network_mtu_bytes{"), DEVICES);
     assert_eq!(success(&text, "filesystem"), Some(1.0));
-    assert_eq!(count(&text, "node_filesystem_device_error{"), MOUNTS, "every mount reported, each with its error (nothing is mounted under the fake root)");
+    assert_eq!(
+        count(&text, "node_filesystem_device_error{"),
+        MOUNTS,
+        "every mount reported, each with its error (nothing is mounted under the fake root)"
+    );
     assert_eq!(success(&text, "diskstats"), Some(1.0));
     assert_eq!(value(&text, "node_disk_reads_completed_total{device=\"sda\"}"), Some(MAX as f64), "u64::MAX counters survive");
 

@@ -76,7 +76,8 @@ fn serves_text_openmetrics_and_gzip() {
     assert!(text.contains("process_resident_memory_bytes "), "{text}");
     assert!(!text.contains("# EOF"));
 
-    let (_, head, b) = request(addr, "/metrics", &[("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")]);
+    let (_, head, b) =
+        request(addr, "/metrics", &[("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")]);
     assert!(head.contains("content-type: application/openmetrics-text; version=1.0.0"), "{head}");
     let om = String::from_utf8(b).expect("utf-8");
     assert!(om.ends_with("# EOF\n"));
@@ -145,7 +146,8 @@ fn requests_above_the_limit_get_503() {
     let c = std::ffi::CString::new(fifo.to_str().expect("path")).expect("cstr");
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo");
-    let a = start(t.path(), &["--web.max-requests=1", "--collector.textfile", &format!("--collector.textfile.directory={}", dir.display())]);
+    let a =
+        start(t.path(), &["--web.max-requests=1", "--collector.textfile", &format!("--collector.textfile.directory={}", dir.display())]);
     let addr = a.addrs[0];
     let slow = std::thread::spawn(move || request(addr, "/metrics", &[]));
     // Wait until the slow scrape holds the slot.

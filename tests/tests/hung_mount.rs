@@ -57,7 +57,8 @@ impl Fuse {
         let fstype = CString::new("fuse.hang").ok()?;
         let data = CString::new(format!("fd={},rootmode=40000,user_id=0,group_id=0", dev.as_raw_fd())).ok()?;
         // SAFETY: valid NUL-terminated strings; mount(2) copies them.
-        let rc = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), libc::MS_NOSUID | libc::MS_NODEV, data.as_ptr().cast()) };
+        let rc =
+            unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), libc::MS_NOSUID | libc::MS_NODEV, data.as_ptr().cast()) };
         if rc != 0 {
             eprintln!("mount fuse: {}", std::io::Error::last_os_error());
             return None;
@@ -185,7 +186,10 @@ fn a_hung_fuse_mount_is_reported_skipped_and_recovered_without_leaks() {
     let t = Instant::now();
     let text = loop {
         let text = scrape();
-        if text.contains(&format!("node_filesystem_size_bytes{{device=\"node-agent-test\",device_error=\"\",fstype=\"fuse.hang\",mountpoint=\"{label}\"}}")) || t.elapsed() > Duration::from_secs(10) {
+        if text.contains(&format!(
+            "node_filesystem_size_bytes{{device=\"node-agent-test\",device_error=\"\",fstype=\"fuse.hang\",mountpoint=\"{label}\"}}"
+        )) || t.elapsed() > Duration::from_secs(10)
+        {
             break text;
         }
         std::thread::sleep(Duration::from_millis(100));

@@ -106,12 +106,21 @@ impl Agent {
     fn samples(&self, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
         let text = String::from_utf8(self.scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8");
         assert!(text.contains("node_scrape_collector_success{collector=\"ebpf_pods\"} 1"), "ebpf_pods failed:\n{text}");
-        expfmt::parse(&text).expect("exposition parses").into_iter().flat_map(|f| f.samples).filter(|s| s.name == name).map(|s| (s.labels.into_iter().collect(), s.value)).collect()
+        expfmt::parse(&text)
+            .expect("exposition parses")
+            .into_iter()
+            .flat_map(|f| f.samples)
+            .filter(|s| s.name == name)
+            .map(|s| (s.labels.into_iter().collect(), s.value))
+            .collect()
     }
 
     /// The sample whose labels include `labels`; 0 when absent.
     fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.samples(name).into_iter().find(|(l, _)| labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))).map_or(0.0, |(_, v)| v)
+        self.samples(name)
+            .into_iter()
+            .find(|(l, _)| labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
+            .map_or(0.0, |(_, v)| v)
     }
 
     /// One pod's value (`ns`, `pod` empty: the host).
@@ -164,13 +173,17 @@ fn mkdirs(root: &Path, rel: &str, made: &mut Vec<PathBuf>) -> PathBuf {
 fn pod_cgroup(which: char, memory_limit: Option<u64>) -> PodCgroup {
     let rel = match which {
         'A' => format!("kubepods/burstable/pod{UID_A}/{CID_A}"),
-        _ => format!("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/cri-containerd-{CID_B}.scope", UID_B.replace('-', "_")),
+        _ => format!(
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/cri-containerd-{CID_B}.scope",
+            UID_B.replace('-', "_")
+        ),
     };
     let root = v2_root();
     let mut made = Vec::new();
     let mut memory = None;
     if let Some(limit) = memory_limit {
-        let v2_has_memory = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default().split_whitespace().any(|c| c == "memory");
+        let v2_has_memory =
+            std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default().split_whitespace().any(|c| c == "memory");
         if v2_has_memory {
             // Enable the memory controller down the path, then limit the leaf.
             let mut p = root.clone();
@@ -223,7 +236,9 @@ fn oom_kill_counted_for_its_pod_and_container_only() {
     let agent = &t.agent;
     let a = pod_cgroup('A', Some(32 << 20));
     let b = pod_cgroup('B', None);
-    let oom = |ns: &str, pod: &str, container: &str| agent.value("node_ebpf_pod_oom_kills_total", &[("namespace", ns), ("pod", pod), ("container", container)]);
+    let oom = |ns: &str, pod: &str, container: &str| {
+        agent.value("node_ebpf_pod_oom_kills_total", &[("namespace", ns), ("pod", pod), ("container", container)])
+    };
     let (a0, b0, host0, vm0) = (oom("web", "web-0", "app"), oom("db", "db-0", "pg"), oom("", "", ""), vmstat("oom_kill"));
     assert_eq!((a0, b0), (0.0, 0.0), "series exist at 0 from the start");
     let mut idle = b.spawn("sleep 30");
@@ -244,7 +259,10 @@ fn oom_kill_counted_for_its_pod_and_container_only() {
 
 /// Run-queue wait of a task: /proc/PID/schedstat's second field, in ns.
 fn run_delay_ns(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok().and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse().ok())).unwrap_or(0)
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
 }
 
 #[test]
@@ -283,7 +301,9 @@ fn direct_io_bytes_are_the_writing_pods() {
     let agent = &t.agent;
     let lo = loop_device();
     let a = pod_cgroup('A', None);
-    let bytes = |ns: &str, p: &str, op: &str| agent.value("node_ebpf_pod_block_io_bytes_total", &[("namespace", ns), ("pod", p), ("operation", op)]);
+    let bytes = |ns: &str, p: &str, op: &str| {
+        agent.value("node_ebpf_pod_block_io_bytes_total", &[("namespace", ns), ("pod", p), ("operation", op)])
+    };
     let before = [bytes("web", "web-0", "write"), bytes("web", "web-0", "read"), bytes("db", "db-0", "write"), bytes("db", "db-0", "read")];
     let d0 = diskstats(&lo.dev);
     let dev = format!("/dev/{}", lo.dev);
@@ -295,7 +315,16 @@ fn direct_io_bytes_are_the_writing_pods() {
     let (sectors_read, sectors_written) = (d1[2] - d0[2], d1[6] - d0[6]);
     let after = [bytes("web", "web-0", "write"), bytes("web", "web-0", "read"), bytes("db", "db-0", "write"), bytes("db", "db-0", "read")];
     let d: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
-    eprintln!("{}: diskstats read {} B, written {} B; web-0 read {} B, wrote {} B; db-0 {} / {}", lo.dev, sectors_read * 512, sectors_written * 512, d[1], d[0], d[3], d[2]);
+    eprintln!(
+        "{}: diskstats read {} B, written {} B; web-0 read {} B, wrote {} B; db-0 {} / {}",
+        lo.dev,
+        sectors_read * 512,
+        sectors_written * 512,
+        d[1],
+        d[0],
+        d[3],
+        d[2]
+    );
     assert_eq!(sectors_written * 512, 4 << 20, "dd wrote 4 MiB");
     assert_eq!(d[0], (4u64 << 20) as f64, "web-0 wrote what dd wrote");
     assert_eq!(sectors_read * 512, 2 << 20, "dd read 2 MiB");
@@ -330,9 +359,15 @@ fn full_cgroup_table_counts_dropped_events_and_keeps_serving() {
     let Some(t) = truth("5m") else { return };
     let agent = &t.agent;
     let a = pod_cgroup('A', None);
-    let id = aya::maps::loaded_maps().filter_map(Result::ok).filter(|m| m.name_as_str() == Some("POD_STATS")).map(|m| m.id()).max().expect("POD_STATS is loaded");
+    let id = aya::maps::loaded_maps()
+        .filter_map(Result::ok)
+        .filter(|m| m.name_as_str() == Some("POD_STATS"))
+        .map(|m| m.id())
+        .max()
+        .expect("POD_STATS is loaded");
     let data = aya::maps::MapData::from_id(id).expect("open POD_STATS by id");
-    let mut table: aya::maps::HashMap<_, u64, agent_common::PodCounters> = aya::maps::HashMap::try_from(aya::maps::Map::from_map_data(data).expect("map")).expect("a hash map");
+    let mut table: aya::maps::HashMap<_, u64, agent_common::PodCounters> =
+        aya::maps::HashMap::try_from(aya::maps::Map::from_map_data(data).expect("map")).expect("a hash map");
     let mut filled = 0u32;
     for k in 0..agent_common::POD_MAX_CGROUPS as u64 {
         if table.insert(u64::MAX - k, agent_common::PodCounters::default(), 1 /* BPF_NOEXIST */).is_ok() {
@@ -407,14 +442,23 @@ fn only_this_nodes_pods_are_watched_and_deleted_pods_go_after_grace() {
     let Some(t) = truth("2s") else { return };
     let (c, agent) = (&t.cluster, &t.agent);
     let pods = |name: &str| -> Vec<String> {
-        agent.samples(name).into_iter().map(|(l, _)| format!("{}/{}", l["namespace"], l["pod"])).collect::<std::collections::BTreeSet<_>>().into_iter().collect()
+        agent
+            .samples(name)
+            .into_iter()
+            .map(|(l, _)| format!("{}/{}", l["namespace"], l["pod"]))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
     };
     assert_eq!(pods("node_ebpf_pod_syscall_errors_total"), ["/", "db/db-0", "web/web-0"], "the host and this node's pods only");
     let requests = c.api.requests.lock().expect("requests").clone();
     let pod_requests: Vec<&String> = requests.iter().filter(|r| r.contains("/api/v1/pods")).collect();
     assert!(!pod_requests.is_empty());
     for r in &pod_requests {
-        assert!(r.starts_with("GET /api/v1/pods?") && r.contains("fieldSelector=spec.nodeName%3Dtruth-node"), "every pod request selects this node: {r}");
+        assert!(
+            r.starts_with("GET /api/v1/pods?") && r.contains("fieldSelector=spec.nodeName%3Dtruth-node"),
+            "every pod request selects this node: {r}"
+        );
     }
     assert!(pod_requests.iter().any(|r| r.contains("watch=true")), "the pods are watched: {pod_requests:?}");
     c.api.write("DELETE", "pods", "db", Some("db-0"), None, "", serde_json::Value::Null);
@@ -442,7 +486,12 @@ fn without_kubernetes_attribution_is_off_with_one_log_line() {
     let home = tempfile::tempdir().expect("home");
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
     let child = Command::new(node_agent_tests::agent_binary())
-        .args([&format!("--web.listen-address=127.0.0.1:{port}"), "--collector.disable-defaults", "--collector.ebpf_pods", "--collector.loadavg"])
+        .args([
+            &format!("--web.listen-address=127.0.0.1:{port}"),
+            "--collector.disable-defaults",
+            "--collector.ebpf_pods",
+            "--collector.loadavg",
+        ])
         .env_remove("KUBECONFIG")
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("KUBERNETES_SERVICE_PORT")

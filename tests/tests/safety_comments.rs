@@ -45,7 +45,11 @@ fn unsafe_lines(text: &str) -> Vec<usize> {
 
 fn missing(text: &str) -> Vec<usize> {
     let lines: Vec<&str> = text.lines().collect();
-    unsafe_lines(text).into_iter().filter(|&i| !lines[i.saturating_sub(5)..=i].iter().any(|l| l.contains("SAFETY:"))).map(|i| i + 1).collect()
+    unsafe_lines(text)
+        .into_iter()
+        .filter(|&i| !lines[i.saturating_sub(5)..=i].iter().any(|l| l.contains("SAFETY:")))
+        .map(|i| i + 1)
+        .collect()
 }
 
 #[test]

@@ -7,7 +7,6 @@
 //! `prometheus-node-exporter` and `prometheus`), which `cargo xtask test`
 //! installs. Without them the test skips with a message, except in CI.
 
-
 use node_agent_tests::compare;
 
 use compare::COMMON_FLAGS;

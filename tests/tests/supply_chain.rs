@@ -8,7 +8,12 @@ use std::path::Path;
 use std::process::Command;
 
 fn deny(manifest: &Path) -> Option<(bool, String)> {
-    let out = Command::new(env!("CARGO")).args(["deny", "--offline", "--manifest-path"]).arg(manifest).args(["check", "licenses", "bans", "sources"]).output().ok()?;
+    let out = Command::new(env!("CARGO"))
+        .args(["deny", "--offline", "--manifest-path"])
+        .arg(manifest)
+        .args(["check", "licenses", "bans", "sources"])
+        .output()
+        .ok()?;
     let text = format!("{}{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
     if text.contains("no such command") {
         return None;

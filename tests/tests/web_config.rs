@@ -42,14 +42,25 @@ fn pki(dir: &Path) {
 
 fn start(config: &Path) -> Result<node_agent::cli::Agent, String> {
     let m = node_agent::cli::command()
-        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.loadavg", &format!("--web.config.file={}", config.display())])
+        .try_get_matches_from([
+            "node-agent",
+            "--web.listen-address=127.0.0.1:0",
+            "--collector.disable-defaults",
+            "--collector.loadavg",
+            &format!("--web.config.file={}", config.display()),
+        ])
         .expect("flags");
     node_agent::cli::Agent::start(&m).map_err(|e| e.to_string())
 }
 
 /// curl's (HTTP status or 0, body, exit code).
 fn curl(args: &[&str], url: &str) -> (u16, String, i32) {
-    let out = Command::new("curl").args(["-sS", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}"]).args(args).arg(url).output().expect("curl");
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
     (code.trim().parse().unwrap_or(0), body.to_string(), out.status.code().unwrap_or(-1))
@@ -79,7 +90,11 @@ fn tls_mtls_basic_auth_headers_and_reload() {
     let (code, body, _) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret"], &url);
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("node_load1 "));
-    let out = Command::new("curl").args(["-sS", "-D", "-", "-o", "/dev/null", "--cacert", &ca, "-u", "prometheus:s3cret"]).arg(&url).output().expect("curl");
+    let out = Command::new("curl")
+        .args(["-sS", "-D", "-", "-o", "/dev/null", "--cacert", &ca, "-u", "prometheus:s3cret"])
+        .arg(&url)
+        .output()
+        .expect("curl");
     assert!(String::from_utf8_lossy(&out.stdout).to_lowercase().contains("x-frame-options: deny"));
     // Wrong or missing credentials: 401 and no data.
     for creds in [vec!["-u", "prometheus:wrong"], vec!["-u", "nobody:s3cret"], vec![]] {
@@ -102,16 +117,39 @@ fn tls_mtls_basic_auth_headers_and_reload() {
     let (code, _, exit) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret"], &url);
     assert_eq!(code, 0, "no client certificate: the handshake is refused (curl exit {exit})");
     let (client, client_key, rogue, rogue_key) = (d.join("client.crt"), d.join("client.key"), d.join("rogue.crt"), d.join("rogue.key"));
-    let (code, body, _) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &client.display().to_string(), "--key", &client_key.display().to_string()], &url);
+    let (code, body, _) = curl(
+        &["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &client.display().to_string(), "--key", &client_key.display().to_string()],
+        &url,
+    );
     assert_eq!(code, 200, "a certificate from the client CA is accepted: {body}");
-    let (code, _, _) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &rogue.display().to_string(), "--key", &rogue_key.display().to_string()], &url);
+    let (code, _, _) = curl(
+        &["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &rogue.display().to_string(), "--key", &rogue_key.display().to_string()],
+        &url,
+    );
     assert_eq!(code, 0, "a certificate from another CA is refused");
-    let (code, _, _) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &client.display().to_string(), "--key", &client_key.display().to_string(), "--tls-max", "1.2"], &url);
+    let (code, _, _) = curl(
+        &[
+            "--cacert",
+            &ca,
+            "-u",
+            "prometheus:s3cret",
+            "--cert",
+            &client.display().to_string(),
+            "--key",
+            &client_key.display().to_string(),
+            "--tls-max",
+            "1.2",
+        ],
+        &url,
+    );
     assert_eq!(code, 0, "TLS 1.2 is refused under min_version TLS13");
 
     // A broken change is not applied: the previous configuration stays in force.
     std::fs::write(&cfg, "tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n").expect("rewrite");
-    let (code, _, _) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &client.display().to_string(), "--key", &client_key.display().to_string()], &url);
+    let (code, _, _) = curl(
+        &["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &client.display().to_string(), "--key", &client_key.display().to_string()],
+        &url,
+    );
     assert_eq!(code, 200, "still served with the last good configuration");
 }
 
@@ -130,7 +168,8 @@ fn request_and_require_any_client_cert() {
     let (rogue, rogue_key) = (d.join("rogue.crt").display().to_string(), d.join("rogue.key").display().to_string());
     let (client, client_key) = (d.join("client.crt").display().to_string(), d.join("client.key").display().to_string());
     for (auth, without_cert) in [("RequireAnyClientCert", 0), ("RequestClientCert", 200)] {
-        std::fs::write(&cfg, format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: {auth}\n")).expect("write");
+        std::fs::write(&cfg, format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: {auth}\n"))
+            .expect("write");
         let agent = start(&cfg).expect("starts");
         let url = format!("https://127.0.0.1:{}/metrics", agent.addrs[0].port());
         let (code, _, exit) = curl(&["--cacert", &ca], &url);

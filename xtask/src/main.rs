@@ -78,7 +78,8 @@ enum Cmd {
 /// losetup/ip for the eBPF truth tests, taskset and python3 for the pod
 /// attribution workloads, the venv of the manifest validators, and a C
 /// compiler and make for building AFL++ (cargo-afl).
-const TEST_PACKAGES: &[&str] = &["prometheus", "prometheus-node-exporter", "mount", "iproute2", "wrk", "util-linux", "python3", "python3-venv", "gcc", "make"];
+const TEST_PACKAGES: &[&str] =
+    &["prometheus", "prometheus-node-exporter", "mount", "iproute2", "wrk", "util-linux", "python3", "python3-venv", "gcc", "make"];
 
 /// The offline eBPF toolchain (see ../shared/notes/ebpf-toolchain.md):
 /// Debian's rustc-web with a prebuilt `core` for bpfel-unknown-none, and the
@@ -146,8 +147,11 @@ fn fuzz_afl(seconds: u64) -> Result<()> {
         .env("AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES", "1")
         .stdout(Stdio::null());
     run(&mut afl)?;
-    let stats = std::fs::read_to_string(out.join("default/fuzzer_stats")).map_err(|e| anyhow::anyhow!("afl-fuzz left no statistics: {e}"))?;
-    let stat = |k: &str| stats.lines().find_map(|l| l.split_once(':').filter(|(n, _)| n.trim() == k).map(|(_, v)| v.trim().to_string())).unwrap_or_default();
+    let stats =
+        std::fs::read_to_string(out.join("default/fuzzer_stats")).map_err(|e| anyhow::anyhow!("afl-fuzz left no statistics: {e}"))?;
+    let stat = |k: &str| {
+        stats.lines().find_map(|l| l.split_once(':').filter(|(n, _)| n.trim() == k).map(|(_, v)| v.trim().to_string())).unwrap_or_default()
+    };
     eprintln!(
         "xtask: afl-fuzz {seconds}s: {} executions, {} corpus entries ({} found), edges {}, {} crashes, {} hangs",
         stat("execs_done"),
@@ -237,7 +241,18 @@ fn setup_ebpf() -> Result<()> {
     if !bpf_linker_ok() {
         eprintln!("xtask: installing bpf-linker {BPF_LINKER_VERSION} (about a minute)");
         run(Command::new("/usr/bin/cargo")
-            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--no-default-features", "--features", "llvm-22", "--root", "/usr/local"])
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--locked",
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+                "--root",
+                "/usr/local",
+            ])
             .env("LLVM_PREFIX", "/usr/lib/llvm-22")
             .env_remove("RUSTC")
             .env_remove("RUSTUP_TOOLCHAIN"))?;
@@ -284,7 +299,13 @@ fn setup() -> Result<()> {
     setup_cargo_afl()?;
     // kustomize, as `kubectl kustomize`: machines of this kind carry kubectl
     // (with kustomize v5) in their image; Debian has no kustomize v5 to install.
-    let ok = Command::new("kubectl").args(["kustomize", "--help"]).stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false);
+    let ok = Command::new("kubectl")
+        .args(["kustomize", "--help"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
     if !ok {
         eprintln!("xtask: warning: the deploy tests need `kubectl kustomize` (kubectl with kustomize v5) on PATH, and none is installed; they will fail in CI");
     }
@@ -293,7 +314,8 @@ fn setup() -> Result<()> {
 
 /// A usable container engine: docker with a reachable daemon, or podman.
 fn container_engine() -> Result<&'static str> {
-    let ok = |cmd: &str, arg: &str| Command::new(cmd).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    let ok =
+        |cmd: &str, arg: &str| Command::new(cmd).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
     if ok("docker", "info") {
         return Ok("docker");
     }
@@ -301,7 +323,9 @@ fn container_engine() -> Result<&'static str> {
         return Ok("podman");
     }
     if ok("docker", "--version") {
-        bail!("`cargo xtask image`: docker is installed but its daemon is not reachable (`docker info` fails), and podman is not installed");
+        bail!(
+            "`cargo xtask image`: docker is installed but its daemon is not reachable (`docker info` fails), and podman is not installed"
+        );
     }
     bail!("`cargo xtask image` needs docker or podman, and neither is installed here; build the image on a machine with one (see the Dockerfile)")
 }
@@ -348,7 +372,17 @@ fn main() -> ExitCode {
         // The side-by-side test prints the full report.
         Cmd::Bench { quick } => setup().and_then(|_| build_release()).and_then(|agent| {
             let mut c = Command::new(cargo());
-            c.current_dir(root()).args(["run", "--profile", "bench-tool", "-q", "-p", "node-agent-tests", "--bin", "node-agent-bench", "--"]);
+            c.current_dir(root()).args([
+                "run",
+                "--profile",
+                "bench-tool",
+                "-q",
+                "-p",
+                "node-agent-tests",
+                "--bin",
+                "node-agent-bench",
+                "--",
+            ]);
             c.arg("--agent").arg(&agent).arg("--out").arg(root().join("BENCHMARKS.md"));
             if quick {
                 c.arg("--quick");
@@ -358,7 +392,19 @@ fn main() -> ExitCode {
         Cmd::Fuzz { seconds, afl: true, .. } => fuzz_afl(seconds).map(|_| true),
         Cmd::Fuzz { seconds, seed, afl: false } => setup_ebpf().and_then(|_| {
             let mut c = Command::new(cargo());
-            c.current_dir(root()).args(["run", "--profile", "bench-tool", "-q", "-p", "node-agent-tests", "--bin", "node-agent-fuzz", "--", "--seconds", &seconds.to_string()]);
+            c.current_dir(root()).args([
+                "run",
+                "--profile",
+                "bench-tool",
+                "-q",
+                "-p",
+                "node-agent-tests",
+                "--bin",
+                "node-agent-fuzz",
+                "--",
+                "--seconds",
+                &seconds.to_string(),
+            ]);
             if let Some(s) = seed {
                 c.args(["--seed", &s.to_string()]);
             }
@@ -375,9 +421,9 @@ fn main() -> ExitCode {
             c.current_dir(root()).args(["build", "-t", &tag, "-f", "Dockerfile", "."]);
             run(&mut c).map(|_| true)
         }),
-        Cmd::CompareNodeExporter => setup()
-            .and_then(|_| cargo_test(&["-p", "node-agent-tests", "--test", "side_by_side", "--", "--nocapture"]))
-            .map(|_| true),
+        Cmd::CompareNodeExporter => {
+            setup().and_then(|_| cargo_test(&["-p", "node-agent-tests", "--test", "side_by_side", "--", "--nocapture"])).map(|_| true)
+        }
     };
     match res {
         Ok(true) => ExitCode::SUCCESS,

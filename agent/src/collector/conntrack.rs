@@ -34,9 +34,7 @@ impl Collector {
                 Error::io(path, e)
             }
         })?;
-        parse_u64(self.buf.trim_ascii())
-            .map(|v| v as f64)
-            .ok_or_else(|| Error::parse(path, "not an integer"))
+        parse_u64(self.buf.trim_ascii()).map(|v| v as f64).ok_or_else(|| Error::parse(path, "not an integer"))
     }
 }
 
@@ -45,15 +43,11 @@ impl Collector {
 pub fn parse_stat(buf: &[u8]) -> Option<[Option<u64>; 8]> {
     let mut it = lines(buf);
     let header: Vec<&[u8]> = fields(it.next()?).collect();
-    let idx: Vec<Option<usize>> = STATS
-        .iter()
-        .map(|s| header.iter().position(|h| *h == s.as_bytes()))
-        .collect();
+    let idx: Vec<Option<usize>> = STATS.iter().map(|s| header.iter().position(|h| *h == s.as_bytes())).collect();
     let mut sums: [Option<u64>; 8] = [None; 8];
     for line in it {
-        let cols: Vec<u64> = fields(line)
-            .map(|c| std::str::from_utf8(c).ok().and_then(|c| u64::from_str_radix(c, 16).ok()))
-            .collect::<Option<_>>()?;
+        let cols: Vec<u64> =
+            fields(line).map(|c| std::str::from_utf8(c).ok().and_then(|c| u64::from_str_radix(c, 16).ok())).collect::<Option<_>>()?;
         if cols.len() != header.len() {
             return None;
         }

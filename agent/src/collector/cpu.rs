@@ -21,8 +21,16 @@ pub fn args() -> Vec<Arg> {
     let mut v = Vec::new();
     v.extend(util::bool_args("collector.cpu.guest", true, "Enables metric node_cpu_guest_seconds_total"));
     v.extend(util::bool_args("collector.cpu.info", false, "Enables metric cpu_info"));
-    v.push(util::string_arg("collector.cpu.info.flags-include", "", "Filter the `flags` field in cpuInfo with a value that must be a regular expression"));
-    v.push(util::string_arg("collector.cpu.info.bugs-include", "", "Filter the `bugs` field in cpuInfo with a value that must be a regular expression"));
+    v.push(util::string_arg(
+        "collector.cpu.info.flags-include",
+        "",
+        "Filter the `flags` field in cpuInfo with a value that must be a regular expression",
+    ));
+    v.push(util::string_arg(
+        "collector.cpu.info.bugs-include",
+        "",
+        "Filter the `bugs` field in cpuInfo with a value that must be a regular expression",
+    ));
     v
 }
 
@@ -98,9 +106,7 @@ pub struct Collector {
 impl Collector {
     pub fn new(m: &ArgMatches, p: &Paths) -> Result<Self, ConfigError> {
         let sys_cpu = p.sys("devices/system/cpu");
-        let isolated = util::read_trimmed(&sys_cpu.join("isolated"))
-            .and_then(|s| parse_cpu_list(&s))
-            .unwrap_or_default();
+        let isolated = util::read_trimmed(&sys_cpu.join("isolated")).and_then(|s| parse_cpu_list(&s)).unwrap_or_default();
         Ok(Collector {
             stat: p.proc("stat"),
             cpuinfo: p.proc("cpuinfo"),
@@ -162,17 +168,11 @@ impl Collector {
             }
         }
         // Flags and bugs of the first CPU, filtered, as node_exporter does.
-        for (field, name, label, re) in [
-            ("flags", "node_cpu_flag_info", "flag", &self.flags_include),
-            ("bugs", "node_cpu_bug_info", "bug", &self.bugs_include),
-        ] {
+        for (field, name, label, re) in
+            [("flags", "node_cpu_flag_info", "flag", &self.flags_include), ("bugs", "node_cpu_bug_info", "bug", &self.bugs_include)]
+        {
             let Some(re) = re else { continue };
-            let values: BTreeSet<&str> = info
-                .get_field(0, field)
-                .unwrap_or("")
-                .split_whitespace()
-                .filter(|v| re.is_match(v))
-                .collect();
+            let values: BTreeSet<&str> = info.get_field(0, field).unwrap_or("").split_whitespace().filter(|v| re.is_match(v)).collect();
             for v in values {
                 sink.family(name, "The `flags`/`bugs` field of CPU information from /proc/cpuinfo taken from the first core.", Kind::Gauge)
                     .sample(&[(label, v)], 1.0);
@@ -238,8 +238,12 @@ impl super::Collector for Collector {
             }
         }
         for c in &self.isolated {
-            sink.family("node_cpu_isolated", "Whether each core is isolated, information from /sys/devices/system/cpu/isolated.", Kind::Gauge)
-                .sample(&[("cpu", ib.format(*c))], 1.0);
+            sink.family(
+                "node_cpu_isolated",
+                "Whether each core is isolated, information from /sys/devices/system/cpu/isolated.",
+                Kind::Gauge,
+            )
+            .sample(&[("cpu", ib.format(*c))], 1.0);
         }
         if is_dir(&self.sys_cpu) {
             self.update_throttles(sink);

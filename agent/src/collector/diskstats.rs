@@ -18,9 +18,17 @@ const INFO_TTL: Duration = Duration::from_secs(60);
 
 pub fn args() -> Vec<Arg> {
     vec![
-        util::string_arg("collector.diskstats.device-exclude", DEFAULT_EXCLUDE, "Regexp of diskstats devices to exclude (mutually exclusive to device-include).")
-            .alias("collector.diskstats.ignored-devices"),
-        util::string_arg("collector.diskstats.device-include", "", "Regexp of diskstats devices to include (mutually exclusive to device-exclude)."),
+        util::string_arg(
+            "collector.diskstats.device-exclude",
+            DEFAULT_EXCLUDE,
+            "Regexp of diskstats devices to exclude (mutually exclusive to device-include).",
+        )
+        .alias("collector.diskstats.ignored-devices"),
+        util::string_arg(
+            "collector.diskstats.device-include",
+            "",
+            "Regexp of diskstats devices to include (mutually exclusive to device-exclude).",
+        ),
     ]
 }
 
@@ -78,7 +86,12 @@ const STATS: [(&str, &str, Kind, f64); 17] = [
     ("node_disk_discarded_sectors_total", "The total number of sectors discarded successfully.", Kind::Counter, 1.0),
     ("node_disk_discard_time_seconds_total", "This is the total number of seconds spent by all discards.", Kind::Counter, 0.001),
     ("node_disk_flush_requests_total", "The total number of flush requests completed successfully", Kind::Counter, 1.0),
-    ("node_disk_flush_requests_time_seconds_total", "This is the total number of seconds spent by all flush requests.", Kind::Counter, 0.001),
+    (
+        "node_disk_flush_requests_time_seconds_total",
+        "This is the total number of seconds spent by all flush requests.",
+        Kind::Counter,
+        0.001,
+    ),
 ];
 
 const ATA: [(&str, &str, &str); 3] = [
@@ -128,9 +141,8 @@ impl Collector {
                 .and_then(|d| std::fs::read_to_string(d.join(format!("b{major}:{minor}"))).ok())
                 .map(|s| parse_udev(&s))
                 .unwrap_or_default();
-            let rotational = util::read_u64(&self.sys_block.join(dev).join("queue/rotational"))
-                .map(|v| format!("{v:b}"))
-                .unwrap_or_else(|| "0".into());
+            let rotational =
+                util::read_u64(&self.sys_block.join(dev).join("queue/rotational")).map(|v| format!("{v:b}")).unwrap_or_else(|| "0".into());
             self.info.insert(key.clone(), DeviceInfo { read_at: now, udev, rotational });
         }
         &self.info[&key]
@@ -154,10 +166,8 @@ impl super::Collector for Collector {
                 seen.push((d.major, d.minor, dev.to_string()));
                 let info = self.device_info(d.major, d.minor, dev, now);
                 let u = |k: &str| info.udev.get(k).map(String::as_str).unwrap_or("");
-                let serial = [u("SCSI_IDENT_SERIAL"), u("ID_SERIAL_SHORT"), u("ID_SERIAL")]
-                    .into_iter()
-                    .find(|s| !s.is_empty())
-                    .unwrap_or("");
+                let serial =
+                    [u("SCSI_IDENT_SERIAL"), u("ID_SERIAL_SHORT"), u("ID_SERIAL")].into_iter().find(|s| !s.is_empty()).unwrap_or("");
                 sink.family("node_disk_info", "Info of /sys/block/<block_device>.", Kind::Gauge).sample(
                     &[
                         ("device", dev),
@@ -177,13 +187,26 @@ impl super::Collector for Collector {
                 }
                 if !u("ID_FS_TYPE").is_empty() {
                     sink.family("node_disk_filesystem_info", "Info about disk filesystem.", Kind::Gauge).sample(
-                        &[("device", dev), ("type", u("ID_FS_TYPE")), ("usage", u("ID_FS_USAGE")), ("uuid", u("ID_FS_UUID")), ("version", u("ID_FS_VERSION"))],
+                        &[
+                            ("device", dev),
+                            ("type", u("ID_FS_TYPE")),
+                            ("usage", u("ID_FS_USAGE")),
+                            ("uuid", u("ID_FS_UUID")),
+                            ("version", u("ID_FS_VERSION")),
+                        ],
                         1.0,
                     );
                 }
                 if !u("DM_NAME").is_empty() {
                     sink.family("node_disk_device_mapper_info", "Info about disk device mapper.", Kind::Gauge).sample(
-                        &[("device", dev), ("lv_layer", u("DM_LV_LAYER")), ("lv_name", u("DM_LV_NAME")), ("name", u("DM_NAME")), ("uuid", u("DM_UUID")), ("vg_name", u("DM_VG_NAME"))],
+                        &[
+                            ("device", dev),
+                            ("lv_layer", u("DM_LV_LAYER")),
+                            ("lv_name", u("DM_LV_NAME")),
+                            ("name", u("DM_NAME")),
+                            ("uuid", u("DM_UUID")),
+                            ("vg_name", u("DM_VG_NAME")),
+                        ],
                         1.0,
                     );
                 }

@@ -81,8 +81,12 @@ impl super::Collector for Collector {
         for (key, (buckets, sum, count)) in series {
             let Some(op) = op_label(key.op) else { continue };
             let device = self.device(key.dev).to_string();
-            sink.family("node_ebpf_block_io_latency_seconds", "Block I/O latency from issue to completion.", Kind::Histogram)
-                .histogram(&[("device", &device), ("operation", op)], sum, count, &buckets);
+            sink.family("node_ebpf_block_io_latency_seconds", "Block I/O latency from issue to completion.", Kind::Histogram).histogram(
+                &[("device", &device), ("operation", op)],
+                sum,
+                count,
+                &buckets,
+            );
         }
         sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
             .sample(&[("probe", "block_io")], dropped as f64);

@@ -123,7 +123,8 @@ pub struct Collector {
 pub fn new(m: &ArgMatches, p: &Paths, ctx: &mut BuildContext) -> Result<Collector, ConfigError> {
     let flag = "collector.ebpf_pods.grace-period";
     let value = util::string_flag(m, flag);
-    let grace = parse_duration(&value).ok_or_else(|| ConfigError::Invalid { flag: flag.into(), msg: format!("not a duration: {value:?} (e.g. 30s, 5m, 1h)") })?;
+    let grace = parse_duration(&value)
+        .ok_or_else(|| ConfigError::Invalid { flag: flag.into(), msg: format!("not a duration: {value:?} (e.g. 30s, 5m, 1h)") })?;
     let Some(source) = ctx.pods_source.take() else { return Ok(Collector { active: None }) };
     let node = Some(util::string_flag(m, "collector.ebpf_pods.node-name"))
         .filter(|n| !n.is_empty())
@@ -140,13 +141,30 @@ pub fn new(m: &ArgMatches, p: &Paths, ctx: &mut BuildContext) -> Result<Collecto
     let index = Arc::new(Mutex::new(PodIndex::default()));
     let watch = watch::spawn(source, node.clone(), Arc::clone(&index))
         .map_err(|e| ConfigError::Invalid { flag: "collector.ebpf_pods".into(), msg: format!("starting the pod watch: {e}") })?;
-    let names: Vec<&str> = [(PODS_SYSCALLS, "syscall_errors"), (PODS_RUNQ, "runqueue"), (PODS_OOM, "oom_kills"), (PODS_TCP, "tcp_retransmits"), (PODS_BLOCK, "block_io")]
-        .iter()
-        .filter(|(b, _)| bits & b != 0)
-        .map(|(_, n)| *n)
-        .collect();
+    let names: Vec<&str> = [
+        (PODS_SYSCALLS, "syscall_errors"),
+        (PODS_RUNQ, "runqueue"),
+        (PODS_OOM, "oom_kills"),
+        (PODS_TCP, "tcp_retransmits"),
+        (PODS_BLOCK, "block_io"),
+    ]
+    .iter()
+    .filter(|(b, _)| bits & b != 0)
+    .map(|(_, n)| *n)
+    .collect();
     tracing::info!(node = %node, events = %names.join(","), "pod attribution on");
-    Ok(Collector { active: Some(Active { probe, index, _watch: watch, attrib: Attribution::new(grace), root, cgroups: HashMap::new(), walked: None, unfound: Default::default() }) })
+    Ok(Collector {
+        active: Some(Active {
+            probe,
+            index,
+            _watch: watch,
+            attrib: Attribution::new(grace),
+            root,
+            cgroups: HashMap::new(),
+            walked: None,
+            unfound: Default::default(),
+        }),
+    })
 }
 
 fn map_err(e: impl std::fmt::Display) -> Error {
@@ -201,11 +219,19 @@ impl super::Collector for Collector {
             super::ebpf_process::read_counter(&ebpf, CNT_DROPPED_POD)?
         };
         emit(sink, &out.series);
-        sink.family("node_ebpf_pod_attribution_cgroups", "Cgroups with counts in the kernel, by whether their pod (or the host) is known.", Kind::Gauge)
-            .sample(&[("state", "attributed")], out.attributed as f64)
-            .sample(&[("state", "pending")], out.pending as f64);
-        sink.family("node_ebpf_pod_attribution_pods", "Pods of this node known from the API server (deleted ones until their grace period ends).", Kind::Gauge)
-            .sample(&[], pods as f64);
+        sink.family(
+            "node_ebpf_pod_attribution_cgroups",
+            "Cgroups with counts in the kernel, by whether their pod (or the host) is known.",
+            Kind::Gauge,
+        )
+        .sample(&[("state", "attributed")], out.attributed as f64)
+        .sample(&[("state", "pending")], out.pending as f64);
+        sink.family(
+            "node_ebpf_pod_attribution_pods",
+            "Pods of this node known from the API server (deleted ones until their grace period ends).",
+            Kind::Gauge,
+        )
+        .sample(&[], pods as f64);
         sink.family("node_ebpf_pod_attribution_synced", "Whether the pods of this node have been listed from the API server.", Kind::Gauge)
             .sample(&[], if synced { 1.0 } else { 0.0 });
         sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
@@ -220,7 +246,8 @@ fn emit(sink: &mut Sink, series: &BTreeMap<(String, String, String), PodCounters
     for ((ns, pod, _), c) in series {
         crate::pods::attrib::add(pods.entry((ns, pod)).or_default(), c);
     }
-    let f = sink.family("node_ebpf_pod_runqueue_wait_seconds_total", "Time the pod's tasks waited on a run queue for a CPU.", Kind::Counter);
+    let f =
+        sink.family("node_ebpf_pod_runqueue_wait_seconds_total", "Time the pod's tasks waited on a run queue for a CPU.", Kind::Counter);
     for ((ns, pod), c) in &pods {
         f.sample(&[("namespace", ns), ("pod", pod)], c.runq_wait_ns as f64 / 1e9);
     }

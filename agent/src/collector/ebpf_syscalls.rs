@@ -75,14 +75,16 @@ impl super::Collector for Collector {
                 unknown.1 += errors;
                 continue;
             }
-            sink.family("node_ebpf_syscalls_total", "System calls made, by syscall.", Kind::Counter).sample(&[("syscall", name)], calls as f64);
+            sink.family("node_ebpf_syscalls_total", "System calls made, by syscall.", Kind::Counter)
+                .sample(&[("syscall", name)], calls as f64);
             if errors > 0 {
                 sink.family("node_ebpf_syscall_errors_total", "System calls that returned an error, by syscall.", Kind::Counter)
                     .sample(&[("syscall", name)], errors as f64);
             }
         }
         if unknown != (0, 0) {
-            sink.family("node_ebpf_syscalls_total", "System calls made, by syscall.", Kind::Counter).sample(&[("syscall", "unknown")], unknown.0 as f64);
+            sink.family("node_ebpf_syscalls_total", "System calls made, by syscall.", Kind::Counter)
+                .sample(&[("syscall", "unknown")], unknown.0 as f64);
             sink.family("node_ebpf_syscall_errors_total", "System calls that returned an error, by syscall.", Kind::Counter)
                 .sample(&[("syscall", "unknown")], unknown.1 as f64);
         }

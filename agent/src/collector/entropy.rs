@@ -14,19 +14,13 @@ pub struct Collector {
 
 impl Collector {
     pub fn new(p: &Paths) -> Self {
-        Collector {
-            avail: p.proc("sys/kernel/random/entropy_avail"),
-            pool: p.proc("sys/kernel/random/poolsize"),
-            buf: Vec::new(),
-        }
+        Collector { avail: p.proc("sys/kernel/random/entropy_avail"), pool: p.proc("sys/kernel/random/poolsize"), buf: Vec::new() }
     }
 
     fn read(&mut self, which: bool) -> Result<f64, Error> {
         let path = if which { &self.avail } else { &self.pool };
         read_file(path, &mut self.buf)?;
-        parse_u64(self.buf.trim_ascii())
-            .map(|v| v as f64)
-            .ok_or_else(|| Error::parse(path, "not an integer"))
+        parse_u64(self.buf.trim_ascii()).map(|v| v as f64).ok_or_else(|| Error::parse(path, "not an integer"))
     }
 }
 

@@ -30,12 +30,28 @@ const MAX_WORKERS: usize = 32;
 
 pub fn args() -> Vec<Arg> {
     vec![
-        util::string_arg("collector.filesystem.mount-points-exclude", DEFAULT_MOUNT_POINTS_EXCLUDE, "Regexp of mount points to exclude for filesystem collector.")
-            .alias("collector.filesystem.ignored-mount-points"),
-        util::string_arg("collector.filesystem.mount-points-include", "", "Regexp of mount points to include for filesystem collector (mutually exclusive to mount-points-exclude)."),
-        util::string_arg("collector.filesystem.fs-types-exclude", DEFAULT_FS_TYPES_EXCLUDE, "Regexp of filesystem types to exclude for filesystem collector.")
-            .alias("collector.filesystem.ignored-fs-types"),
-        util::string_arg("collector.filesystem.fs-types-include", "", "Regexp of filesystem types to include for filesystem collector (mutually exclusive to fs-types-exclude)."),
+        util::string_arg(
+            "collector.filesystem.mount-points-exclude",
+            DEFAULT_MOUNT_POINTS_EXCLUDE,
+            "Regexp of mount points to exclude for filesystem collector.",
+        )
+        .alias("collector.filesystem.ignored-mount-points"),
+        util::string_arg(
+            "collector.filesystem.mount-points-include",
+            "",
+            "Regexp of mount points to include for filesystem collector (mutually exclusive to mount-points-exclude).",
+        ),
+        util::string_arg(
+            "collector.filesystem.fs-types-exclude",
+            DEFAULT_FS_TYPES_EXCLUDE,
+            "Regexp of filesystem types to exclude for filesystem collector.",
+        )
+        .alias("collector.filesystem.ignored-fs-types"),
+        util::string_arg(
+            "collector.filesystem.fs-types-include",
+            "",
+            "Regexp of filesystem types to include for filesystem collector (mutually exclusive to fs-types-exclude).",
+        ),
         util::string_arg("collector.filesystem.mount-timeout", "5s", "how long to wait for a mount to respond before marking it as stale"),
         util::string_arg("collector.filesystem.stat-workers", "4", "how many stat calls to process simultaneously"),
     ]
@@ -138,12 +154,7 @@ struct Pool {
 impl Pool {
     fn new(workers: usize) -> Self {
         let (tx, rx) = mpsc::channel::<Job>();
-        let mut p = Pool {
-            jobs: tx,
-            queue: Arc::new(Mutex::new(rx)),
-            stuck: Arc::new(Mutex::new(HashSet::new())),
-            workers: 0,
-        };
+        let mut p = Pool { jobs: tx, queue: Arc::new(Mutex::new(rx)), stuck: Arc::new(Mutex::new(HashSet::new())), workers: 0 };
         for _ in 0..workers {
             p.spawn();
         }
@@ -153,26 +164,24 @@ impl Pool {
     fn spawn(&mut self) {
         let queue = Arc::clone(&self.queue);
         let stuck = Arc::clone(&self.stuck);
-        let spawned = std::thread::Builder::new()
-            .name("statfs".into())
-            .spawn(move || loop {
-                let job = {
-                    let Ok(q) = queue.lock() else { return };
-                    match q.recv() {
-                        Ok(j) => j,
-                        Err(_) => return,
-                    }
-                };
-                let res = sys::statfs(&job.path);
-                // Clear a timed-out mark and answer under the lock, so the
-                // scrape that gives up on us sees either the answer or the mark.
-                let Ok(mut s) = stuck.lock() else { return };
-                if s.remove(&job.key) {
-                    tracing::info!(mountpoint = %job.key, "mount point responds again");
+        let spawned = std::thread::Builder::new().name("statfs".into()).spawn(move || loop {
+            let job = {
+                let Ok(q) = queue.lock() else { return };
+                match q.recv() {
+                    Ok(j) => j,
+                    Err(_) => return,
                 }
-                let _ = job.reply.send((job.index, res));
-                drop(s);
-            });
+            };
+            let res = sys::statfs(&job.path);
+            // Clear a timed-out mark and answer under the lock, so the
+            // scrape that gives up on us sees either the answer or the mark.
+            let Ok(mut s) = stuck.lock() else { return };
+            if s.remove(&job.key) {
+                tracing::info!(mountpoint = %job.key, "mount point responds again");
+            }
+            let _ = job.reply.send((job.index, res));
+            drop(s);
+        });
         match spawned {
             Ok(_) => self.workers += 1,
             Err(e) => tracing::warn!(err = %e, "cannot start statfs worker"),
@@ -205,7 +214,11 @@ impl Collector {
         Ok(Collector {
             procfs: p.procfs.clone(),
             rootfs: p.rootfs.clone(),
-            mount_points: util::DeviceFilter::from_flags(m, "collector.filesystem.mount-points-exclude", "collector.filesystem.mount-points-include")?,
+            mount_points: util::DeviceFilter::from_flags(
+                m,
+                "collector.filesystem.mount-points-exclude",
+                "collector.filesystem.mount-points-include",
+            )?,
             fs_types: util::DeviceFilter::from_flags(m, "collector.filesystem.fs-types-exclude", "collector.filesystem.fs-types-include")?,
             timeout,
             pool: Pool::new(workers),
@@ -320,9 +333,14 @@ impl super::Collector for Collector {
         for ((m, label), res) in selected.iter().zip(results) {
             let res = res.unwrap_or_else(|| Err(TIMEOUT_LABEL.to_string()));
             let err_label = res.as_ref().err().map(String::as_str).unwrap_or("");
-            let l = [("device", m.device.as_str()), ("device_error", err_label), ("fstype", m.fstype.as_str()), ("mountpoint", label.as_str())];
-            sink.family("node_filesystem_device_error", "Whether an error occurred while getting statistics for the given device.", Kind::Gauge)
-                .sample(&l, if res.is_err() { 1.0 } else { 0.0 });
+            let l =
+                [("device", m.device.as_str()), ("device_error", err_label), ("fstype", m.fstype.as_str()), ("mountpoint", label.as_str())];
+            sink.family(
+                "node_filesystem_device_error",
+                "Whether an error occurred while getting statistics for the given device.",
+                Kind::Gauge,
+            )
+            .sample(&l, if res.is_err() { 1.0 } else { 0.0 });
             sink.family("node_filesystem_readonly", "Filesystem read-only status.", Kind::Gauge)
                 .sample(&l, if m.read_only { 1.0 } else { 0.0 });
             sink.family("node_filesystem_mount_info", "Filesystem mount information.", Kind::Gauge)

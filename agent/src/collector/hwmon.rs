@@ -12,7 +12,20 @@ use super::{ConfigError, Error, Paths};
 use crate::metrics::{Kind, Sink};
 
 const SENSOR_TYPES: [&str; 14] = [
-    "vrm", "beep_enable", "update_interval", "in", "cpu", "fan", "pwm", "temp", "curr", "power", "energy", "humidity", "intrusion", "freq",
+    "vrm",
+    "beep_enable",
+    "update_interval",
+    "in",
+    "cpu",
+    "fan",
+    "pwm",
+    "temp",
+    "curr",
+    "power",
+    "energy",
+    "humidity",
+    "intrusion",
+    "freq",
 ];
 
 pub fn args() -> Vec<Arg> {
@@ -28,10 +41,8 @@ pub fn args() -> Vec<Arg> {
 /// trimming underscores, as node_exporter's cleanMetricName does.
 pub fn clean_name(s: &str) -> String {
     let lower = s.to_lowercase();
-    let replaced: String = lower
-        .chars()
-        .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == ':' || c == '_' { c } else { '_' })
-        .collect();
+    let replaced: String =
+        lower.chars().map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == ':' || c == '_' { c } else { '_' }).collect();
     replaced.trim_matches('_').to_string()
 }
 
@@ -161,7 +172,8 @@ impl Collector {
                 }
                 "update_interval" => {
                     if let Some(v) = plain {
-                        sink.family("node_hwmon_update_interval_seconds", "Hardware monitor update interval", Kind::Gauge).sample(&l, v * 0.001);
+                        sink.family("node_hwmon_update_interval_seconds", "Hardware monitor update interval", Kind::Gauge)
+                            .sample(&l, v * 0.001);
                     }
                     continue;
                 }
@@ -224,11 +236,8 @@ impl Collector {
 impl super::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
         let rd = std::fs::read_dir(&self.dir).map_err(|e| Error::from_read(&self.dir, e))?;
-        let mut dirs: Vec<(String, PathBuf)> = rd
-            .flatten()
-            .filter(|e| e.path().is_dir())
-            .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
-            .collect();
+        let mut dirs: Vec<(String, PathBuf)> =
+            rd.flatten().filter(|e| e.path().is_dir()).filter_map(|e| Some((e.file_name().into_string().ok()?, e.path()))).collect();
         dirs.sort();
         // Pass 1: base chip names and their collisions.
         let bases: Vec<Option<String>> = dirs.iter().map(|(_, d)| base_chip_name(d)).collect();

@@ -67,17 +67,11 @@ pub enum Error {
 
 impl Error {
     pub fn io(path: &Path, source: io::Error) -> Self {
-        Error::Io {
-            path: path.to_path_buf(),
-            source,
-        }
+        Error::Io { path: path.to_path_buf(), source }
     }
 
     pub fn parse(path: &Path, msg: impl Into<String>) -> Self {
-        Error::Parse {
-            path: path.to_path_buf(),
-            msg: msg.into(),
-        }
+        Error::Parse { path: path.to_path_buf(), msg: msg.into() }
     }
 
     /// A missing file means the host lacks the feature: no data, not a fault.
@@ -193,12 +187,7 @@ macro_rules! with_flags {
 
 macro_rules! ebpf {
     ($name:literal, $module:ident) => {
-        Definition {
-            name: $name,
-            enabled_by_default: true,
-            args: no_args,
-            build: |_m, p, ctx| Ok(Box::new($module::new(p, ctx))),
-        }
+        Definition { name: $name, enabled_by_default: true, args: no_args, build: |_m, p, ctx| Ok(Box::new($module::new(p, ctx))) }
     };
 }
 
@@ -212,7 +201,12 @@ pub fn definitions() -> Vec<Definition> {
         with_flags!("diskstats", true, diskstats),
         ebpf!("ebpf_block_io", ebpf_block_io),
         ebpf!("ebpf_oom_kills", ebpf_oom_kills),
-        Definition { name: "ebpf_pods", enabled_by_default: true, args: ebpf_pods::args, build: |m, p, ctx| Ok(Box::new(ebpf_pods::new(m, p, ctx)?)) },
+        Definition {
+            name: "ebpf_pods",
+            enabled_by_default: true,
+            args: ebpf_pods::args,
+            build: |m, p, ctx| Ok(Box::new(ebpf_pods::new(m, p, ctx)?)),
+        },
         ebpf!("ebpf_process", ebpf_process),
         ebpf!("ebpf_runqueue", ebpf_runqueue),
         ebpf!("ebpf_syscalls", ebpf_syscalls),

@@ -10,7 +10,8 @@ use super::{ConfigError, Error, Paths};
 use crate::metrics::{Kind, Sink};
 
 pub fn args() -> Vec<Arg> {
-    let mut v = vec![util::string_arg("collector.netclass.ignored-devices", "^$", "Regexp of net devices to ignore for netclass collector.")];
+    let mut v =
+        vec![util::string_arg("collector.netclass.ignored-devices", "^$", "Regexp of net devices to ignore for netclass collector.")];
     v.extend(util::bool_args("collector.netclass.ignore-invalid-speed", false, "Ignore devices where the speed is invalid."));
     v.extend(util::bool_args("collector.netclass.netlink", false, "Accepted for compatibility; properties are read from sysfs."));
     v
@@ -100,7 +101,8 @@ impl Collector {
             }
         }
         if let Some(v) = int("name_assign_type") {
-            sink.family("node_network_name_assign_type", "Network device property: name_assign_type", Kind::Gauge).sample(&[("device", dev)], v as f64);
+            sink.family("node_network_name_assign_type", "Network device property: name_assign_type", Kind::Gauge)
+                .sample(&[("device", dev)], v as f64);
         }
         if let Some(speed) = int("speed") {
             if speed >= 0 || !self.ignore_invalid_speed {
@@ -109,10 +111,12 @@ impl Collector {
             }
         }
         if let Some(v) = int("tx_queue_len") {
-            sink.family("node_network_transmit_queue_length", "Network device property: transmit_queue_length", Kind::Gauge).sample(&[("device", dev)], v as f64);
+            sink.family("node_network_transmit_queue_length", "Network device property: transmit_queue_length", Kind::Gauge)
+                .sample(&[("device", dev)], v as f64);
         }
         if let Some(v) = int("type") {
-            sink.family("node_network_protocol_type", "Network device property: protocol_type", Kind::Gauge).sample(&[("device", dev)], v as f64);
+            sink.family("node_network_protocol_type", "Network device property: protocol_type", Kind::Gauge)
+                .sample(&[("device", dev)], v as f64);
         }
     }
 }
@@ -120,7 +124,9 @@ impl Collector {
 impl super::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
         let rd = std::fs::read_dir(&self.dir).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => Error::NoData(format!("cannot read {}: {e}", self.dir.display())),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
+                Error::NoData(format!("cannot read {}: {e}", self.dir.display()))
+            }
             _ => Error::io(&self.dir, e),
         })?;
         let mut devs: Vec<(String, PathBuf)> = rd

@@ -104,12 +104,7 @@ impl Collector {
                 None => bad = Some(format!("invalid value for {p}{n}")),
             }
         };
-        if which == 2 {
-            parse_snmp6(&self.buf, cb)
-        } else {
-            parse_pairs(&self.buf, cb)
-        }
-        .map_err(|e| Error::parse(path, e))?;
+        if which == 2 { parse_snmp6(&self.buf, cb) } else { parse_pairs(&self.buf, cb) }.map_err(|e| Error::parse(path, e))?;
         match bad {
             Some(msg) => Err(Error::parse(path, msg)),
             None => Ok(()),
@@ -152,10 +147,7 @@ mod tests {
     #[test]
     fn parses_snmp6() {
         let mut got = Vec::new();
-        parse_snmp6(b"Ip6InReceives \t 7\nUdpLite6InErrors 0\n", |p, n, v| {
-            got.push((p.to_vec(), n.to_vec(), v.to_vec()))
-        })
-        .unwrap();
+        parse_snmp6(b"Ip6InReceives \t 7\nUdpLite6InErrors 0\n", |p, n, v| got.push((p.to_vec(), n.to_vec(), v.to_vec()))).unwrap();
         assert_eq!(got[0], (b"Ip6".to_vec(), b"InReceives".to_vec(), b"7".to_vec()));
         assert_eq!(got[1].0, b"UdpLite6".to_vec());
     }

@@ -15,10 +15,7 @@ pub struct Collector {
 
 impl Collector {
     pub fn new(p: &Paths) -> Self {
-        Collector {
-            paths: RESOURCES.map(|r| p.proc(&format!("pressure/{r}"))),
-            buf: Vec::new(),
-        }
+        Collector { paths: RESOURCES.map(|r| p.proc(&format!("pressure/{r}"))), buf: Vec::new() }
     }
 }
 
@@ -28,9 +25,7 @@ pub fn parse(buf: &[u8]) -> Option<(Option<u64>, Option<u64>)> {
     for line in lines(buf) {
         let mut f = fields(line);
         let kind = f.next()?;
-        let total = f
-            .find_map(|kv| kv.strip_prefix(b"total="))
-            .and_then(parse_u64)?;
+        let total = f.find_map(|kv| kv.strip_prefix(b"total=")).and_then(parse_u64)?;
         match kind {
             b"some" => some = Some(total),
             b"full" => full = Some(total),
@@ -48,9 +43,7 @@ impl super::Collector for Collector {
                     if *res == "irq" {
                         continue; // only kernels >= 6.1 with CONFIG_IRQ_TIME_ACCOUNTING
                     }
-                    return Err(Error::NoData(
-                        "pressure information is unavailable: needs Linux >= 4.20 with CONFIG_PSI".into(),
-                    ));
+                    return Err(Error::NoData("pressure information is unavailable: needs Linux >= 4.20 with CONFIG_PSI".into()));
                 }
                 return Err(Error::io(path, e));
             }
@@ -60,28 +53,58 @@ impl super::Collector for Collector {
             match *res {
                 "cpu" => {
                     if let Some(s) = some {
-                        sink.single("node_pressure_cpu_waiting_seconds_total", "Total time in seconds that processes have waited for CPU time", Kind::Counter, secs(s));
+                        sink.single(
+                            "node_pressure_cpu_waiting_seconds_total",
+                            "Total time in seconds that processes have waited for CPU time",
+                            Kind::Counter,
+                            secs(s),
+                        );
                     }
                 }
                 "io" => {
                     if let Some(s) = some {
-                        sink.single("node_pressure_io_waiting_seconds_total", "Total time in seconds that processes have waited due to IO congestion", Kind::Counter, secs(s));
+                        sink.single(
+                            "node_pressure_io_waiting_seconds_total",
+                            "Total time in seconds that processes have waited due to IO congestion",
+                            Kind::Counter,
+                            secs(s),
+                        );
                     }
                     if let Some(f) = full {
-                        sink.single("node_pressure_io_stalled_seconds_total", "Total time in seconds no process could make progress due to IO congestion", Kind::Counter, secs(f));
+                        sink.single(
+                            "node_pressure_io_stalled_seconds_total",
+                            "Total time in seconds no process could make progress due to IO congestion",
+                            Kind::Counter,
+                            secs(f),
+                        );
                     }
                 }
                 "memory" => {
                     if let Some(s) = some {
-                        sink.single("node_pressure_memory_waiting_seconds_total", "Total time in seconds that processes have waited for memory", Kind::Counter, secs(s));
+                        sink.single(
+                            "node_pressure_memory_waiting_seconds_total",
+                            "Total time in seconds that processes have waited for memory",
+                            Kind::Counter,
+                            secs(s),
+                        );
                     }
                     if let Some(f) = full {
-                        sink.single("node_pressure_memory_stalled_seconds_total", "Total time in seconds no process could make progress due to memory congestion", Kind::Counter, secs(f));
+                        sink.single(
+                            "node_pressure_memory_stalled_seconds_total",
+                            "Total time in seconds no process could make progress due to memory congestion",
+                            Kind::Counter,
+                            secs(f),
+                        );
                     }
                 }
                 _ => {
                     if let Some(f) = full {
-                        sink.single("node_pressure_irq_stalled_seconds_total", "Total time in seconds no process could make progress due to IRQ congestion", Kind::Counter, secs(f));
+                        sink.single(
+                            "node_pressure_irq_stalled_seconds_total",
+                            "Total time in seconds no process could make progress due to IRQ congestion",
+                            Kind::Counter,
+                            secs(f),
+                        );
                     }
                 }
             }

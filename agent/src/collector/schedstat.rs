@@ -35,12 +35,7 @@ pub fn parse(buf: &[u8]) -> Option<Vec<CpuSched<'_>>> {
         if f.len() < 10 {
             return None;
         }
-        out.push(CpuSched {
-            cpu: f[0],
-            running_ns: parse_u64(f[7])?,
-            waiting_ns: parse_u64(f[8])?,
-            timeslices: parse_u64(f[9])?,
-        });
+        out.push(CpuSched { cpu: f[0], running_ns: parse_u64(f[7])?, waiting_ns: parse_u64(f[8])?, timeslices: parse_u64(f[9])? });
     }
     Some(out)
 }
@@ -53,8 +48,12 @@ impl super::Collector for Collector {
             let cpu = std::str::from_utf8(c.cpu).map_err(|_| Error::parse(&self.path, "cpu id"))?;
             sink.family("node_schedstat_running_seconds_total", "Number of seconds CPU spent running a process.", Kind::Counter)
                 .sample(&[("cpu", cpu)], c.running_ns as f64 / 1e9);
-            sink.family("node_schedstat_waiting_seconds_total", "Number of seconds spent by processing waiting for this CPU.", Kind::Counter)
-                .sample(&[("cpu", cpu)], c.waiting_ns as f64 / 1e9);
+            sink.family(
+                "node_schedstat_waiting_seconds_total",
+                "Number of seconds spent by processing waiting for this CPU.",
+                Kind::Counter,
+            )
+            .sample(&[("cpu", cpu)], c.waiting_ns as f64 / 1e9);
             sink.family("node_schedstat_timeslices_total", "Number of timeslices executed by CPU.", Kind::Counter)
                 .sample(&[("cpu", cpu)], c.timeslices as f64);
         }

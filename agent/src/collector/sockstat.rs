@@ -92,10 +92,7 @@ mod tests {
     #[test]
     fn parses() {
         let mut got = Vec::new();
-        super::parse(b"sockets: used 229\nTCP: inuse 4 orphan 0 mem 1\n", |p, k, v| {
-            got.push((p.to_vec(), k.to_vec(), v))
-        })
-        .unwrap();
+        super::parse(b"sockets: used 229\nTCP: inuse 4 orphan 0 mem 1\n", |p, k, v| got.push((p.to_vec(), k.to_vec(), v))).unwrap();
         assert_eq!(got.len(), 4);
         assert_eq!(got[3], (b"TCP".to_vec(), b"mem".to_vec(), 1));
         assert!(super::parse(b"TCP: inuse\n", |_, _, _| {}).is_none());

@@ -68,10 +68,18 @@ impl super::Collector for Collector {
             let l = [("cpu", cpu)];
             sink.family("node_softnet_processed_total", "Number of processed packets", Kind::Counter).sample(&l, s.processed as f64);
             sink.family("node_softnet_dropped_total", "Number of dropped packets", Kind::Counter).sample(&l, s.dropped as f64);
-            sink.family("node_softnet_times_squeezed_total", "Number of times processing packets ran out of quota", Kind::Counter).sample(&l, s.time_squeezed as f64);
-            sink.family("node_softnet_cpu_collision_total", "Number of collision occur while obtaining device lock while transmitting", Kind::Counter).sample(&l, s.cpu_collision as f64);
-            sink.family("node_softnet_received_rps_total", "Number of times cpu woken up received_rps", Kind::Counter).sample(&l, s.received_rps as f64);
-            sink.family("node_softnet_flow_limit_count_total", "Number of times flow limit has been reached", Kind::Counter).sample(&l, s.flow_limit_count as f64);
+            sink.family("node_softnet_times_squeezed_total", "Number of times processing packets ran out of quota", Kind::Counter)
+                .sample(&l, s.time_squeezed as f64);
+            sink.family(
+                "node_softnet_cpu_collision_total",
+                "Number of collision occur while obtaining device lock while transmitting",
+                Kind::Counter,
+            )
+            .sample(&l, s.cpu_collision as f64);
+            sink.family("node_softnet_received_rps_total", "Number of times cpu woken up received_rps", Kind::Counter)
+                .sample(&l, s.received_rps as f64);
+            sink.family("node_softnet_flow_limit_count_total", "Number of times flow limit has been reached", Kind::Counter)
+                .sample(&l, s.flow_limit_count as f64);
             sink.family("node_softnet_backlog_len", "Softnet backlog status", Kind::Gauge).sample(&l, s.backlog_len as f64);
         }
         Ok(())

@@ -10,9 +10,7 @@ use super::util::{self, fields, lines, parse_u64, read_file};
 use super::{ConfigError, Error, Paths};
 use crate::metrics::{Kind, Sink};
 
-const SOFTIRQ_VECTORS: [&str; 10] = [
-    "hi", "timer", "net_tx", "net_rx", "block", "block_iopoll", "tasklet", "sched", "hrtimer", "rcu",
-];
+const SOFTIRQ_VECTORS: [&str; 10] = ["hi", "timer", "net_tx", "net_rx", "block", "block_iopoll", "tasklet", "sched", "hrtimer", "rcu"];
 
 pub fn args() -> Vec<Arg> {
     util::bool_args("collector.stat.softirq", false, "Export softirq calls per vector").into()
@@ -67,11 +65,7 @@ pub struct Collector {
 
 impl Collector {
     pub fn new(m: &ArgMatches, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector {
-            path: p.proc("stat"),
-            softirq: util::bool_flag(m, "collector.stat.softirq", false),
-            buf: Vec::new(),
-        })
+        Ok(Collector { path: p.proc("stat"), softirq: util::bool_flag(m, "collector.stat.softirq", false), buf: Vec::new() })
     }
 }
 

@@ -69,18 +69,12 @@ pub fn merge(into: &mut Merged, families: Vec<expfmt::Family>) -> Result<(), Str
 pub fn emit(sink: &mut Sink, merged: &Merged) {
     for (name, (kind, help, samples)) in merged {
         let help = help.as_deref().unwrap_or("Metric read from a textfile.");
-        let mut names: Vec<&str> = samples
-            .iter()
-            .flat_map(|s| s.labels.iter().map(|(k, _)| k.as_str()))
-            .filter(|k| *k != "le" && *k != "quantile")
-            .collect();
+        let mut names: Vec<&str> =
+            samples.iter().flat_map(|s| s.labels.iter().map(|(k, _)| k.as_str())).filter(|k| *k != "le" && *k != "quantile").collect();
         names.sort_unstable();
         names.dedup();
         fn padded<'a>(names: &[&'a str], s: &'a expfmt::Sample) -> Vec<(&'a str, &'a str)> {
-            names
-                .iter()
-                .map(|n| (*n, s.labels.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str()).unwrap_or("")))
-                .collect()
+            names.iter().map(|n| (*n, s.labels.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str()).unwrap_or(""))).collect()
         }
         match kind {
             Type::Histogram => {
@@ -146,11 +140,8 @@ impl super::Collector for Collector {
                     continue;
                 }
             };
-            let mut files: Vec<PathBuf> = rd
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "prom") && !p.is_dir())
-                .collect();
+            let mut files: Vec<PathBuf> =
+                rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "prom") && !p.is_dir()).collect();
             files.sort();
             for path in files {
                 let text = match std::fs::read_to_string(&path) {
@@ -178,7 +169,12 @@ impl super::Collector for Collector {
             sink.family("node_textfile_mtime_seconds", "Unixtime mtime of textfiles successfully read.", Kind::Gauge)
                 .sample(&[("file", file)], *t);
         }
-        sink.single("node_textfile_scrape_error", "1 if there was an error opening or reading a file, 0 otherwise", Kind::Gauge, if error { 1.0 } else { 0.0 });
+        sink.single(
+            "node_textfile_scrape_error",
+            "1 if there was an error opening or reading a file, 0 otherwise",
+            Kind::Gauge,
+            if error { 1.0 } else { 0.0 },
+        );
         Ok(())
     }
 }

@@ -20,7 +20,8 @@ impl Collector {
 impl super::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
         let rd = std::fs::read_dir(&self.dir).map_err(|e| Error::from_read(&self.dir, e))?;
-        let mut entries: Vec<(String, PathBuf)> = rd.flatten().filter_map(|e| Some((e.file_name().into_string().ok()?, e.path()))).collect();
+        let mut entries: Vec<(String, PathBuf)> =
+            rd.flatten().filter_map(|e| Some((e.file_name().into_string().ok()?, e.path()))).collect();
         entries.sort();
         let mut found = false;
         for (name, path) in &entries {

@@ -72,7 +72,12 @@ pub fn emit(t: &Timex, sink: &mut Sink) {
     let divisor = if t.status & STA_NANO != 0 { 1e9 } else { 1e6 };
     let g = |sink: &mut Sink, name: &str, help: &str, v: f64| sink.single(name, help, Kind::Gauge, v);
     let c = |sink: &mut Sink, name: &str, help: &str, v: f64| sink.single(name, help, Kind::Counter, v);
-    g(sink, "node_timex_sync_status", "Is clock synchronized to a reliable server (1 = yes, 0 = no).", if t.state == TIME_ERROR { 0.0 } else { 1.0 });
+    g(
+        sink,
+        "node_timex_sync_status",
+        "Is clock synchronized to a reliable server (1 = yes, 0 = no).",
+        if t.state == TIME_ERROR { 0.0 } else { 1.0 },
+    );
     g(sink, "node_timex_offset_seconds", "Time offset in between local system and reference clock.", t.offset as f64 / divisor);
     g(sink, "node_timex_frequency_adjustment_ratio", "Local clock frequency adjustment.", 1.0 + t.freq as f64 / PPM16FRAC);
     g(sink, "node_timex_maxerror_seconds", "Maximum error in seconds.", t.maxerror as f64 / 1e6);
@@ -83,7 +88,12 @@ pub fn emit(t: &Timex, sink: &mut Sink) {
     g(sink, "node_timex_pps_frequency_hertz", "Pulse per second frequency.", t.ppsfreq as f64 / PPM16FRAC);
     g(sink, "node_timex_pps_jitter_seconds", "Pulse per second jitter.", t.jitter as f64 / divisor);
     g(sink, "node_timex_pps_shift_seconds", "Pulse per second interval duration.", t.shift as f64);
-    g(sink, "node_timex_pps_stability_hertz", "Pulse per second stability, average of recent frequency changes.", t.stabil as f64 / PPM16FRAC);
+    g(
+        sink,
+        "node_timex_pps_stability_hertz",
+        "Pulse per second stability, average of recent frequency changes.",
+        t.stabil as f64 / PPM16FRAC,
+    );
     c(sink, "node_timex_pps_jitter_total", "Pulse per second count of jitter limit exceeded events.", t.jitcnt as f64);
     c(sink, "node_timex_pps_calibration_total", "Pulse per second count of calibration intervals.", t.calcnt as f64);
     c(sink, "node_timex_pps_error_total", "Pulse per second count of calibration errors.", t.errcnt as f64);

@@ -244,8 +244,7 @@ pub fn parse_f64(b: &[u8]) -> Option<f64> {
 
 /// Splits on ASCII whitespace, skipping empty fields.
 pub fn fields(line: &[u8]) -> impl Iterator<Item = &[u8]> {
-    line.split(|c| c.is_ascii_whitespace())
-        .filter(|f| !f.is_empty())
+    line.split(|c| c.is_ascii_whitespace()).filter(|f| !f.is_empty())
 }
 
 /// Lines of a byte buffer, without the trailing newline.
@@ -255,33 +254,16 @@ pub fn lines(buf: &[u8]) -> impl Iterator<Item = &[u8]> {
 
 /// A string-valued flag.
 pub fn string_arg(name: &'static str, default: &'static str, help: &'static str) -> Arg {
-    Arg::new(name)
-        .long(name)
-        .value_name("VALUE")
-        .default_value(default)
-        .help(help)
-        .action(ArgAction::Set)
+    Arg::new(name).long(name).value_name("VALUE").default_value(default).help(help).action(ArgAction::Set)
 }
 
 /// A kingpin-style boolean flag: `--name` and `--no-name`, the last wins.
 pub fn bool_args(name: &'static str, default: bool, help: &'static str) -> [Arg; 2] {
     let no: &'static str = Box::leak(format!("no-{name}").into_boxed_str());
-    let help_text = if default {
-        format!("{help} [default: enabled]")
-    } else {
-        format!("{help} [default: disabled]")
-    };
+    let help_text = if default { format!("{help} [default: enabled]") } else { format!("{help} [default: disabled]") };
     [
-        Arg::new(name)
-            .long(name)
-            .help(help_text)
-            .action(ArgAction::SetTrue)
-            .overrides_with(no),
-        Arg::new(no)
-            .long(no)
-            .hide(true)
-            .action(ArgAction::SetTrue)
-            .overrides_with(name),
+        Arg::new(name).long(name).help(help_text).action(ArgAction::SetTrue).overrides_with(no),
+        Arg::new(no).long(no).hide(true).action(ArgAction::SetTrue).overrides_with(name),
     ]
 }
 
@@ -303,11 +285,7 @@ pub fn bool_flag(m: &ArgMatches, name: &str, default: bool) -> bool {
 
 /// The value of a string flag.
 pub fn string_flag(m: &ArgMatches, name: &str) -> String {
-    m.try_get_one::<String>(name)
-        .ok()
-        .flatten()
-        .cloned()
-        .unwrap_or_default()
+    m.try_get_one::<String>(name).ok().flatten().cloned().unwrap_or_default()
 }
 
 /// Compiles a regex flag; an empty value means "not set".
@@ -316,13 +294,7 @@ pub fn regex_flag(m: &ArgMatches, name: &str) -> Result<Option<Regex>, ConfigErr
     if value.is_empty() {
         return Ok(None);
     }
-    Regex::new(&value)
-        .map(Some)
-        .map_err(|e| ConfigError::Regex {
-            flag: name.to_string(),
-            value,
-            source: Box::new(e),
-        })
+    Regex::new(&value).map(Some).map_err(|e| ConfigError::Regex { flag: name.to_string(), value, source: Box::new(e) })
 }
 
 /// node_exporter's device filter: a name is ignored when it matches the
@@ -343,14 +315,8 @@ impl DeviceFilter {
     pub fn from_flags(m: &ArgMatches, exclude: &str, include: &str) -> Result<Self, ConfigError> {
         let ex = regex_flag(m, exclude)?;
         let inc = regex_flag(m, include)?;
-        if ex.is_some()
-            && inc.is_some()
-            && m.value_source(exclude) == Some(clap::parser::ValueSource::CommandLine)
-        {
-            return Err(ConfigError::Invalid {
-                flag: include.to_string(),
-                msg: format!("cannot be used together with --{exclude}"),
-            });
+        if ex.is_some() && inc.is_some() && m.value_source(exclude) == Some(clap::parser::ValueSource::CommandLine) {
+            return Err(ConfigError::Invalid { flag: include.to_string(), msg: format!("cannot be used together with --{exclude}") });
         }
         // A given include pattern replaces a default exclude pattern.
         if inc.is_some() {
@@ -360,8 +326,7 @@ impl DeviceFilter {
     }
 
     pub fn ignored(&self, name: &str) -> bool {
-        self.exclude.as_ref().is_some_and(|r| r.is_match(name))
-            || self.include.as_ref().is_some_and(|r| !r.is_match(name))
+        self.exclude.as_ref().is_some_and(|r| r.is_match(name)) || self.include.as_ref().is_some_and(|r| !r.is_match(name))
     }
 }
 

@@ -10,7 +10,11 @@ use super::{ConfigError, Error, Paths};
 use crate::metrics::{Kind, Sink};
 
 pub fn args() -> Vec<Arg> {
-    vec![util::string_arg("collector.vmstat.fields", "^(oom_kill|pgpg|pswp|pg.*fault).*", "Regexp of fields to return for vmstat collector.")]
+    vec![util::string_arg(
+        "collector.vmstat.fields",
+        "^(oom_kill|pgpg|pswp|pg.*fault).*",
+        "Regexp of fields to return for vmstat collector.",
+    )]
 }
 
 pub struct Collector {

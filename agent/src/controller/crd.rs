@@ -141,7 +141,13 @@ fn default_deadline() -> i64 {
 
 impl Default for HealthGate {
     fn default() -> Self {
-        HealthGate { port: default_port(), path: default_path(), required_collectors: Vec::new(), deadline_seconds: default_deadline(), auto_rollback: false }
+        HealthGate {
+            port: default_port(),
+            path: default_path(),
+            required_collectors: Vec::new(),
+            deadline_seconds: default_deadline(),
+            auto_rollback: false,
+        }
     }
 }
 

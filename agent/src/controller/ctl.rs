@@ -37,11 +37,29 @@ pub fn controller_command() -> Command {
     Command::new("controller")
         .about("Run the NodeAgent controller (leader-elected; metrics on their own port).")
         .arg(Arg::new("namespace").long("namespace").value_name("NS").help("Watch NodeAgents in this namespace only [default: all]."))
-        .arg(Arg::new("metrics-address").long("metrics-address").value_name("ADDR").default_value("0.0.0.0:9101").value_parser(clap::value_parser!(SocketAddr)))
+        .arg(
+            Arg::new("metrics-address")
+                .long("metrics-address")
+                .value_name("ADDR")
+                .default_value("0.0.0.0:9101")
+                .value_parser(clap::value_parser!(SocketAddr)),
+        )
         .arg(Arg::new("lease-namespace").long("lease-namespace").value_name("NS").env("POD_NAMESPACE").default_value("monitoring"))
         .arg(Arg::new("lease-name").long("lease-name").value_name("NAME").default_value("node-agent-controller"))
-        .arg(Arg::new("identity").long("identity").value_name("ID").env("POD_NAME").help("This replica's lease identity [default: the hostname]."))
-        .arg(Arg::new("lease-duration").long("lease-duration").value_name("SECONDS").default_value("15").value_parser(clap::value_parser!(u64).range(3..)))
+        .arg(
+            Arg::new("identity")
+                .long("identity")
+                .value_name("ID")
+                .env("POD_NAME")
+                .help("This replica's lease identity [default: the hostname]."),
+        )
+        .arg(
+            Arg::new("lease-duration")
+                .long("lease-duration")
+                .value_name("SECONDS")
+                .default_value("15")
+                .value_parser(clap::value_parser!(u64).range(3..)),
+        )
 }
 
 pub fn manifests_command() -> Command {
@@ -88,7 +106,14 @@ pub fn rollout_command() -> Command {
                 .about("Follow the rollout until it completes (exit 0) or halts (exit 1).")
                 .arg(name())
                 .arg(namespace_arg())
-                .arg(Arg::new("watch").long("watch").short('w').action(ArgAction::Set).default_value("true").value_parser(clap::value_parser!(bool)))
+                .arg(
+                    Arg::new("watch")
+                        .long("watch")
+                        .short('w')
+                        .action(ArgAction::Set)
+                        .default_value("true")
+                        .value_parser(clap::value_parser!(bool)),
+                )
                 .arg(Arg::new("timeout").long("timeout").value_name("SECONDS").value_parser(clap::value_parser!(u64))),
         )
         .subcommand(Command::new("history").about("List the recorded revisions.").arg(name()).arg(namespace_arg()))
@@ -129,7 +154,10 @@ pub fn crd(_: &ArgMatches) -> ExitCode {
 
 pub fn controller(m: &ArgMatches) -> ExitCode {
     crate::logging::init(tracing::Level::INFO, crate::config::LogFormat::Logfmt);
-    let identity = m.get_one::<String>("identity").cloned().unwrap_or_else(|| crate::sys::uname().map(|u| u.nodename).unwrap_or_else(|_| "node-agent-controller".into()));
+    let identity = m
+        .get_one::<String>("identity")
+        .cloned()
+        .unwrap_or_else(|| crate::sys::uname().map(|u| u.nodename).unwrap_or_else(|_| "node-agent-controller".into()));
     let opts = super::Options {
         namespace: m.get_one::<String>("namespace").cloned(),
         metrics_address: m.get_one::<SocketAddr>("metrics-address").copied().unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 9101))),
@@ -160,7 +188,10 @@ fn age(created: Option<Timestamp>, now: Timestamp) -> String {
 
 /// The `kubectl get ds`-style table.
 pub fn status_table(agents: &[NodeAgent], now: Timestamp, with_namespace: bool) -> String {
-    let mut rows: Vec<Vec<String>> = vec![["NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "WAVE", "STATE", "AGE"].iter().map(|s| s.to_string()).collect()];
+    let mut rows: Vec<Vec<String>> = vec![["NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "WAVE", "STATE", "AGE"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()];
     if with_namespace {
         rows[0].insert(0, "NAMESPACE".into());
     }
@@ -344,8 +375,11 @@ pub async fn rollout_cmd(client: Client, cmd: &str, sub: &ArgMatches, ns: &str, 
             let revs = revisions(&client, ns, name).await?;
             let update = super::rollout::template_hash(&a);
             let target = undo_target(&revs, &update, sub.get_one::<i64>("to-revision").copied()).map_err(Error::Usage)?;
-            let template = revision_template(target).ok_or_else(|| Error::Usage(format!("revision {} holds no template", target.revision)))?;
-            let patch: json_patch::Patch = serde_json::from_value(json!([{ "op": "replace", "path": "/spec/template", "value": template }])).map_err(|e| Error::Usage(e.to_string()))?;
+            let template =
+                revision_template(target).ok_or_else(|| Error::Usage(format!("revision {} holds no template", target.revision)))?;
+            let patch: json_patch::Patch =
+                serde_json::from_value(json!([{ "op": "replace", "path": "/spec/template", "value": template }]))
+                    .map_err(|e| Error::Usage(e.to_string()))?;
             api.patch(name, &PatchParams::default(), &Patch::Json::<()>(patch)).await?;
             println!("nodeagent.nodeagent.io/{name} rolled back to revision {}", target.revision);
             Ok(ExitCode::SUCCESS)
@@ -405,7 +439,14 @@ mod tests {
         let (line, o) = progress(&agent(status(20, 20, "new", "new")));
         assert_eq!(o, Outcome::Complete, "{line}");
         let mut s = status(1, 20, "old", "new");
-        s.conditions = vec![Condition { type_: "RolloutHalted".into(), status: "True".into(), message: "pod x on node a failed the health gate".into(), reason: "HealthGateFailed".into(), last_transition_time: Time(Timestamp::UNIX_EPOCH), observed_generation: None }];
+        s.conditions = vec![Condition {
+            type_: "RolloutHalted".into(),
+            status: "True".into(),
+            message: "pod x on node a failed the health gate".into(),
+            reason: "HealthGateFailed".into(),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        }];
         let (line, o) = progress(&agent(s));
         assert_eq!(o, Outcome::Halted);
         assert!(line.ends_with("rollout halted: pod x on node a failed the health gate"), "{line}");
@@ -419,16 +460,29 @@ mod tests {
     fn status_table_is_kubectl_shaped() {
         let t = status_table(&[agent(status(3, 5, "old", "new"))], Timestamp::from_second(1_000 + 3 * 3600).unwrap(), false);
         let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "WAVE", "STATE", "AGE"]);
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "WAVE", "STATE", "AGE"]
+        );
         assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["node-agent", "5", "5", "5", "3", "5", "-", "Rolling", "3h"]);
     }
 
     #[test]
     fn history_and_undo_pick_revisions() {
         let mut a = agent(NodeAgentStatus::default());
-        let t = |img: &str| PodTemplateSpec { metadata: None, spec: Some(PodSpec { containers: vec![Container { name: "a".into(), image: Some(img.into()), ..Default::default() }], ..Default::default() }) };
+        let t = |img: &str| PodTemplateSpec {
+            metadata: None,
+            spec: Some(PodSpec {
+                containers: vec![Container { name: "a".into(), image: Some(img.into()), ..Default::default() }],
+                ..Default::default()
+            }),
+        };
         a.spec.template = t("agent:3");
-        let revs = vec![revision_object(&a, "h1", 1, &t("agent:1")), revision_object(&a, "h3", 3, &t("agent:3")), revision_object(&a, "h2", 2, &t("agent:2"))];
+        let revs = vec![
+            revision_object(&a, "h1", 1, &t("agent:1")),
+            revision_object(&a, "h3", 3, &t("agent:3")),
+            revision_object(&a, "h2", 2, &t("agent:2")),
+        ];
         let h = history_table(&revs, Some("h3"));
         let rows: Vec<Vec<&str>> = h.lines().map(|l| l.split_whitespace().collect()).collect();
         assert_eq!(rows[1], ["1", "h1", "agent:1"]);

@@ -61,7 +61,8 @@ pub struct HttpProbe;
 async fn fetch(target: &GateTarget, gate: &HealthGate) -> Result<String, String> {
     let addr = if target.ip.contains(':') { format!("[{}]:{}", target.ip, gate.port) } else { format!("{}:{}", target.ip, gate.port) };
     let stream = tokio::net::TcpStream::connect(&addr).await.map_err(|e| format!("connect {addr}: {}", e.kind()))?;
-    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| format!("http: {e}"))?;
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| format!("http: {e}"))?;
     tokio::spawn(conn);
     let req = hyper::Request::get(&gate.path).header("host", &addr).body(Empty::<Bytes>::new()).map_err(|e| format!("request: {e}"))?;
     let resp = send.send_request(req).await.map_err(|e| format!("http: {e}"))?;
@@ -76,7 +77,9 @@ impl Probe for HttpProbe {
     fn probe<'a>(&'a self, target: &'a GateTarget, gate: &'a HealthGate) -> Pin<Box<dyn Future<Output = GateResult> + Send + 'a>> {
         Box::pin(async move {
             match tokio::time::timeout(TIMEOUT, fetch(target, gate)).await {
-                Err(_) => GateResult::Fail(format!("no answer from {}:{}{} within {}s", target.ip, gate.port, gate.path, TIMEOUT.as_secs())),
+                Err(_) => {
+                    GateResult::Fail(format!("no answer from {}:{}{} within {}s", target.ip, gate.port, gate.path, TIMEOUT.as_secs()))
+                }
                 Ok(Err(e)) => GateResult::Fail(e),
                 Ok(Ok(text)) => check(&text, gate),
             }

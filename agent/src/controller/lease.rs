@@ -50,7 +50,8 @@ impl LeaseLock {
     pub async fn try_acquire_or_renew(&self, now: Timestamp) -> Result<bool, kube::Error> {
         let pp = PostParams::default();
         let Some(lease) = self.api.get_opt(&self.name).await? else {
-            let l = Lease { metadata: ObjectMeta { name: Some(self.name.clone()), ..Default::default() }, spec: Some(self.spec(now, None, 0)) };
+            let l =
+                Lease { metadata: ObjectMeta { name: Some(self.name.clone()), ..Default::default() }, spec: Some(self.spec(now, None, 0)) };
             return match self.api.create(&pp, &l).await {
                 Ok(_) => Ok(true),
                 Err(e) if conflict(&e) => Ok(false),

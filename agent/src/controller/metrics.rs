@@ -1,6 +1,5 @@
 //! The controller's own metrics, served on their own port.
 
-
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -94,19 +94,31 @@ pub async fn run(client: Client, opts: Options) -> Result<(), Error> {
 
 /// Runs the controller until `shutdown` completes (then gives the lease up)
 /// or the lease is lost (an error: the process should exit).
-pub async fn run_until(client: Client, opts: Options, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+pub async fn run_until(
+    client: Client,
+    opts: Options,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
     let metrics = Arc::new(metrics::Metrics::new());
-    let listener = tokio::net::TcpListener::bind(opts.metrics_address).await.map_err(|e| Error::Listen(opts.metrics_address.to_string(), e))?;
+    let listener =
+        tokio::net::TcpListener::bind(opts.metrics_address).await.map_err(|e| Error::Listen(opts.metrics_address.to_string(), e))?;
     tokio::spawn(serve_metrics(listener, metrics.clone()));
 
     // Leader election: wait for the lease, then renew it in the background.
-    let lock = Arc::new(lease::LeaseLock::new(Api::<Lease>::namespaced(client.clone(), &opts.lease_namespace), &opts.lease_name, &opts.identity, opts.lease_duration));
+    let lock = Arc::new(lease::LeaseLock::new(
+        Api::<Lease>::namespaced(client.clone(), &opts.lease_namespace),
+        &opts.lease_name,
+        &opts.identity,
+        opts.lease_duration,
+    ));
     let retry = opts.lease_duration / 3;
     let mut shutdown = Box::pin(shutdown);
     loop {
         match lock.try_acquire_or_renew(Timestamp::now()).await {
             Ok(true) => break,
-            Ok(false) => tracing::info!(lease = %opts.lease_name, identity = %opts.identity, "standing by: another replica holds the lease"),
+            Ok(false) => {
+                tracing::info!(lease = %opts.lease_name, identity = %opts.identity, "standing by: another replica holds the lease")
+            }
             Err(e) => tracing::warn!(lease = %opts.lease_name, error = %e, "lease"),
         }
         tokio::select! {
@@ -223,7 +235,12 @@ mod tests {
         let with = |hb: i64, ready: &str| {
             let mut n = node("a", &[("zone", "x")], &[]);
             n.status = Some(NodeStatus {
-                conditions: Some(vec![NodeCondition { type_: "Ready".into(), status: ready.into(), last_heartbeat_time: Some(Time(at(hb))), ..Default::default() }]),
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: ready.into(),
+                    last_heartbeat_time: Some(Time(at(hb))),
+                    ..Default::default()
+                }]),
                 ..Default::default()
             });
             n

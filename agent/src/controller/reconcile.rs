@@ -58,9 +58,19 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, nodes: Store<Node>, pods: Store<Pod>, revisions: Store<ControllerRevision>, probe: Arc<dyn Probe>, metrics: Arc<Metrics>) -> Context {
+    pub fn new(
+        client: Client,
+        nodes: Store<Node>,
+        pods: Store<Pod>,
+        revisions: Store<ControllerRevision>,
+        probe: Arc<dyn Probe>,
+        metrics: Arc<Metrics>,
+    ) -> Context {
         Context {
-            recorder: Recorder::new(client.clone(), Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() }),
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() },
+            ),
             client,
             nodes,
             pods,
@@ -102,7 +112,11 @@ async fn ensure_priority_class(ctx: &Context, agent: &NodeAgent) -> Result<(), E
     let api: Api<PriorityClass> = Api::all(ctx.client.clone());
     if api.get_opt(&p.class_name).await?.is_none() {
         let pc = PriorityClass {
-            metadata: ObjectMeta { name: Some(p.class_name.clone()), labels: Some([("app.kubernetes.io/managed-by".to_string(), FIELD_MANAGER.to_string())].into()), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(p.class_name.clone()),
+                labels: Some([("app.kubernetes.io/managed-by".to_string(), FIELD_MANAGER.to_string())].into()),
+                ..Default::default()
+            },
             value: p.value,
             global_default: Some(false),
             preemption_policy: Some("PreemptLowerPriority".into()),
@@ -204,7 +218,13 @@ async fn sync(agent: &NodeAgent, ctx: &Context, ns: &str, name: &str) -> Result<
         e.insert(key, Expectations::new(&created, &deleted, now));
     }
     outcome.map_err(|(_, e)| e)?;
-    ctx.metrics.set_progress(ns, name, d.status.updated_number_scheduled, d.status.desired_number_scheduled, d.status.halted_revision.is_some());
+    ctx.metrics.set_progress(
+        ns,
+        name,
+        d.status.updated_number_scheduled,
+        d.status.desired_number_scheduled,
+        d.status.halted_revision.is_some(),
+    );
     Ok(if d.progressing { Action::requeue(ACTIVE_REQUEUE) } else { Action::requeue(IDLE_REQUEUE) })
 }
 
@@ -231,7 +251,15 @@ async fn act_steps(agent: &NodeAgent, ctx: &Context, ns: &str, d: &Decision, now
     if let Some(rev) = &d.revision {
         let rname = rev.name_any();
         revs.patch(&rname, &apply, &Patch::Apply(rev)).await?;
-        publish(recorder, agent, EventType::Normal, "RevisionRecorded", "Record", format!("revision {} is template {}", rev.revision, d.update_hash)).await;
+        publish(
+            recorder,
+            agent,
+            EventType::Normal,
+            "RevisionRecorded",
+            "Record",
+            format!("revision {} is template {}", rev.revision, d.update_hash),
+        )
+        .await;
     }
 
     for p in &d.gate_passed {
@@ -256,7 +284,15 @@ async fn act_steps(agent: &NodeAgent, ctx: &Context, ns: &str, d: &Decision, now
         }
     }
     if !d.gate_passed.is_empty() {
-        publish(recorder, agent, EventType::Normal, "HealthGatePassed", "Gate", format!("{} pod(s) passed the health gate: {}", d.gate_passed.len(), names(d.gate_passed.iter().cloned()))).await;
+        publish(
+            recorder,
+            agent,
+            EventType::Normal,
+            "HealthGatePassed",
+            "Gate",
+            format!("{} pod(s) passed the health gate: {}", d.gate_passed.len(), names(d.gate_passed.iter().cloned())),
+        )
+        .await;
     }
 
     if let Some(h) = &d.halt {
@@ -266,9 +302,25 @@ async fn act_steps(agent: &NodeAgent, ctx: &Context, ns: &str, d: &Decision, now
     }
     if let Some((number, template)) = &d.rollback {
         let patch = json!([{ "op": "replace", "path": "/spec/template", "value": template }]);
-        agents.patch(&name, &PatchParams::default(), &Patch::Json::<()>(serde_json::from_value::<json_patch::Patch>(patch).map_err(|e| Error::Invalid(name.clone(), e.to_string()))?)).await?;
+        agents
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Json::<()>(
+                    serde_json::from_value::<json_patch::Patch>(patch).map_err(|e| Error::Invalid(name.clone(), e.to_string()))?,
+                ),
+            )
+            .await?;
         ctx.metrics.rollbacks.inc();
-        publish(recorder, agent, EventType::Warning, "RolledBack", "Rollback", format!("template put back to revision {number} ({}) after the health gate halted {}", d.current_hash, d.update_hash)).await;
+        publish(
+            recorder,
+            agent,
+            EventType::Warning,
+            "RolledBack",
+            "Rollback",
+            format!("template put back to revision {number} ({}) after the health gate halted {}", d.current_hash, d.update_hash),
+        )
+        .await;
     }
 
     // Creates in slow-start batches (1, 2, 4, ...): a failing batch stops the rest.
@@ -299,7 +351,20 @@ async fn act_steps(agent: &NodeAgent, ctx: &Context, ns: &str, d: &Decision, now
     ctx.metrics.pods_created.inc_by(created.len() as u64);
     if !created.is_empty() {
         let revs: std::collections::BTreeSet<&str> = d.creates.iter().map(|c| c.hash.as_str()).collect();
-        publish(recorder, agent, EventType::Normal, "SuccessfulCreate", "Create", format!("created {} pod(s) (revision {}) on {}", created.len(), revs.into_iter().collect::<Vec<_>>().join(", "), names(created.into_iter()))).await;
+        publish(
+            recorder,
+            agent,
+            EventType::Normal,
+            "SuccessfulCreate",
+            "Create",
+            format!(
+                "created {} pod(s) (revision {}) on {}",
+                created.len(),
+                revs.into_iter().collect::<Vec<_>>().join(", "),
+                names(created.into_iter())
+            ),
+        )
+        .await;
     }
     if let Some(e) = create_error {
         publish(recorder, agent, EventType::Warning, "FailedCreate", "Create", format!("creating pods stopped: {e}")).await;
@@ -325,7 +390,15 @@ async fn act_steps(agent: &NodeAgent, ctx: &Context, ns: &str, d: &Decision, now
     }
     ctx.metrics.pods_deleted.inc_by(deleted.len() as u64);
     if !deleted.is_empty() {
-        publish(recorder, agent, EventType::Normal, "SuccessfulDelete", "Delete", format!("deleted {} pod(s): {}", deleted.len(), names(deleted.into_iter()))).await;
+        publish(
+            recorder,
+            agent,
+            EventType::Normal,
+            "SuccessfulDelete",
+            "Delete",
+            format!("deleted {} pod(s): {}", deleted.len(), names(deleted.into_iter())),
+        )
+        .await;
     }
 
     for r in &d.prune {

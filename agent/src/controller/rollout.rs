@@ -115,7 +115,9 @@ pub fn as_daemonset(agent: &NodeAgent, template: &PodTemplateSpec) -> DaemonSet 
             revision_history_limit: s.revision_history_limit,
             update_strategy: Some(DaemonSetUpdateStrategy {
                 type_: strategy.type_.clone(),
-                rolling_update: strategy.rolling_update.map(|r| RollingUpdateDaemonSet { max_unavailable: r.max_unavailable, max_surge: r.max_surge }),
+                rolling_update: strategy
+                    .rolling_update
+                    .map(|r| RollingUpdateDaemonSet { max_unavailable: r.max_unavailable, max_surge: r.max_surge }),
             }),
         }),
         status: None,
@@ -141,7 +143,10 @@ fn owner_ref(agent: &NodeAgent) -> OwnerReference {
 fn controlled_by(meta: &ObjectMeta, agent: &NodeAgent) -> bool {
     let uid = agent.metadata.uid.as_deref();
     meta.owner_references.iter().flatten().any(|r| {
-        r.controller == Some(true) && r.kind == "NodeAgent" && r.name == agent.name_any() && (uid.is_none() || r.uid.is_empty() || Some(r.uid.as_str()) == uid)
+        r.controller == Some(true)
+            && r.kind == "NodeAgent"
+            && r.name == agent.name_any()
+            && (uid.is_none() || r.uid.is_empty() || Some(r.uid.as_str()) == uid)
     })
 }
 
@@ -191,7 +196,11 @@ pub fn pod_for(agent: &NodeAgent, node: &str, hash: &str, template: &PodTemplate
         spec.priority_class_name = Some(agent.spec.priority.class_name.clone());
     }
     let term = NodeSelectorTerm {
-        match_fields: Some(vec![NodeSelectorRequirement { key: "metadata.name".into(), operator: "In".into(), values: Some(vec![node.into()]) }]),
+        match_fields: Some(vec![NodeSelectorRequirement {
+            key: "metadata.name".into(),
+            operator: "In".into(),
+            values: Some(vec![node.into()]),
+        }]),
         match_expressions: None,
     };
     let mut affinity = spec.affinity.take().unwrap_or_default();
@@ -245,10 +254,7 @@ pub fn revision_template(rev: &ControllerRevision) -> Option<PodTemplateSpec> {
 
 /// The agent's revisions, by hash.
 fn revisions_by_hash<'a>(agent: &NodeAgent, all: &'a [ControllerRevision]) -> BTreeMap<String, &'a ControllerRevision> {
-    all.iter()
-        .filter(|r| controlled_by(&r.metadata, agent))
-        .filter_map(|r| label(&r.metadata, REVISION_LABEL).map(|h| (h, r)))
-        .collect()
+    all.iter().filter(|r| controlled_by(&r.metadata, agent)).filter_map(|r| label(&r.metadata, REVISION_LABEL).map(|h| (h, r))).collect()
 }
 
 /// Pods whose health gate is to be checked this sync: gated, containers
@@ -294,7 +300,14 @@ impl Conditions<'_> {
             Some(c) if c.status == status => c.last_transition_time.clone(),
             _ => Time(self.now),
         };
-        self.out.push(Condition { type_: type_.into(), status, reason: reason.into(), message, last_transition_time: since, observed_generation: self.generation });
+        self.out.push(Condition {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message,
+            last_transition_time: since,
+            observed_generation: self.generation,
+        });
     }
 }
 
@@ -307,8 +320,16 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     let max_revision = revisions.values().map(|r| r.revision).max().unwrap_or(0);
 
     // The current revision: the last completed rollout's, if its template is known.
-    let current_hash = old_status.current_revision.clone().filter(|h| *h == update_hash || revisions.contains_key(h)).unwrap_or_else(|| update_hash.clone());
-    let current_template = if current_hash == update_hash { agent.spec.template.clone() } else { revisions.get(&current_hash).and_then(|r| revision_template(r)).unwrap_or_else(|| agent.spec.template.clone()) };
+    let current_hash = old_status
+        .current_revision
+        .clone()
+        .filter(|h| *h == update_hash || revisions.contains_key(h))
+        .unwrap_or_else(|| update_hash.clone());
+    let current_template = if current_hash == update_hash {
+        agent.spec.template.clone()
+    } else {
+        revisions.get(&current_hash).and_then(|r| revision_template(r)).unwrap_or_else(|| agent.spec.template.clone())
+    };
     let rolling = current_hash != update_hash;
     let halted = rolling && old_status.halted_revision.as_deref() == Some(update_hash.as_str());
 
@@ -333,14 +354,19 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     }
     let updated_available = |node: &str| {
         by_node.get(node).is_some_and(|v| {
-            v.iter().any(|p| p.metadata.deletion_timestamp.is_none() && label(&p.metadata, REVISION_LABEL).as_deref() == Some(update_hash.as_str()) && plan::is_available(p, min_ready, o.now))
+            v.iter().any(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && label(&p.metadata, REVISION_LABEL).as_deref() == Some(update_hash.as_str())
+                    && plan::is_available(p, min_ready, o.now)
+            })
         })
     };
 
     // Eligible nodes in rollout order: wave, then name.
     let mut eligible: Vec<(usize, String)> = Vec::new();
     for n in o.nodes {
-        let d = crate::daemonset::scheduling::should_run(&spec.template, n).map_err(|m| Invalid { field: "spec.template.spec.affinity".into(), msg: m })?;
+        let d = crate::daemonset::scheduling::should_run(&spec.template, n)
+            .map_err(|m| Invalid { field: "spec.template.spec.affinity".into(), msg: m })?;
         if d.should_run {
             eligible.push((wave_of(agent, n)?, n.metadata.name.clone().unwrap_or_default()));
         }
@@ -375,14 +401,19 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     let mut halt = None;
     if let (Some(g), true, false) = (&gate_cfg, rolling, halted) {
         for p in owned.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
-            if label(&p.metadata, REVISION_LABEL).as_deref() != Some(update_hash.as_str()) || gate_passed(p) || gate_passed_now.contains(&p.name_any()) {
+            if label(&p.metadata, REVISION_LABEL).as_deref() != Some(update_hash.as_str())
+                || gate_passed(p)
+                || gate_passed_now.contains(&p.name_any())
+            {
                 continue;
             }
             let node = plan::target_node(p).unwrap_or_default();
             let overdue = |t: Option<Timestamp>| t.is_some_and(|t| o.now.as_second() - t.as_second() > g.deadline_seconds);
             let message = match condition_since(p, "ContainersReady") {
                 Some(since) if overdue(since) => Some(match o.gate.get(&p.name_any()) {
-                    Some(GateResult::Fail(why)) => format!("pod {} on node {node} failed the health gate for {}s: {why}", p.name_any(), g.deadline_seconds),
+                    Some(GateResult::Fail(why)) => {
+                        format!("pod {} on node {node} failed the health gate for {}s: {why}", p.name_any(), g.deadline_seconds)
+                    }
                     _ => format!("pod {} on node {node} has not passed the health gate within {}s", p.name_any(), g.deadline_seconds),
                 }),
                 Some(_) => None,
@@ -435,24 +466,35 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     // History: keep the limit of old revisions, and any a live pod uses.
     let limit = agent.spec.revision_history_limit.map(|l| l.max(0) as usize).unwrap_or(DEFAULT_HISTORY_LIMIT);
     let live: BTreeSet<String> = owned.iter().filter_map(|p| label(&p.metadata, REVISION_LABEL)).collect();
-    let mut old: Vec<&ControllerRevision> = revisions.iter().filter(|(h, _)| **h != update_hash && **h != current_hash && !live.contains(*h)).map(|(_, r)| *r).collect();
+    let mut old: Vec<&ControllerRevision> =
+        revisions.iter().filter(|(h, _)| **h != update_hash && **h != current_hash && !live.contains(*h)).map(|(_, r)| *r).collect();
     old.sort_by_key(|r| r.revision);
     let prune: Vec<String> = old.iter().take(old.len().saturating_sub(limit)).filter_map(|r| r.metadata.name.clone()).collect();
 
     // Status.
     let s = p.status;
-    let complete = s.updated_number_scheduled == s.desired_number_scheduled && s.number_available == s.desired_number_scheduled && partition == 0;
+    let complete =
+        s.updated_number_scheduled == s.desired_number_scheduled && s.number_available == s.desired_number_scheduled && partition == 0;
     let new_current = if complete { update_hash.clone() } else { current_hash.clone() };
     let generation = agent.metadata.generation;
     let mut conditions = Conditions { out: Vec::new(), old: &old_status.conditions, now: o.now, generation };
-    let halted_message = halt.as_ref().map(|h| h.message.clone()).or_else(|| {
-        old_status.conditions.iter().find(|c| c.type_ == "RolloutHalted" && c.status == "True").map(|c| c.message.clone())
-    });
+    let halted_message = halt
+        .as_ref()
+        .map(|h| h.message.clone())
+        .or_else(|| old_status.conditions.iter().find(|c| c.type_ == "RolloutHalted" && c.status == "True").map(|c| c.message.clone()));
     let still_halted = halted && !complete;
     conditions.set(
         "RolloutHalted",
         still_halted,
-        if still_halted { if rollback.is_some() { "HealthGateFailedRolledBack" } else { "HealthGateFailed" } } else { "NotHalted" },
+        if still_halted {
+            if rollback.is_some() {
+                "HealthGateFailedRolledBack"
+            } else {
+                "HealthGateFailed"
+            }
+        } else {
+            "NotHalted"
+        },
         if still_halted { halted_message.unwrap_or_default() } else { String::new() },
     );
     let (progressing, reason, message) = if complete {
@@ -462,7 +504,11 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     } else if paused {
         (false, "RolloutPaused", format!("{}/{} nodes updated; paused", s.updated_number_scheduled, s.desired_number_scheduled))
     } else {
-        (true, "Rolling", format!("{}/{} nodes updated, {} available", s.updated_number_scheduled, s.desired_number_scheduled, s.number_available))
+        (
+            true,
+            "Rolling",
+            format!("{}/{} nodes updated, {} available", s.updated_number_scheduled, s.desired_number_scheduled, s.number_available),
+        )
     };
     conditions.set("Progressing", progressing, reason, message);
     let status = NodeAgentStatus {
@@ -542,11 +588,20 @@ mod tests {
                 selector: LabelSelector { match_labels: Some(labels.clone()), ..Default::default() },
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta { labels: Some(labels), ..Default::default() }),
-                    spec: Some(PodSpec { containers: vec![Container { name: "agent".into(), image: Some("agent:1".into()), ..Default::default() }], ..Default::default() }),
+                    spec: Some(PodSpec {
+                        containers: vec![Container { name: "agent".into(), image: Some("agent:1".into()), ..Default::default() }],
+                        ..Default::default()
+                    }),
                 },
                 rollout: Rollout {
                     health_gate: gate.then(Default::default),
-                    waves: vec![Wave { name: "canary".into(), selector: LabelSelector { match_labels: Some([("canary".to_string(), "yes".to_string())].into()), ..Default::default() } }],
+                    waves: vec![Wave {
+                        name: "canary".into(),
+                        selector: LabelSelector {
+                            match_labels: Some([("canary".to_string(), "yes".to_string())].into()),
+                            ..Default::default()
+                        },
+                    }],
                     ..Default::default()
                 },
                 ..Default::default()
@@ -562,7 +617,8 @@ mod tests {
         let a = agent(true);
         let p = pod_for(&a, "worker-1", "abc", &a.spec.template);
         let spec = p.spec.clone().unwrap();
-        let terms = spec.affinity.unwrap().node_affinity.unwrap().required_during_scheduling_ignored_during_execution.unwrap().node_selector_terms;
+        let terms =
+            spec.affinity.unwrap().node_affinity.unwrap().required_during_scheduling_ignored_during_execution.unwrap().node_selector_terms;
         assert_eq!(terms.len(), 1);
         let f = &terms[0].match_fields.as_ref().unwrap()[0];
         assert_eq!((f.key.as_str(), f.operator.as_str(), f.values.clone().unwrap()), ("metadata.name", "In", vec!["worker-1".to_string()]));
@@ -586,7 +642,12 @@ mod tests {
         let mut p = pod_for(a, node, hash, &a.spec.template);
         p.metadata.creation_timestamp = Some(Time(at(100)));
         p.spec.as_mut().unwrap().node_name = Some(node.into());
-        let c = |t: &str, on: bool| PodCondition { type_: t.into(), status: if on { "True" } else { "False" }.into(), last_transition_time: Some(Time(at(200))), ..Default::default() };
+        let c = |t: &str, on: bool| PodCondition {
+            type_: t.into(),
+            status: if on { "True" } else { "False" }.into(),
+            last_transition_time: Some(Time(at(200))),
+            ..Default::default()
+        };
         p.status = Some(PodStatus {
             phase: Some("Running".into()),
             pod_ip: ip.map(str::to_string),
@@ -622,7 +683,16 @@ mod tests {
         let pods: Vec<Pod> = ["a", "b", "z"].iter().map(|n| running(&a, n, &old, true, true, Some("10.0.0.9"))).collect();
         let gate = BTreeMap::new();
         let obs = |pods: &'_ [Pod], gate: &'_ BTreeMap<String, GateResult>, now: i64| {
-            decide(&Observed { agent: &a, nodes: &nodes, pods, revisions: std::slice::from_ref(&rev1), gate, backoff: &|_| false, now: at(now) }).unwrap()
+            decide(&Observed {
+                agent: &a,
+                nodes: &nodes,
+                pods,
+                revisions: std::slice::from_ref(&rev1),
+                gate,
+                backoff: &|_| false,
+                now: at(now),
+            })
+            .unwrap()
         };
         let d = obs(&pods, &gate, 300);
         // The new revision is recorded as revision 2; the canary z is replaced first.
@@ -633,7 +703,8 @@ mod tests {
         // z now runs the new revision, containers ready since t=200, gate failing.
         let mut pods2 = pods.clone();
         pods2[2] = running(&a, "z", &new, true, false, Some("10.0.0.9"));
-        let failing: BTreeMap<String, GateResult> = [(pods2[2].name_any(), GateResult::Fail("node_ebpf_program_up is 0 for sys_exit".into()))].into();
+        let failing: BTreeMap<String, GateResult> =
+            [(pods2[2].name_any(), GateResult::Fail("node_ebpf_program_up is 0 for sys_exit".into()))].into();
         // Within the deadline (300s): wait, nothing else moves (a, b are a later wave).
         let d = obs(&pods2, &failing, 400);
         assert!(d.halt.is_none() && d.deletes.is_empty() && d.creates.is_empty(), "{d:?}");
@@ -658,7 +729,10 @@ mod tests {
         failed.status.as_mut().unwrap().phase = Some("Failed".into());
         let pods = [failed];
         let nodes = [node("a", &[], &[])];
-        let run = |backoff: &dyn Fn(&str) -> bool| decide(&Observed { agent: &a, nodes: &nodes, pods: &pods, revisions: &[], gate: &BTreeMap::new(), backoff, now: at(300) }).unwrap();
+        let run = |backoff: &dyn Fn(&str) -> bool| {
+            decide(&Observed { agent: &a, nodes: &nodes, pods: &pods, revisions: &[], gate: &BTreeMap::new(), backoff, now: at(300) })
+                .unwrap()
+        };
         let d = run(&|_| false);
         assert_eq!(d.deletes.len(), 1);
         assert!(d.deletes[0].failed && d.deletes[0].reason == "failed");

@@ -2,9 +2,7 @@
 //! benchmarks.
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet};
-use k8s_openapi::api::core::v1::{
-    Container, Node, NodeSpec, Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec, Taint,
-};
+use k8s_openapi::api::core::v1::{Container, Node, NodeSpec, Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
@@ -18,7 +16,12 @@ pub const DS_UID: &str = "uid-node-agent";
 pub fn daemonset(image: &str, max_unavailable: Option<IntOrString>, max_surge: Option<IntOrString>, on_delete: bool) -> DaemonSet {
     let labels: std::collections::BTreeMap<String, String> = [("app".to_string(), "node-agent".to_string())].into();
     DaemonSet {
-        metadata: ObjectMeta { name: Some(DS_NAME.into()), namespace: Some("monitoring".into()), uid: Some(DS_UID.into()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some(DS_NAME.into()),
+            namespace: Some("monitoring".into()),
+            uid: Some(DS_UID.into()),
+            ..Default::default()
+        },
         spec: Some(DaemonSetSpec {
             selector: LabelSelector { match_labels: Some(labels.clone()), ..Default::default() },
             template: PodTemplateSpec {
@@ -54,7 +57,12 @@ pub fn node(name: &str, labels: &[(&str, &str)], taints: &[(&str, Option<&str>, 
             taints: (!taints.is_empty()).then(|| {
                 taints
                     .iter()
-                    .map(|(k, v, e)| Taint { key: k.to_string(), value: v.map(str::to_string), effect: e.to_string(), ..Default::default() })
+                    .map(|(k, v, e)| Taint {
+                        key: k.to_string(),
+                        value: v.map(str::to_string),
+                        effect: e.to_string(),
+                        ..Default::default()
+                    })
                     .collect()
             }),
             ..Default::default()
@@ -86,7 +94,12 @@ pub fn pod(name: &str, node: &str, hash: &str, created: Timestamp, phase: &str, 
         status: Some(PodStatus {
             phase: Some(phase.into()),
             conditions: ready.map(|t| {
-                vec![PodCondition { type_: "Ready".into(), status: "True".into(), last_transition_time: Some(Time(t)), ..Default::default() }]
+                vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    last_transition_time: Some(Time(t)),
+                    ..Default::default()
+                }]
             }),
             ..Default::default()
         }),

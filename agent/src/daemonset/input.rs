@@ -49,7 +49,13 @@ impl DocExt for serde_yaml_ng::Value {
     }
 }
 
-fn collect<T: DeserializeOwned>(v: serde_json::Value, kind: &str, file: &Path, out: &mut Vec<T>, others: &mut Vec<String>) -> Result<(), InputError> {
+fn collect<T: DeserializeOwned>(
+    v: serde_json::Value,
+    kind: &str,
+    file: &Path,
+    out: &mut Vec<T>,
+    others: &mut Vec<String>,
+) -> Result<(), InputError> {
     let k = v.get("kind").and_then(|k| k.as_str()).unwrap_or("");
     if k == "List" || k.ends_with("List") {
         let items = v.get("items").and_then(|i| i.as_array()).cloned().ok_or_else(|| err(file, format!("{k} without items")))?;
@@ -93,7 +99,8 @@ mod tests {
     #[test]
     fn errors_name_file_and_field() {
         let f = Path::new("nodes.yaml");
-        let e = parse::<Node>("kind: Node\nmetadata: {name: a}\nspec: {taints: [{key: k, effect: 5}]}\n", "Node", f).unwrap_err().to_string();
+        let e =
+            parse::<Node>("kind: Node\nmetadata: {name: a}\nspec: {taints: [{key: k, effect: 5}]}\n", "Node", f).unwrap_err().to_string();
         assert!(e.contains("nodes.yaml") && e.contains("spec.taints[0].effect"), "{e}");
         let e = parse::<Node>("kind: Pod\nmetadata: {name: a}\n", "Node", f).unwrap_err().to_string();
         assert!(e.contains("expected Node, found Pod"), "{e}");

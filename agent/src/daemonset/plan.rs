@@ -247,7 +247,9 @@ pub fn target_node(pod: &Pod) -> Option<String> {
         .node_selector_terms
         .clone();
     terms.iter().flat_map(|t| t.match_fields.clone().unwrap_or_default()).find_map(|f| {
-        (f.key == "metadata.name" && f.operator == "In").then(|| f.values.clone().unwrap_or_default()).and_then(|v| (v.len() == 1).then(|| v[0].clone()))
+        (f.key == "metadata.name" && f.operator == "In")
+            .then(|| f.values.clone().unwrap_or_default())
+            .and_then(|v| (v.len() == 1).then(|| v[0].clone()))
     })
 }
 
@@ -267,8 +269,10 @@ pub fn is_available(pod: &Pod, min_ready_seconds: i64, now: Timestamp) -> bool {
         None => false,
         Some(_) if min_ready_seconds == 0 => true,
         Some(None) => false,
-        Some(Some(t)) => t.as_second().saturating_add(min_ready_seconds) < now.as_second()
-            || (t.as_second().saturating_add(min_ready_seconds) == now.as_second() && t.subsec_nanosecond() < now.subsec_nanosecond()),
+        Some(Some(t)) => {
+            t.as_second().saturating_add(min_ready_seconds) < now.as_second()
+                || (t.as_second().saturating_add(min_ready_seconds) == now.as_second() && t.subsec_nanosecond() < now.subsec_nanosecond())
+        }
     }
 }
 
@@ -357,7 +361,14 @@ pub fn plan(ds: &DaemonSet, nodes: &[Node], pods: &[Pod], now: Timestamp, hash: 
 }
 
 /// [`plan`] with a controller's [`Options`].
-pub fn plan_with(ds: &DaemonSet, nodes: &[Node], pods: &[Pod], now: Timestamp, hash: Option<&str>, opts: &Options) -> Result<Plan, Invalid> {
+pub fn plan_with(
+    ds: &DaemonSet,
+    nodes: &[Node],
+    pods: &[Pod],
+    now: Timestamp,
+    hash: Option<&str>,
+    opts: &Options,
+) -> Result<Plan, Invalid> {
     let mut spec = Spec::from_daemonset(ds)?;
     spec.owner_kind = opts.owner_kind.to_string();
     let hash = hash.map(str::to_string).unwrap_or_else(|| revision_hash(ds));
@@ -481,7 +492,12 @@ pub fn plan_with(ds: &DaemonSet, nodes: &[Node], pods: &[Pod], now: Timestamp, h
     let status = status(&spec, &decisions, &by_node, &hash, now);
     let nodes = decisions
         .into_iter()
-        .map(|(node, d)| NodePlan { node, should_run: d.should_run, should_continue_running: d.should_continue_running, reasons: d.reasons })
+        .map(|(node, d)| NodePlan {
+            node,
+            should_run: d.should_run,
+            should_continue_running: d.should_continue_running,
+            reasons: d.reasons,
+        })
         .collect();
     Ok(Plan { revision: Revision { hash }, nodes, actions, status })
 }
@@ -518,7 +534,8 @@ fn rolling_update(
     let desired = decisions.iter().filter(|(_, d)| d.should_run).count();
     let (max_surge, max_unavailable) = spec.rolling_counts(desired);
     let available = |p: &Pod| is_available(p, spec.min_ready_seconds, now);
-    let delete = |node: &str, p: &Pod, reason: &str| Action::Delete { node: node.to_string(), pod: pod_name(p), reason: reason.to_string() };
+    let delete =
+        |node: &str, p: &Pod, reason: &str| Action::Delete { node: node.to_string(), pod: pod_name(p), reason: reason.to_string() };
 
     if max_surge == 0 {
         let mut unavailable = 0usize;
@@ -681,7 +698,18 @@ mod tests {
         let p = run(&d, &nodes, &[ready("pa", "a", &h(&d))]);
         assert_eq!(creates(&p), vec!["b"]);
         assert!(deletes(&p).is_empty());
-        assert_eq!(p.status, Status { desired_number_scheduled: 2, current_number_scheduled: 1, number_ready: 1, updated_number_scheduled: 1, number_available: 1, number_unavailable: 1, number_misscheduled: 0 });
+        assert_eq!(
+            p.status,
+            Status {
+                desired_number_scheduled: 2,
+                current_number_scheduled: 1,
+                number_ready: 1,
+                updated_number_scheduled: 1,
+                number_available: 1,
+                number_unavailable: 1,
+                number_misscheduled: 0
+            }
+        );
     }
 
     #[test]

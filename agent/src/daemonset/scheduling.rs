@@ -9,9 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration,
-};
+use k8s_openapi::api::core::v1::{Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration};
 
 /// The tolerations the controller adds to every daemon pod.
 pub fn default_tolerations(host_network: bool) -> Vec<Toleration> {
@@ -83,10 +81,8 @@ fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> Resu
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
         "Gt" | "Lt" => {
-            let bound: i64 = values
-                .first()
-                .and_then(|b| b.parse().ok())
-                .ok_or_else(|| format!("{} {} needs one integer value", r.key, r.operator))?;
+            let bound: i64 =
+                values.first().and_then(|b| b.parse().ok()).ok_or_else(|| format!("{} {} needs one integer value", r.key, r.operator))?;
             match value.and_then(|v| v.parse::<i64>().ok()) {
                 Some(v) if r.operator == "Gt" => v > bound,
                 Some(v) => v < bound,
@@ -206,7 +202,10 @@ pub fn should_run(spec: &PodSpec, node: &Node) -> Result<Decision, String> {
             Some(v) => format!("{{key: {}, operator: Equal, value: {v}, effect: {}}}", taint.key, taint.effect),
             None => format!("{{key: {}, operator: Exists, effect: {}}}", taint.key, taint.effect),
         };
-        reasons.push(format!("taint {} is not tolerated; fix: add the toleration {toleration} to spec.template.spec.tolerations", taint_string(&taint)));
+        reasons.push(format!(
+            "taint {} is not tolerated; fix: add the toleration {toleration} to spec.template.spec.tolerations",
+            taint_string(&taint)
+        ));
     }
     if reasons.is_empty() {
         return Ok(Decision { should_run: true, should_continue_running: true, reasons });
@@ -281,7 +280,11 @@ mod tests {
         assert_eq!(run(&spec, &node("n", &[("gpu", "true")], &[])), (true, true));
         let d = should_run(&spec, &node("n", &[("gpu", "false")], &[])).unwrap();
         assert_eq!((d.should_run, d.should_continue_running), (false, false));
-        assert!(d.reasons[0].contains("nodeSelector gpu=true") && d.reasons[0].contains("kubectl label node n gpu=true"), "{:?}", d.reasons);
+        assert!(
+            d.reasons[0].contains("nodeSelector gpu=true") && d.reasons[0].contains("kubectl label node n gpu=true"),
+            "{:?}",
+            d.reasons
+        );
     }
 
     #[test]
@@ -317,7 +320,8 @@ mod tests {
             NodeSelectorTerm { match_expressions: Some(vec![req("zone", "In", &["a"])]), ..Default::default() },
         ]);
         assert_eq!(run(&or_ok, &n), (true, true));
-        let fields = affinity(vec![NodeSelectorTerm { match_fields: Some(vec![req("metadata.name", "In", &["n"])]), ..Default::default() }]);
+        let fields =
+            affinity(vec![NodeSelectorTerm { match_fields: Some(vec![req("metadata.name", "In", &["n"])]), ..Default::default() }]);
         assert_eq!(run(&fields, &n), (true, true));
         assert_eq!(run(&fields, &node("m", &[], &[])), (false, false));
         let empty = affinity(vec![NodeSelectorTerm::default()]);
@@ -331,12 +335,17 @@ mod tests {
         let ns = node("n", &[], &[("dedicated", Some("gpu"), "NoSchedule")]);
         let d = should_run(&spec, &ns).unwrap();
         assert_eq!((d.should_run, d.should_continue_running), (false, true));
-        assert!(d.reasons[0].contains("taint dedicated=gpu:NoSchedule") && d.reasons[0].contains("operator: Equal, value: gpu"), "{:?}", d.reasons);
+        assert!(
+            d.reasons[0].contains("taint dedicated=gpu:NoSchedule") && d.reasons[0].contains("operator: Equal, value: gpu"),
+            "{:?}",
+            d.reasons
+        );
         let ne = node("n", &[], &[("dedicated", None, "NoExecute")]);
         assert_eq!(run(&spec, &ne), (false, false));
         let pref = node("n", &[], &[("x", None, "PreferNoSchedule")]);
         assert_eq!(run(&spec, &pref), (true, true));
-        let all = PodSpec { tolerations: Some(vec![Toleration { operator: Some("Exists".into()), ..Default::default() }]), ..Default::default() };
+        let all =
+            PodSpec { tolerations: Some(vec![Toleration { operator: Some("Exists".into()), ..Default::default() }]), ..Default::default() };
         assert_eq!(run(&all, &ne), (true, true));
         let cp = node("cp", &[], &[("node-role.kubernetes.io/control-plane", None, "NoSchedule")]);
         assert_eq!(run(&spec, &cp), (false, true));

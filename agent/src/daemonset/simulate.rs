@@ -76,7 +76,16 @@ impl Cluster {
     /// A cluster where every eligible node already runs a Ready pod of
     /// `old` (a DaemonSet of the previous revision).
     pub fn new(ds: DaemonSet, old: &DaemonSet, nodes: Vec<Node>, cfg: Config) -> Result<Cluster, Invalid> {
-        let mut c = Cluster { ds, nodes, pods: Vec::new(), state: Vec::new(), now: 1_000_000, next: 0, rng: SmallRng::seed_from_u64(cfg.seed), cfg };
+        let mut c = Cluster {
+            ds,
+            nodes,
+            pods: Vec::new(),
+            state: Vec::new(),
+            now: 1_000_000,
+            next: 0,
+            rng: SmallRng::seed_from_u64(cfg.seed),
+            cfg,
+        };
         let old_plan = plan::plan(old, &c.nodes, &[], builders::at(c.now), None)?;
         for n in old_plan.nodes.iter().filter(|n| n.should_run) {
             let name = c.name();
@@ -132,7 +141,8 @@ impl Cluster {
     /// Runs syncs until nothing is left to do or `max_ticks`.
     pub fn run(&mut self) -> Result<Outcome, Invalid> {
         let spec = Spec::from_daemonset(&self.ds)?;
-        let mut out = Outcome { ticks: Vec::new(), converged: false, violations: Vec::new(), max_unavailable_seen: 0, max_extra_pods_seen: 0 };
+        let mut out =
+            Outcome { ticks: Vec::new(), converged: false, violations: Vec::new(), max_unavailable_seen: 0, max_extra_pods_seen: 0 };
         let mut quiet = 0;
         for _ in 0..self.cfg.max_ticks {
             self.now += 1;
@@ -212,7 +222,11 @@ impl Cluster {
                 out.violations.push(format!("t={}: {extra} extra pods > maxSurge {max_surge}", self.now));
             }
         }
-        if matches!(spec.strategy, Strategy::OnDelete) && p.actions.iter().any(|a| matches!(a, Action::Delete { reason, .. } if reason.starts_with("rolling update") || reason.starts_with("surge"))) {
+        if matches!(spec.strategy, Strategy::OnDelete)
+            && p.actions
+                .iter()
+                .any(|a| matches!(a, Action::Delete { reason, .. } if reason.starts_with("rolling update") || reason.starts_with("surge")))
+        {
             out.violations.push(format!("t={}: OnDelete deleted a pod for an update", self.now));
         }
         let s = p.status;
@@ -239,10 +253,8 @@ pub fn final_state_ok(c: &Cluster) -> Result<(), String> {
     }
     for n in &p.nodes {
         let on: &[&Pod] = by_node.get(&n.node).map(Vec::as_slice).unwrap_or(&[]);
-        let updated = on
-            .iter()
-            .filter(|pd| pd.metadata.labels.as_ref().and_then(|l| l.get(plan::REVISION_LABEL)) == Some(&p.revision.hash))
-            .count();
+        let updated =
+            on.iter().filter(|pd| pd.metadata.labels.as_ref().and_then(|l| l.get(plan::REVISION_LABEL)) == Some(&p.revision.hash)).count();
         if n.should_run && (on.len() != 1 || updated != 1 || !plan::is_ready(on[0])) {
             return Err(format!("node {}: {} pods, {} updated", n.node, on.len(), updated));
         }

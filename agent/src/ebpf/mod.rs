@@ -55,10 +55,7 @@ pub type LoadError = String;
 
 /// The tracefs mount aya uses (it looks at these two places only).
 pub fn tracefs() -> Option<PathBuf> {
-    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.join("events").is_dir())
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"].iter().map(PathBuf::from).find(|p| p.join("events").is_dir())
 }
 
 /// Mounts tracefs at /sys/kernel/tracing when it is nowhere to be found and
@@ -89,9 +86,7 @@ pub fn parse_format(text: &str) -> HashMap<String, u32> {
         let decl = parts.next().unwrap_or("").trim();
         let name = decl.rsplit(' ').next().unwrap_or("");
         let name = name.split('[').next().unwrap_or(name);
-        let offset = parts
-            .find_map(|p| p.trim().strip_prefix("offset:"))
-            .and_then(|o| o.trim().parse::<u32>().ok());
+        let offset = parts.find_map(|p| p.trim().strip_prefix("offset:")).and_then(|o| o.trim().parse::<u32>().ok());
         if let Some(o) = offset {
             out.insert(name.to_string(), o);
         }
@@ -401,8 +396,12 @@ impl Probe {
                     .sample(&[("program", name)], m as f64);
             }
             if let Some((secs, runs)) = self.shared.as_ref().and_then(|s| s.run_stats(name)) {
-                sink.family("node_ebpf_program_run_seconds_total", "Time the kernel spent running the eBPF program (kernel.bpf_stats_enabled).", Kind::Counter)
-                    .sample(&[("program", name)], secs);
+                sink.family(
+                    "node_ebpf_program_run_seconds_total",
+                    "Time the kernel spent running the eBPF program (kernel.bpf_stats_enabled).",
+                    Kind::Counter,
+                )
+                .sample(&[("program", name)], secs);
                 sink.family("node_ebpf_program_runs_total", "Runs of the eBPF program (kernel.bpf_stats_enabled).", Kind::Counter)
                     .sample(&[("program", name)], runs as f64);
             }

@@ -198,7 +198,8 @@ mod tests {
         let mut pods = PodIndex::default();
         pods.apply(&pod("u1", "web", "web-0", &[("app", CID)]));
         pods.apply(&pod("u2", "db", "db-0", &[("pg", CID2)]));
-        let cgroups: HashMap<u64, Cgroup> = [(10, cg(Some("u1"), Some(CID))), (11, cg(Some("u1"), None)), (20, cg(None, None)), (21, cg(None, None))].into();
+        let cgroups: HashMap<u64, Cgroup> =
+            [(10, cg(Some("u1"), Some(CID))), (11, cg(Some("u1"), None)), (20, cg(None, None)), (21, cg(None, None))].into();
         let mut a = Attribution::new(Duration::from_secs(60));
         let out = a.update(&[(10, errs(5)), (11, errs(1)), (20, errs(7)), (21, errs(1))], &cgroups, &mut pods, now);
         assert_eq!(out.series[&labels("web", "web-0", "app")].syscall_errors, 5);
@@ -241,7 +242,10 @@ mod tests {
         // The container restarts (new cgroup 12 with the same name), the host service ends.
         let mut p = pod("u1", "web", "web-0", &[("app", CID2)]);
         if let Some(st) = p.status.as_mut().and_then(|s| s.container_statuses.as_mut()) {
-            st[0].last_state = Some(serde_json::from_value(serde_json::json!({"terminated": {"exitCode": 137, "containerID": format!("containerd://{CID}")}})).expect("state"));
+            st[0].last_state = Some(
+                serde_json::from_value(serde_json::json!({"terminated": {"exitCode": 137, "containerID": format!("containerd://{CID}")}}))
+                    .expect("state"),
+            );
         }
         pods.apply(&p);
         cgroups.remove(&10);

@@ -25,7 +25,12 @@ impl PodMeta {
         let uid = pod.metadata.uid.clone()?;
         let mut containers = HashMap::new();
         if let Some(st) = &pod.status {
-            let all = st.container_statuses.iter().flatten().chain(st.init_container_statuses.iter().flatten()).chain(st.ephemeral_container_statuses.iter().flatten());
+            let all = st
+                .container_statuses
+                .iter()
+                .flatten()
+                .chain(st.init_container_statuses.iter().flatten())
+                .chain(st.ephemeral_container_statuses.iter().flatten());
             for c in all {
                 if let Some(id) = c.container_id.as_deref() {
                     let id = id.split_once("://").map_or(id, |(_, id)| id);
@@ -38,12 +43,8 @@ impl PodMeta {
                 }
             }
         }
-        let container_names = pod
-            .spec
-            .iter()
-            .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
-            .map(|c| c.name.clone())
-            .collect();
+        let container_names =
+            pod.spec.iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten())).map(|c| c.name.clone()).collect();
         Some((
             uid,
             PodMeta {
@@ -126,7 +127,8 @@ impl PodIndex {
 
     /// Forgets pods deleted at least `grace` ago; returns their UIDs.
     pub fn expire(&mut self, now: Instant, grace: Duration) -> Vec<String> {
-        let gone: Vec<String> = self.pods.iter().filter(|(_, p)| p.deleted.is_some_and(|d| now.duration_since(d) >= grace)).map(|(u, _)| u.clone()).collect();
+        let gone: Vec<String> =
+            self.pods.iter().filter(|(_, p)| p.deleted.is_some_and(|d| now.duration_since(d) >= grace)).map(|(u, _)| u.clone()).collect();
         for u in &gone {
             self.pods.remove(u);
         }

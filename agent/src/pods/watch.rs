@@ -27,7 +27,9 @@ pub enum Source {
 /// `Config::infer` does.
 pub fn source(kubeconfig: Option<&std::path::Path>) -> Result<Source, String> {
     if let Some(path) = kubeconfig {
-        return Kubeconfig::read_from(path).map(|k| Source::Kubeconfig(Box::new(k))).map_err(|e| format!("kubeconfig {}: {e}", path.display()));
+        return Kubeconfig::read_from(path)
+            .map(|k| Source::Kubeconfig(Box::new(k)))
+            .map_err(|e| format!("kubeconfig {}: {e}", path.display()));
     }
     match Kubeconfig::read() {
         Ok(kc) => Ok(Source::Kubeconfig(Box::new(kc))),

@@ -18,7 +18,6 @@ type Res<T> = Result<T, String>;
 
 use node_agent_tests::Kill;
 
-
 fn start(bin: &Path, flags: &[String]) -> Res<(Kill, String, u32)> {
     node_agent_tests::start_exporter(bin, flags)
 }
@@ -54,7 +53,9 @@ fn reset_hwm(pid: u32) {
 /// (anonymous, file-backed) resident kB, from smaps_rollup.
 fn rss_split_kb(pid: u32) -> (u64, u64) {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    let get = |k: &str| text.lines().find_map(|l| l.strip_prefix(k).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())).unwrap_or(0);
+    let get = |k: &str| {
+        text.lines().find_map(|l| l.strip_prefix(k).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())).unwrap_or(0)
+    };
     let (rss, anon) = (get("Rss:"), get("Anonymous:"));
     (anon, rss.saturating_sub(anon))
 }
@@ -125,11 +126,7 @@ fn wrk(url: &str, conns: usize, secs: u64) -> Res<(f64, f64)> {
         .map_err(|e| format!("wrk: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let rps = text.lines().find_map(|l| l.strip_prefix("Requests/sec:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0);
-    let p99 = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("99%"))
-        .map(|v| parse_wrk_time(v.trim()))
-        .unwrap_or(0.0);
+    let p99 = text.lines().find_map(|l| l.trim().strip_prefix("99%")).map(|v| parse_wrk_time(v.trim())).unwrap_or(0.0);
     Ok((rps, p99))
 }
 
@@ -341,7 +338,12 @@ fn direct_reads(dev: &str, n: usize) -> f64 {
 type Timings = (f64, f64, BTreeMap<String, (f64, u64)>);
 
 /// `pods`: with pod attribution on (cgroup lookups in the programs).
-fn with_without(reps: usize, programs: &[(&'static str, node_agent::ebpf::Hook)], pods: bool, mut work: impl FnMut() -> f64) -> Res<Timings> {
+fn with_without(
+    reps: usize,
+    programs: &[(&'static str, node_agent::ebpf::Hook)],
+    pods: bool,
+    mut work: impl FnMut() -> f64,
+) -> Res<Timings> {
     use node_agent::ebpf::{Probe, Shared};
     let btf = Path::new("/sys/kernel/btf/vmlinux");
     let attach = |stats: bool| -> Res<(std::sync::Arc<Shared>, Probe)> {
@@ -401,22 +403,58 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
 
     let n = if quick { 500_000 } else { 2_000_000 };
     let (b, w, s) = with_without(reps, &[("empty", Hook::RawTracePoint("sys_exit"))], false, || getpid_loop(n))?;
-    out.push(EventCost { probe: "empty program (floor)", event: "syscall (getpid)", base_ns: b / n as f64 * 1e9, with_ns: w / n as f64 * 1e9, kernel_ns: kernel(&s) });
+    out.push(EventCost {
+        probe: "empty program (floor)",
+        event: "syscall (getpid)",
+        base_ns: b / n as f64 * 1e9,
+        with_ns: w / n as f64 * 1e9,
+        kernel_ns: kernel(&s),
+    });
     let (b, w, s) = with_without(reps, &[("sys_exit", Hook::RawTracePoint("sys_exit"))], false, || getpid_loop(n))?;
-    out.push(EventCost { probe: "ebpf_syscalls", event: "syscall (getpid)", base_ns: b / n as f64 * 1e9, with_ns: w / n as f64 * 1e9, kernel_ns: kernel(&s) });
+    out.push(EventCost {
+        probe: "ebpf_syscalls",
+        event: "syscall (getpid)",
+        base_ns: b / n as f64 * 1e9,
+        with_ns: w / n as f64 * 1e9,
+        kernel_ns: kernel(&s),
+    });
     let sys_exit = [("sys_exit", Hook::RawTracePoint("sys_exit"))];
     let (b, w, s) = with_without(reps, &sys_exit, false, || failing_loop(n))?;
-    out.push(EventCost { probe: "ebpf_syscalls", event: "failed syscall (close(-1))", base_ns: b / n as f64 * 1e9, with_ns: w / n as f64 * 1e9, kernel_ns: kernel(&s) });
+    out.push(EventCost {
+        probe: "ebpf_syscalls",
+        event: "failed syscall (close(-1))",
+        base_ns: b / n as f64 * 1e9,
+        with_ns: w / n as f64 * 1e9,
+        kernel_ns: kernel(&s),
+    });
     let (b, w, s) = with_without(reps, &sys_exit, true, || failing_loop(n))?;
-    out.push(EventCost { probe: "ebpf_syscalls + ebpf_pods", event: "failed syscall (close(-1))", base_ns: b / n as f64 * 1e9, with_ns: w / n as f64 * 1e9, kernel_ns: kernel(&s) });
+    out.push(EventCost {
+        probe: "ebpf_syscalls + ebpf_pods",
+        event: "failed syscall (close(-1))",
+        base_ns: b / n as f64 * 1e9,
+        with_ns: w / n as f64 * 1e9,
+        kernel_ns: kernel(&s),
+    });
 
     let rounds = if quick { 20_000 } else { 100_000 };
     let (_, switches) = ping_pong(rounds);
     let switches = switches.max(1) as f64;
     let (b, w, s) = with_without(reps, node_agent::collector::ebpf_runqueue::programs(), false, || ping_pong(rounds).0)?;
-    out.push(EventCost { probe: "ebpf_runqueue", event: "context switch (ping-pong)", base_ns: b / switches * 1e9, with_ns: w / switches * 1e9, kernel_ns: kernel(&s) });
+    out.push(EventCost {
+        probe: "ebpf_runqueue",
+        event: "context switch (ping-pong)",
+        base_ns: b / switches * 1e9,
+        with_ns: w / switches * 1e9,
+        kernel_ns: kernel(&s),
+    });
     let (b, w, s) = with_without(reps, node_agent::collector::ebpf_runqueue::programs(), true, || ping_pong(rounds).0)?;
-    out.push(EventCost { probe: "ebpf_runqueue + ebpf_pods", event: "context switch (ping-pong)", base_ns: b / switches * 1e9, with_ns: w / switches * 1e9, kernel_ns: kernel(&s) });
+    out.push(EventCost {
+        probe: "ebpf_runqueue + ebpf_pods",
+        event: "context switch (ping-pong)",
+        base_ns: b / switches * 1e9,
+        with_ns: w / switches * 1e9,
+        kernel_ns: kernel(&s),
+    });
 
     let k = if quick { 2000 } else { 10_000 };
     let (b, w, s) = with_without(
@@ -429,17 +467,32 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
         false,
         || fork_loop(k),
     )?;
-    out.push(EventCost { probe: "ebpf_process", event: "fork + exit + wait", base_ns: b / k as f64 * 1e9, with_ns: w / k as f64 * 1e9, kernel_ns: kernel(&s) });
+    out.push(EventCost {
+        probe: "ebpf_process",
+        event: "fork + exit + wait",
+        base_ns: b / k as f64 * 1e9,
+        with_ns: w / k as f64 * 1e9,
+        kernel_ns: kernel(&s),
+    });
 
     let dev = loop_dev()?;
     let m = if quick { 5_000 } else { 20_000 };
     let (b, w, s) = with_without(
         reps,
-        &[("block_rq_issue", Hook::TracePoint("block", "block_rq_issue")), ("block_rq_complete", Hook::TracePoint("block", "block_rq_complete"))],
+        &[
+            ("block_rq_issue", Hook::TracePoint("block", "block_rq_issue")),
+            ("block_rq_complete", Hook::TracePoint("block", "block_rq_complete")),
+        ],
         false,
         || direct_reads(&dev.path, m),
     )?;
-    out.push(EventCost { probe: "ebpf_block_io", event: "O_DIRECT 4 KiB read (loop device)", base_ns: b / m as f64 * 1e9, with_ns: w / m as f64 * 1e9, kernel_ns: kernel(&s) });
+    out.push(EventCost {
+        probe: "ebpf_block_io",
+        event: "O_DIRECT 4 KiB read (loop device)",
+        base_ns: b / m as f64 * 1e9,
+        with_ns: w / m as f64 * 1e9,
+        kernel_ns: kernel(&s),
+    });
     let (b, w, s) = with_without(
         reps,
         &[
@@ -450,7 +503,13 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
         true,
         || direct_reads(&dev.path, m),
     )?;
-    out.push(EventCost { probe: "ebpf_pods (block I/O)", event: "O_DIRECT 4 KiB read (loop device)", base_ns: b / m as f64 * 1e9, with_ns: w / m as f64 * 1e9, kernel_ns: kernel(&s) });
+    out.push(EventCost {
+        probe: "ebpf_pods (block I/O)",
+        event: "O_DIRECT 4 KiB read (loop device)",
+        base_ns: b / m as f64 * 1e9,
+        with_ns: w / m as f64 * 1e9,
+        kernel_ns: kernel(&s),
+    });
     Ok(out)
 }
 
@@ -464,7 +523,16 @@ fn planner(quick: bool) -> Vec<(usize, f64)> {
         let hash = revision_hash(&ds);
         let nodes: Vec<_> = (0..n).map(|i| node(&format!("node-{i:05}"), &[], &[])).collect();
         let pods: Vec<_> = (0..n)
-            .map(|i| pod(&format!("agent-{i:05}"), &format!("node-{i:05}"), if i % 2 == 0 { &hash } else { "old" }, at(100), "Running", Some(at(200))))
+            .map(|i| {
+                pod(
+                    &format!("agent-{i:05}"),
+                    &format!("node-{i:05}"),
+                    if i % 2 == 0 { &hash } else { "old" },
+                    at(100),
+                    "Running",
+                    Some(at(200)),
+                )
+            })
             .collect();
         let mut times: Vec<f64> = (0..if quick { 5 } else { 20 })
             .map(|_| {
@@ -516,7 +584,14 @@ fn run() -> Res<()> {
     let out_path = PathBuf::from(get("--out").unwrap_or_else(|| "BENCHMARKS.md".into()));
     let quick = args.iter().any(|a| a == "--quick");
     let ne = compare::which("prometheus-node-exporter").ok_or("prometheus-node-exporter is not installed")?;
-    let ne_version = Command::new(&ne).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").to_string() + String::from_utf8_lossy(&o.stderr).lines().next().unwrap_or("")).unwrap_or_default();
+    let ne_version = Command::new(&ne)
+        .arg("--version")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").to_string()
+                + String::from_utf8_lossy(&o.stderr).lines().next().unwrap_or("")
+        })
+        .unwrap_or_default();
 
     eprintln!("bench: scrapes, node-agent without eBPF vs node_exporter");
     let (a, n) = scrape_phase(&agent, &ne, false, quick)?;
@@ -527,9 +602,17 @@ fn run() -> Res<()> {
     eprintln!("bench: planner");
     let plans = planner(quick);
 
-    let date = Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]).output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    let date = Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
     let mut md = String::new();
-    let _ = writeln!(md, "# Benchmarks\n\nProduced by `cargo xtask bench`{} — not typed by hand.\n", if quick { " --quick (short runs)" } else { "" });
+    let _ = writeln!(
+        md,
+        "# Benchmarks\n\nProduced by `cargo xtask bench`{} — not typed by hand.\n",
+        if quick { " --quick (short runs)" } else { "" }
+    );
     let _ = writeln!(md, "- Machine: {}", machine());
     let _ = writeln!(md, "- Date: {date}");
     let _ = writeln!(md, "- Peer: {} (Debian), default collectors; both with `{}`", ne_version.trim(), COMMON_FLAGS.join(" "));
@@ -540,7 +623,16 @@ fn run() -> Res<()> {
     let _ = writeln!(md, "| measure | node-agent | node_exporter | ratio | node-agent + eBPF | node_exporter (same run) | ratio |");
     let _ = writeln!(md, "|---|---|---|---|---|---|---|");
     let row = |md: &mut String, name: &str, f: &dyn Fn(&ScrapeFigures) -> f64, unit: &str| {
-        let _ = writeln!(md, "| {name} | {:.3} {unit} | {:.3} {unit} | {} | {:.3} {unit} | {:.3} {unit} | {} |", f(&a), f(&n), ratio(f(&a), f(&n)), f(&ae), f(&ne2), ratio(f(&ae), f(&ne2)));
+        let _ = writeln!(
+            md,
+            "| {name} | {:.3} {unit} | {:.3} {unit} | {} | {:.3} {unit} | {:.3} {unit} | {} |",
+            f(&a),
+            f(&n),
+            ratio(f(&a), f(&n)),
+            f(&ae),
+            f(&ne2),
+            ratio(f(&ae), f(&ne2))
+        );
     };
     row(&mut md, "CPU per scrape", &|f| f.cpu_ms, "ms");
     row(&mut md, "… of which user", &|f| f.user_ms, "ms");

@@ -7,7 +7,8 @@ fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let get = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).and_then(|v| v.parse::<u64>().ok());
     let seconds = get("--seconds").unwrap_or(60);
-    let seed = get("--seed").unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(1));
+    let seed = get("--seed")
+        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(1));
     let Some(fixtures) = node_agent_tests::conformance_dir() else {
         eprintln!("fuzz: the seed corpus (../shared/conformance/node_exporter) is missing");
         return std::process::ExitCode::FAILURE;
