@@ -4,7 +4,8 @@
 //! panic in any collector aborts, which AFL++ records as a crash; a hang
 //! past AFL++'s timeout is recorded as a hang.
 
-use node_agent::scrape::{Format, Selection};
+use expo::Format;
+use host::scrape::Selection;
 
 fn main() {
     let Some(src) = node_agent_tests::conformance_dir() else {

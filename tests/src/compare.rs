@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use node_agent::expfmt::{self, Family};
+use expo::text::{self as expfmt, Family};
 
 /// Flags given to both sides so they select the same devices: upstream
 /// node_exporter 1.12's defaults (Debian's build patches wider mount excludes,

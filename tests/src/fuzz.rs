@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use node_agent::scrape::{Format, Scraper, Selection};
+use expo::Format;
+use host::scrape::{Scraper, Selection};
 
 /// A scrape of a mutated tree must finish within this.
 pub const SCRAPE_BOUND: Duration = Duration::from_secs(5);
@@ -149,16 +150,14 @@ fn hwm_kb() -> u64 {
     crate::status_kb("self", "VmHWM")
 }
 
-/// A scraper of every host collector over `root` (a fixture copy).
+/// A scraper of every host collector over `root` (a fixture copy): the
+/// host crate alone, so the AFL++ harness instruments only what it fuzzes.
 pub fn scraper(root: &Path) -> Scraper {
     let mut args = crate::fixture_flags(root, &root.join("textfile/two_metric_files"));
-    args.extend(["--collector.stat.softirq".into(), "--no-collector.filesystem".into(), "--web.disable-exporter-metrics".into()]);
-    for c in node_agent::collector::definitions().iter().filter(|d| d.name.starts_with("ebpf_")) {
-        args.push(format!("--no-collector.{}", c.name));
-    }
-    let m = node_agent::cli::command().try_get_matches_from(args).expect("flags");
-    let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("config");
-    Scraper::new(cfg.collectors, false)
+    args.extend(["--collector.stat.softirq".into(), "--no-collector.filesystem".into()]);
+    let m = host::registry::command().try_get_matches_from(args).expect("flags");
+    let (_, collectors) = host::registry::resolve(&m).expect("config");
+    Scraper::new(collectors)
 }
 
 /// Fuzzes for `budget` from `seed` over a copy of the fixture tree in `root`.

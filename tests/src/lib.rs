@@ -5,6 +5,16 @@ pub mod compare;
 pub mod fuzz;
 pub mod host;
 
+/// Bytes aligned for the ELF parser, as aya's `include_bytes_aligned!`.
+#[repr(C, align(32))]
+pub struct Aligned<B: ?Sized>(pub B);
+
+static TEST_OBJECT_ALIGNED: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/agent-ebpf-test.o")));
+
+/// The eBPF object with the test-only programs (`verifier_rejects`,
+/// `empty`) beside every shipped one; built by this crate's build script.
+pub static TEST_OBJECT: &[u8] = &TEST_OBJECT_ALIGNED.0;
+
 /// Starts an exporter binary on a free loopback port with `flags` and waits
 /// until its /metrics answers; returns the guard, the URL and the pid.
 pub fn start_exporter<S: AsRef<std::ffi::OsStr>>(bin: &Path, flags: &[S]) -> Result<(Kill, String, u32), String> {

@@ -14,8 +14,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-fn agent() -> node_agent::cli::Agent {
-    let m = node_agent::cli::command()
+fn agent() -> node_agent::agent::Agent {
+    let m = node_agent::cmd::command()
         .try_get_matches_from([
             "node-agent",
             "--web.listen-address=127.0.0.1:0",
@@ -25,7 +25,7 @@ fn agent() -> node_agent::cli::Agent {
             "--collector.stat",
         ])
         .expect("flags");
-    node_agent::cli::Agent::start(&m).expect("agent")
+    node_agent::agent::Agent::start(&m).expect("agent")
 }
 
 fn scrape(addr: SocketAddr) -> Result<u16, String> {

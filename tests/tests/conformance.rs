@@ -5,8 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use node_agent::expfmt::{self, Family};
-use node_agent::scrape::{Format, Scraper, Selection};
+use expo::text::{self as expfmt, Family};
+use expo::Format;
+use host::scrape::Selection;
 
 /// node_exporter's own skip list for its end-to-end comparison.
 const SKIP: &str = r"^(go_|node_exporter_build_info|node_scrape_collector_duration_seconds|process_|node_textfile_mtime_seconds|node_time_(zone|seconds)|node_network_(receive|transmit)_(bytes|packets)_total)";
@@ -58,11 +59,6 @@ const NOT_OURS: &[(&str, &str)] = &[
 /// Families of our collectors that node_exporter prints and we don't, each
 /// with its reason. Keep it short.
 const KNOWN_GAPS: &[(&str, &str)] = &[
-    (
-        "node_os_info",
-        "the shared fixtures omit usr/lib/os-release (node_exporter reads it from its repository root); parsing is unit-tested",
-    ),
-    ("node_os_version", "as node_os_info"),
     // node_exporter 1.12 reads netdev counters over rtnetlink from the live
     // test machine (see the fixtures' README); there is no /proc/net/dev.
     ("node_network_receive_compressed_total", "netdev: live-machine data in e2e-output.txt"),
@@ -82,7 +78,6 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
 /// Collectors whose `node_scrape_collector_success` legitimately differs.
 const SUCCESS_DIFFERS: &[(&str, &str)] = &[
     ("netdev", "no /proc/net/dev in the fixtures; node_exporter used rtnetlink on the live machine"),
-    ("os", "no os-release in the shared fixtures (see KNOWN_GAPS)"),
 ];
 
 fn ours(name: &str) -> bool {
@@ -127,9 +122,9 @@ fn run_agent(root: &std::path::Path, fixtures: &std::path::Path) -> String {
     );
     // Kernel-event collectors have no node_exporter counterpart.
     args.extend(node_agent::manifests::ebpf_collectors().iter().map(|c| format!("--no-collector.{c}")));
-    let m = node_agent::cli::command().try_get_matches_from(args).expect("flags parse");
-    let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("config resolves");
-    let scraper = Scraper::new(cfg.collectors, cfg.exporter_metrics);
+    let m = node_agent::cmd::command().try_get_matches_from(args).expect("flags parse");
+    let cfg = node_agent::config::resolve(&m).expect("config resolves");
+    let scraper = node_agent::agent::scraper(cfg.collectors, cfg.exporter_metrics);
     String::from_utf8(scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8")
 }
 

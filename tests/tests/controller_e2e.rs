@@ -104,7 +104,7 @@ fn two_replicas_one_leader_gated_rollout_over_real_http_and_failover() {
 /// Runs `f(port)` on a runtime of its own, beside a real agent on `port`
 /// for the health gate to scrape (the agent runs its own runtime).
 fn with_agent<F: std::future::Future<Output = ()>>(f: impl FnOnce(u16) -> F) {
-    let m = node_agent::cli::command()
+    let m = node_agent::cmd::command()
         .try_get_matches_from([
             "node-agent",
             "--web.listen-address=127.0.0.1:0",
@@ -113,7 +113,7 @@ fn with_agent<F: std::future::Future<Output = ()>>(f: impl FnOnce(u16) -> F) {
             "--collector.meminfo",
         ])
         .expect("flags");
-    let agent = node_agent::cli::Agent::start(&m).expect("agent");
+    let agent = node_agent::agent::Agent::start(&m).expect("agent");
     let port = agent.addrs[0].port();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
     rt.block_on(f(port));
@@ -128,12 +128,12 @@ async fn scenario(agent_port: u16) {
     let (ma, mb) = (free_port(), free_port());
     let (stop_a, rx_a) = tokio::sync::oneshot::channel::<()>();
     let (stop_b, rx_b) = tokio::sync::oneshot::channel::<()>();
-    let a = tokio::spawn(node_agent::controller::run_until(client(), replica("replica-a", ma), async move {
+    let a = tokio::spawn(controller::run_until(client(), replica("replica-a", ma), async move {
         let _ = rx_a.await;
     }));
     // Let replica-a take the lease first.
     wait_for("replica-a to lead", 10, || metric(&scrape(ma), "node_agent_controller_leader") == 1.0).await;
-    let b = tokio::spawn(node_agent::controller::run_until(client(), replica("replica-b", mb), async move {
+    let b = tokio::spawn(controller::run_until(client(), replica("replica-b", mb), async move {
         let _ = rx_b.await;
     }));
 
@@ -228,8 +228,8 @@ fn client(addr: SocketAddr) -> kube::Client {
 }
 
 /// A controller replica's options: its lease identity and metrics address.
-fn replica(identity: &str, metrics: SocketAddr) -> node_agent::controller::Options {
-    node_agent::controller::Options {
+fn replica(identity: &str, metrics: SocketAddr) -> controller::Options {
+    controller::Options {
         namespace: None,
         metrics_address: metrics,
         lease_namespace: "monitoring".into(),
@@ -289,7 +289,7 @@ fn api_faults_and_dropped_watches_never_break_the_invariants() {
         let kubelet = kubelet(api.clone());
         let (client, opts) = (client(addr), replica("replica-a", free_port()));
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-        let controller = tokio::spawn(node_agent::controller::run_until(client, opts, async move {
+        let controller = tokio::spawn(controller::run_until(client, opts, async move {
             let _ = rx.await;
         }));
         api.faults.store(15, std::sync::atomic::Ordering::Relaxed);

@@ -8,6 +8,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use controller::crd::{HealthGate, NodeAgent, NodeAgentSpec, NodeAgentStatus, Rollout, GATE_CONDITION};
+use controller::gate::Probe;
+use controller::lease::LeaseLock;
+use controller::metrics::Metrics;
+use controller::reconcile::{reconcile, Context};
+use controller::rollout::{pod_for, revision_object, template_hash, GateResult, GateTarget};
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -19,13 +25,7 @@ use kube::client::Body;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
-use node_agent::controller::crd::{HealthGate, NodeAgent, NodeAgentSpec, NodeAgentStatus, Rollout, GATE_CONDITION};
-use node_agent::controller::gate::Probe;
-use node_agent::controller::lease::LeaseLock;
-use node_agent::controller::metrics::Metrics;
-use node_agent::controller::reconcile::{reconcile, Context};
-use node_agent::controller::rollout::{pod_for, revision_object, template_hash, GateResult, GateTarget};
-use node_agent::daemonset::builders::{at, node};
+use planner::builders::{at, node};
 use serde_json::{json, Value};
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
@@ -359,9 +359,9 @@ async fn a_server_error_fails_the_sync_and_no_later_step_runs() {
     let err = reconcile(Arc::new(a.clone()), ctx.clone()).await.expect_err("a 500 fails the sync");
     server.await.expect("mock API server");
     assert!(err.to_string().contains("etcd timeout"), "{err}");
-    let action = node_agent::controller::reconcile::error_policy(Arc::new(a), &err, ctx.clone());
+    let action = controller::reconcile::error_policy(Arc::new(a), &err, ctx.clone());
     assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(5)));
-    assert!(ctx.metrics.encode().contains("node_agent_controller_reconcile_errors_total 1"));
+    assert!(ctx.metrics.encode().contains("node_agent_controller_reconcile_errors_total{reason=\"api_unavailable\"} 1"));
 }
 
 fn lease_json(holder: &str, renewed: i64, rv: &str) -> Value {
@@ -419,7 +419,7 @@ async fn the_lease_is_taken_only_when_free_or_expired_and_a_lost_race_is_not_lea
 
 #[tokio::test]
 async fn rollout_undo_puts_the_previous_template_back_and_resume_clears_a_halt() {
-    use node_agent::controller::ctl::{rollout_cmd, rollout_command};
+    use node_agent::cmd::rollout::{command as rollout_command, run_with as rollout_cmd};
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
     let mut a = agent(None);

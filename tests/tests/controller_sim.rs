@@ -7,19 +7,19 @@
 
 use std::collections::BTreeMap;
 
+use controller::crd::{
+    HealthGate, NodeAgent, NodeAgentSpec, NodeAgentStatus, RollingUpdate, Rollout, UpdateStrategy, Wave, GATE_CONDITION,
+};
+use controller::gate;
+use controller::rollout::{self, decide, gate_targets, template_hash, Expectations, GateResult, Observed};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use node_agent::controller::crd::{
-    HealthGate, NodeAgent, NodeAgentSpec, NodeAgentStatus, RollingUpdate, Rollout, UpdateStrategy, Wave, GATE_CONDITION,
-};
-use node_agent::controller::gate;
-use node_agent::controller::rollout::{self, decide, gate_targets, template_hash, Expectations, GateResult, Observed};
-use node_agent::daemonset::builders::{at, node};
-use node_agent::daemonset::plan::{target_node, REVISION_LABEL};
+use planner::builders::{at, node};
+use planner::plan::{target_node, REVISION_LABEL};
 
 const NODES: usize = 500;
 const CANARIES: usize = 10;

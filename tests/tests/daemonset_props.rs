@@ -7,8 +7,8 @@
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Toleration};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use node_agent::daemonset::builders::{daemonset, node};
-use node_agent::daemonset::simulate::{final_state_ok, Cluster, Config};
+use planner::builders::{daemonset, node};
+use planner::simulate::{final_state_ok, Cluster, Config};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]

@@ -18,8 +18,8 @@ use std::process::Command;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
-use node_agent::daemonset::{input, plan};
 use node_agent_tests::compare::which;
+use planner::{input, plan};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -172,12 +172,11 @@ fn plan_places_the_built_daemonsets_as_intended() {
     }
     let nodes = nodes();
     // Control-plane taint, not-ready, cordoned, a NoExecute-dedicated node, GPU: all get one.
-    let p = plan::plan(&daemonset_of(&kustomize("deploy")), &nodes, &[], node_agent::daemonset::builders::at(1_000), None).expect("plan");
+    let p = plan::plan(&daemonset_of(&kustomize("deploy")), &nodes, &[], planner::builders::at(1_000), None).expect("plan");
     assert_eq!(eligible(&p).len(), nodes.len(), "{:?}", p.nodes);
     assert_eq!(p.actions.len(), nodes.len());
     let p =
-        plan::plan(&daemonset_of(&kustomize("deploy/overlays/gpu-only")), &nodes, &[], node_agent::daemonset::builders::at(1_000), None)
-            .expect("plan");
+        plan::plan(&daemonset_of(&kustomize("deploy/overlays/gpu-only")), &nodes, &[], planner::builders::at(1_000), None).expect("plan");
     assert_eq!(eligible(&p), vec!["gpu-1"]);
 }
 
@@ -198,11 +197,10 @@ fn capabilities(ds: &DaemonSet) -> Vec<String> {
 #[test]
 fn manifest_flags_are_flags_the_agent_accepts_and_overlays_do_what_they_say() {
     let resolve = |args: &[String]| {
-        let m = node_agent::cli::command()
+        let m = node_agent::cmd::command()
             .try_get_matches_from(std::iter::once("node-agent".to_string()).chain(args.iter().cloned()))
             .expect("flags parse");
-        node_agent::config::resolve(&m, &node_agent::collector::definitions())
-            .map(|c| c.collectors.iter().map(|(n, _)| n.to_string()).collect::<BTreeSet<String>>())
+        node_agent::config::resolve(&m).map(|c| c.collectors.iter().map(|(n, _)| n.to_string()).collect::<BTreeSet<String>>())
     };
     let base: Vec<String> = node_agent::manifests::agent_args();
     let with_ebpf = resolve(&base).expect("the DaemonSet's flags resolve");
@@ -362,8 +360,8 @@ fn a_real_prometheus_scrapes_the_agent_through_the_shipped_config() {
         eprintln!("SKIP: not root, the eBPF programs cannot load");
         return;
     }
-    let m = node_agent::cli::command().try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0"]).expect("flags");
-    let agent = node_agent::cli::Agent::start(&m).expect("agent");
+    let m = node_agent::cmd::command().try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0"]).expect("flags");
+    let agent = node_agent::agent::Agent::start(&m).expect("agent");
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = testable_config(dir.path(), agent.addrs[0].port(), "1s");
     let prom = format!("127.0.0.1:{}", free_port());
@@ -429,7 +427,7 @@ fn exported_names() -> BTreeSet<String> {
         api.put(&mut st, "pods", "web", "web-0", p, false);
     }
     let cluster = Running::start(api).expect("API server");
-    let m = node_agent::cli::command()
+    let m = node_agent::cmd::command()
         .try_get_matches_from([
             "node-agent".to_string(),
             "--web.listen-address=127.0.0.1:0".into(),
@@ -438,7 +436,7 @@ fn exported_names() -> BTreeSet<String> {
             "--collector.ebpf_pods.node-name=deploy-node".into(),
         ])
         .expect("flags");
-    let agent = node_agent::cli::Agent::start(&m).expect("agent");
+    let agent = node_agent::agent::Agent::start(&m).expect("agent");
     // Histograms labelled by device exist once there was block I/O: make some
     // (written and synced on the disk the build directory is on).
     let mut text = String::new();
@@ -458,7 +456,7 @@ fn exported_names() -> BTreeSet<String> {
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .map(|l| l.split(['{', ' ']).next().unwrap_or("").to_string())
         .collect();
-    let controller = node_agent::controller::metrics::Metrics::new();
+    let controller = controller::metrics::Metrics::new();
     controller.set_progress("monitoring", "node-agent", 1, 1, false);
     for l in controller.encode().lines() {
         if let Some(name) = l.strip_prefix("# TYPE ").and_then(|r| r.split(' ').next()) {

@@ -4,13 +4,13 @@
 
 use std::path::{Path, PathBuf};
 
+use controller::crd::NodeAgent;
+use controller::rollout::{decide, Observed};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use node_agent::controller::crd::NodeAgent;
-use node_agent::controller::rollout::{decide, Observed};
-use node_agent::daemonset::builders::at;
-use node_agent::daemonset::input;
+use planner::builders::at;
+use planner::input;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -12,8 +12,9 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use node_agent::expfmt;
-use node_agent::scrape::{Format, Scraper, Selection};
+use expo::text as expfmt;
+use expo::Format;
+use host::scrape::{Scraper, Selection};
 
 /// The probes count events machine-wide: tests take turns so that one
 /// test's events never land in another's window.
@@ -36,9 +37,9 @@ impl Probe {
     fn new(collectors: &[&str]) -> Probe {
         let mut args = vec!["node-agent".to_string(), "--collector.disable-defaults".to_string()];
         args.extend(collectors.iter().map(|c| format!("--collector.{c}")));
-        let m = node_agent::cli::command().try_get_matches_from(args).expect("flags");
-        let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("config");
-        let p = Probe { scraper: Scraper::new(cfg.collectors, false) };
+        let m = node_agent::cmd::command().try_get_matches_from(args).expect("flags");
+        let cfg = node_agent::config::resolve(&m).expect("config");
+        let p = Probe { scraper: node_agent::agent::scraper(cfg.collectors, false) };
         // Every program must be up: in CI a failure to load is a failure.
         for (labels, v) in p.samples("node_ebpf_program_up") {
             assert_eq!(v, 1.0, "eBPF program down: {labels:?}");
@@ -411,9 +412,9 @@ fn programs_released_on_stop() {
         return;
     }
     let _turn = serial();
-    let switch = node_agent::collector::ebpf_runqueue::programs()[2].0;
+    let switch = node_agent::probes::ebpf_runqueue::programs(node_agent::ebpf::kernel::Kernel::get())[2].name;
     let before = loaded(switch);
-    let m = node_agent::cli::command()
+    let m = node_agent::cmd::command()
         .try_get_matches_from([
             "node-agent",
             "--web.listen-address=127.0.0.1:0",
@@ -421,7 +422,7 @@ fn programs_released_on_stop() {
             "--collector.ebpf_runqueue",
         ])
         .expect("flags");
-    let agent = node_agent::cli::Agent::start(&m).expect("start");
+    let agent = node_agent::agent::Agent::start(&m).expect("start");
     assert_eq!(loaded(switch), before + 1, "the agent's program is loaded");
     agent.stop();
     // The kernel frees a detached program after an RCU grace period.
@@ -447,8 +448,8 @@ fn repeated_start_stop_leaks_no_program_map_or_fd() {
     }
     let _turn = serial();
     let cycle = || {
-        let m = node_agent::cli::command().try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0"]).expect("flags");
-        let agent = node_agent::cli::Agent::start(&m).expect("start");
+        let m = node_agent::cmd::command().try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0"]).expect("flags");
+        let agent = node_agent::agent::Agent::start(&m).expect("start");
         let url = format!("http://{}/metrics", agent.addrs[0]);
         let text = node_agent_tests::compare::http_get(&url).expect("scrape");
         assert!(text.contains("node_ebpf_program_up{program=\"sys_exit\"} 1"));
@@ -465,7 +466,7 @@ fn repeated_start_stop_leaks_no_program_map_or_fd() {
     };
     // The first cycle opens what stays open for the process (kept /proc files).
     cycle();
-    let switch = node_agent::collector::ebpf_runqueue::programs()[2].0;
+    let switch = node_agent::probes::ebpf_runqueue::programs(node_agent::ebpf::kernel::Kernel::get())[2].name;
     let (progs, maps, fds) = (loaded("sys_exit") + loaded(switch), bpf_maps(), open_fds());
     for _ in 0..10 {
         cycle();
@@ -486,13 +487,14 @@ fn verifier_rejected_program_reported_down_others_unaffected() {
         return;
     }
     let _turn = serial();
-    use node_agent::ebpf::{Hook, Probe as Programs, Shared};
-    let shared = Shared::load(false, None);
-    let rejected = Programs::attach(shared.clone(), &[("verifier_rejects", Hook::RawTracePoint("sys_exit"))]);
+    use agent_common::test_programs::VERIFIER_REJECTS;
+    use node_agent::ebpf::Probe as Programs;
+    let shared = node_agent::probes::Context::with_object(node_agent_tests::TEST_OBJECT, false).ebpf();
+    let rejected = Programs::attach(shared.clone(), &[VERIFIER_REJECTS]);
     assert!(!rejected.up());
-    let reason = shared.as_ref().ok().and_then(|s| s.attach("verifier_rejects", Hook::RawTracePoint("sys_exit")).err()).unwrap_or_default();
+    let reason = shared.as_ref().ok().and_then(|s| s.attach(&VERIFIER_REJECTS).err()).map(|e| e.to_string()).unwrap_or_default();
     assert!(reason.contains("loading") && reason.to_lowercase().contains("verifier"), "the verifier's reason is kept: {reason}");
-    let mut sink = node_agent::metrics::Sink::new();
+    let mut sink = expo::Sink::new();
     rejected.self_metrics(&mut sink);
     let up: Vec<_> = sink
         .families()
@@ -502,7 +504,7 @@ fn verifier_rejected_program_reported_down_others_unaffected() {
         .collect();
     assert_eq!(up, vec![0.0]);
     // The same object's syscall counter still loads, attaches and counts.
-    let good = Programs::attach(shared.clone(), &[("sys_exit", Hook::RawTracePoint("sys_exit"))]);
+    let good = Programs::attach(shared.clone(), &agent_common::syscalls::PROGRAMS);
     assert!(good.up(), "the other programs are unaffected");
     drop((rejected, good, shared));
     let p = Probe::new(&["ebpf_syscalls"]);
@@ -521,10 +523,11 @@ fn missing_tracepoint_reported_down() {
         return;
     }
     let _turn = serial();
-    use node_agent::ebpf::{Hook, Probe, Shared};
-    let probe = Probe::attach(Shared::load(false, None), &[("sched_switch", Hook::TracePoint("no_such_category", "no_such_event"))]);
+    use node_agent::ebpf::Probe;
+    let shared = node_agent::probes::Context::with_object(node_agent::ebpf::OBJECT, false).ebpf();
+    let probe = Probe::attach(shared, &[agent_common::Program::tracepoint("sched_switch", "no_such_category", "no_such_event")]);
     assert!(!probe.up());
-    let mut sink = node_agent::metrics::Sink::new();
+    let mut sink = expo::Sink::new();
     probe.self_metrics(&mut sink);
     let up: Vec<_> = sink
         .families()
@@ -549,7 +552,7 @@ fn unprivileged_agent_degrades() {
         // (glibc's setresuid would change every thread's).
         let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
         assert_eq!(rc, 0, "setresuid: {}", std::io::Error::last_os_error());
-        let m = node_agent::cli::command()
+        let m = node_agent::cmd::command()
             .try_get_matches_from([
                 "node-agent",
                 "--collector.disable-defaults",
@@ -558,8 +561,8 @@ fn unprivileged_agent_degrades() {
                 "--collector.ebpf_runqueue",
             ])
             .expect("flags");
-        let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("starts without privileges");
-        let scraper = Scraper::new(cfg.collectors, true);
+        let cfg = node_agent::config::resolve(&m).expect("starts without privileges");
+        let scraper = node_agent::agent::scraper(cfg.collectors, true);
         String::from_utf8(scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8")
     })
     .join()
@@ -569,7 +572,7 @@ fn unprivileged_agent_degrades() {
     for cap in ["BPF", "PERFMON", "SYS_PTRACE"] {
         assert!(text.contains(&format!("node_agent_capability{{capability=\"{cap}\"}} 0")), "{cap} reported missing:\n{text}");
     }
-    let switch = node_agent::collector::ebpf_runqueue::programs()[2].0;
+    let switch = node_agent::probes::ebpf_runqueue::programs(node_agent::ebpf::kernel::Kernel::get())[2].name;
     for prog in ["sys_exit", switch] {
         assert!(text.contains(&format!("node_ebpf_program_up{{program=\"{prog}\"}} 0")), "{prog} reported down:\n{text}");
     }

@@ -7,8 +7,8 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::client::Body;
-use node_agent::daemonset::builders::{at, daemonset, node, pod, DS_UID};
-use node_agent::daemonset::explain::{explain, render};
+use planner::builders::{at, daemonset, node, pod, DS_UID};
+use planner::explain::{explain, render};
 use serde_json::json;
 
 fn list(kind: &str, items: serde_json::Value) -> Vec<u8> {
@@ -94,7 +94,8 @@ async fn explain_reads_the_cluster_and_names_each_reason() {
         assert!(matches!(more, Err(_) | Ok(None)), "unexpected extra request");
     });
 
-    let report = explain(client, "monitoring", "node-agent", None, at(10_000)).await.expect("explain");
+    let cluster = node_agent::cmd::explain::read(client, "monitoring", "node-agent").await.expect("read the cluster");
+    let report = explain(&cluster, "monitoring", "node-agent", None, at(10_000)).expect("explain");
     server.await.expect("mock server");
     // The cluster's own hash comes from the newest ControllerRevision.
     assert_eq!(report.plan.revision.hash, "cluster-hash");

@@ -10,7 +10,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use node_agent::scrape::{Format, Scraper, Selection};
+use expo::Format;
+use host::scrape::{Scraper, Selection};
 
 const CPUS: usize = 256;
 const MOUNTS: usize = 10_000;
@@ -77,9 +78,9 @@ fn scraper(root: &Path) -> Scraper {
     for c in ["cpu", "stat", "meminfo", "netdev", "netclass", "filesystem", "loadavg", "vmstat", "diskstats", "pressure", "netstat"] {
         args.push(format!("--collector.{c}"));
     }
-    let m = node_agent::cli::command().try_get_matches_from(args).expect("flags");
-    let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("config");
-    Scraper::new(cfg.collectors, false)
+    let m = node_agent::cmd::command().try_get_matches_from(args).expect("flags");
+    let cfg = node_agent::config::resolve(&m).expect("config");
+    node_agent::agent::scraper(cfg.collectors, false)
 }
 
 fn success(text: &str, collector: &str) -> Option<f64> {

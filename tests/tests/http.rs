@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use node_agent::cli::Agent;
+use node_agent::agent::Agent;
 
 fn host_tree() -> tempfile::TempDir {
     let t = tempfile::tempdir().expect("tempdir");
@@ -32,7 +32,7 @@ fn start(root: &Path, extra: &[&str]) -> Agent {
         "--collector.entropy".into(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    let m = node_agent::cli::command().try_get_matches_from(args).expect("flags");
+    let m = node_agent::cmd::command().try_get_matches_from(args).expect("flags");
     Agent::start(&m).expect("agent starts")
 }
 

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use node_agent::scrape::{Format, Scraper, Selection};
+use expo::Format;
+use host::scrape::Selection;
 
 const FUSE_INIT: u32 = 26;
 const FUSE_STATFS: u32 = 17;
@@ -144,7 +145,7 @@ fn a_hung_fuse_mount_is_reported_skipped_and_recovered_without_leaks() {
     std::fs::create_dir(&mnt).expect("mkdir");
     let mut fuse = Fuse::mount(&mnt).expect("a FUSE mount (root, /dev/fuse)");
     let label = mnt.display().to_string();
-    let m = node_agent::cli::command()
+    let m = node_agent::cmd::command()
         .try_get_matches_from([
             "node-agent".to_string(),
             "--collector.disable-defaults".into(),
@@ -153,8 +154,8 @@ fn a_hung_fuse_mount_is_reported_skipped_and_recovered_without_leaks() {
             format!("--collector.filesystem.mount-points-include=^{}$", regex::escape(&label)),
         ])
         .expect("flags");
-    let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("config");
-    let scraper = Scraper::new(cfg.collectors, false);
+    let cfg = node_agent::config::resolve(&m).expect("config");
+    let scraper = node_agent::agent::scraper(cfg.collectors, false);
     let scrape = || String::from_utf8(scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8");
     let timeout_line = format!("node_filesystem_device_error{{device=\"node-agent-test\",device_error=\"mountpoint timeout\",fstype=\"fuse.hang\",mountpoint=\"{label}\"}} 1");
 

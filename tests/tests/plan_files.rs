@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
-use node_agent::daemonset::{input, plan};
+use planner::{input, plan};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -15,7 +15,7 @@ fn root() -> PathBuf {
 fn plan_file(ds: &str) -> plan::Plan {
     let ds: Vec<DaemonSet> = input::read(&root().join(ds), "DaemonSet").expect("daemonset");
     let nodes: Vec<Node> = input::read(&root().join("tests/fixtures/daemonset/nodes.yaml"), "Node").expect("nodes");
-    plan::plan(&ds[0], &nodes, &[], node_agent::daemonset::builders::at(1_000), None).expect("plan")
+    plan::plan(&ds[0], &nodes, &[], planner::builders::at(1_000), None).expect("plan")
 }
 
 fn eligible(p: &plan::Plan) -> Vec<&str> {

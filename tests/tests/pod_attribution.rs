@@ -15,8 +15,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use node_agent::expfmt;
-use node_agent::scrape::{Format, Scraper, Selection};
+use expo::text as expfmt;
+use expo::Format;
+use host::scrape::{Scraper, Selection};
 use node_agent_tests::apiserver::{pod, Api, Running};
 use node_agent_tests::host::{diskstats, loop_device, root_or_skip, vmstat};
 
@@ -87,9 +88,9 @@ impl Agent {
             format!("--collector.ebpf_pods.node-name={NODE}"),
             format!("--collector.ebpf_pods.grace-period={grace}"),
         ];
-        let m = node_agent::cli::command().try_get_matches_from(args).expect("flags");
-        let cfg = node_agent::config::resolve(&m, &node_agent::collector::definitions()).expect("config");
-        let a = Agent { scraper: Scraper::new(cfg.collectors, false) };
+        let m = node_agent::cmd::command().try_get_matches_from(args).expect("flags");
+        let cfg = node_agent::config::resolve(&m).expect("config");
+        let a = Agent { scraper: node_agent::agent::scraper(cfg.collectors, false) };
         let programs = a.samples("node_ebpf_program_up");
         assert!(programs.len() >= 8, "pod attribution programs: {programs:?}");
         for (labels, v) in programs {
@@ -361,20 +362,20 @@ fn full_cgroup_table_counts_dropped_events_and_keeps_serving() {
     let a = pod_cgroup('A', None);
     let id = aya::maps::loaded_maps()
         .filter_map(Result::ok)
-        .filter(|m| m.name_as_str() == Some("POD_STATS"))
+        .filter(|m| m.name_as_str() == Some(agent_common::pods::STATS))
         .map(|m| m.id())
         .max()
         .expect("POD_STATS is loaded");
     let data = aya::maps::MapData::from_id(id).expect("open POD_STATS by id");
-    let mut table: aya::maps::HashMap<_, u64, agent_common::PodCounters> =
+    let mut table: aya::maps::HashMap<_, u64, agent_common::pods::PodCounters> =
         aya::maps::HashMap::try_from(aya::maps::Map::from_map_data(data).expect("map")).expect("a hash map");
     let mut filled = 0u32;
-    for k in 0..agent_common::POD_MAX_CGROUPS as u64 {
-        if table.insert(u64::MAX - k, agent_common::PodCounters::default(), 1 /* BPF_NOEXIST */).is_ok() {
+    for k in 0..agent_common::pods::MAX_CGROUPS as u64 {
+        if table.insert(u64::MAX - k, agent_common::pods::PodCounters::default(), 1 /* BPF_NOEXIST */).is_ok() {
             filled += 1;
         }
     }
-    assert!(table.insert(1u64 << 62, agent_common::PodCounters::default(), 1).is_err(), "the table is full");
+    assert!(table.insert(1u64 << 62, agent_common::pods::PodCounters::default(), 1).is_err(), "the table is full");
     let dropped = || agent.value("node_ebpf_events_dropped_total", &[("probe", "pods")]);
     let (d0, e0) = (dropped(), agent.pod("node_ebpf_pod_syscall_errors_total", "web", "web-0"));
     let _ = a.spawn(&failing_opens(300)).wait();
@@ -382,7 +383,7 @@ fn full_cgroup_table_counts_dropped_events_and_keeps_serving() {
     eprintln!("filled {filled} entries; dropped +{}, web-0 +{}", d1 - d0, e1 - e0);
     assert!(d1 - d0 >= 300.0, "web-0's failures had no entry to go to: dropped +{}", d1 - d0);
     assert_eq!(e1 - e0, 0.0, "nothing counted for web-0");
-    for k in 0..agent_common::POD_MAX_CGROUPS as u64 {
+    for k in 0..agent_common::pods::MAX_CGROUPS as u64 {
         let _ = table.remove(&(u64::MAX - k));
     }
     let _ = a.spawn(&failing_opens(1)).wait();

@@ -22,11 +22,11 @@ fn need(prog: &str) -> Option<std::path::PathBuf> {
     p
 }
 
-fn start_agent() -> node_agent::cli::Agent {
-    let m = node_agent::cli::command()
+fn start_agent() -> node_agent::agent::Agent {
+    let m = node_agent::cmd::command()
         .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0"].into_iter().chain(COMMON_FLAGS.iter().copied()))
         .expect("flags");
-    node_agent::cli::Agent::start(&m).expect("agent starts")
+    node_agent::agent::Agent::start(&m).expect("agent starts")
 }
 
 fn start_node_exporter(bin: &std::path::Path) -> (Kill, String) {

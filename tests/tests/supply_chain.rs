@@ -24,7 +24,7 @@ fn deny(manifest: &Path) -> Option<(bool, String)> {
 #[test]
 fn licenses_bans_and_sources_pass_cargo_deny() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for manifest in [root.join("Cargo.toml"), root.join("agent-ebpf/Cargo.toml"), root.join("fuzz/Cargo.toml")] {
+    for manifest in [root.join("Cargo.toml"), root.join("crates/agent-ebpf/Cargo.toml"), root.join("fuzz/Cargo.toml")] {
         let Some((ok, text)) = deny(&manifest) else {
             assert!(std::env::var_os("CI").is_none(), "cargo-deny is required in CI (cargo xtask test installs it)");
             eprintln!("SKIP: cargo-deny not installed (cargo xtask test installs it)");

@@ -40,8 +40,8 @@ fn pki(dir: &Path) {
     sh(&format!("{key} -keyout rogue.key -out rogue.crt -subj /CN=rogue"), dir);
 }
 
-fn start(config: &Path) -> Result<node_agent::cli::Agent, String> {
-    let m = node_agent::cli::command()
+fn start(config: &Path) -> Result<node_agent::agent::Agent, String> {
+    let m = node_agent::cmd::command()
         .try_get_matches_from([
             "node-agent",
             "--web.listen-address=127.0.0.1:0",
@@ -50,7 +50,7 @@ fn start(config: &Path) -> Result<node_agent::cli::Agent, String> {
             &format!("--web.config.file={}", config.display()),
         ])
         .expect("flags");
-    node_agent::cli::Agent::start(&m).map_err(|e| e.to_string())
+    node_agent::agent::Agent::start(&m).map_err(|e| e.to_string())
 }
 
 /// curl's (HTTP status or 0, body, exit code).

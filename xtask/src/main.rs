@@ -3,7 +3,9 @@
 //! - `setup`: install what building, running and testing need (idempotent).
 //! - `build-ebpf`: install the eBPF toolchain and build `agent-ebpf`.
 //! - `run [-- FLAGS]`: set up, build in release mode and run the agent.
-//! - `test`: set up and run the whole test suite, then fuzz with AFL++ for a minute.
+//! - `test`: set up, check formatting and lints (rustfmt, clippy with
+//!   warnings denied, on every crate), run the whole test suite, then fuzz
+//!   with AFL++ for a minute.
 //! - `compare-node-exporter`: node-agent beside Debian's node_exporter on this
 //!   machine; prints family and stable-value differences.
 //! - `manifests`: write deploy/ from the code.
@@ -85,6 +87,33 @@ const TEST_PACKAGES: &[&str] =
 /// Debian's rustc-web with a prebuilt `core` for bpfel-unknown-none, and the
 /// LLVM bpf-linker links against.
 const EBPF_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf", "llvm-22-dev"];
+/// Clippy for the eBPF crate: Debian's, of the same rustc-web.
+const EBPF_LINT_PACKAGES: &[&str] = &["rust-web-clippy"];
+
+/// The workspaces: the host one, the eBPF crate's and the AFL++ harness's.
+const WORKSPACES: &[&str] = &["Cargo.toml", "crates/agent-ebpf/Cargo.toml", "fuzz/Cargo.toml"];
+
+/// Downloads every crate of every workspace, for every target. `cargo deny
+/// --offline` reads the whole graph (windows-sys, android crates, fuzz/'s
+/// afl), which a Linux build never downloads, so a fresh machine needs this.
+fn fetch_all() -> Result<()> {
+    for w in WORKSPACES {
+        run(Command::new(cargo()).current_dir(root()).args(["fetch", "--quiet", "--manifest-path", w]))?;
+    }
+    Ok(())
+}
+
+/// rustfmt on every crate (rustfmt.toml), and clippy with warnings denied:
+/// the host workspace with every target, the eBPF crate for its own target.
+fn lint() -> Result<()> {
+    for w in WORKSPACES {
+        let mut c = Command::new(cargo());
+        c.current_dir(root()).args(["fmt", "--all", "--check", "--manifest-path", w]);
+        run(&mut c).map_err(|e| anyhow::anyhow!("{e}: run `cargo fmt --all --manifest-path {w}`"))?;
+    }
+    run(Command::new(cargo()).current_dir(root()).args(["clippy", "--workspace", "--all-targets", "--quiet", "--", "-D", "warnings"]))?;
+    run(Command::new("bash").arg(root().join("crates/agent-ebpf/build.sh")).arg(root().join("target/ebpf-clippy")).arg("").arg("clippy"))
+}
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
 /// cargo-deny, for the supply-chain test (licenses, bans, sources).
@@ -294,6 +323,8 @@ fn pip_pinned(python: &Path) -> bool {
 fn setup() -> Result<()> {
     setup_ebpf()?;
     apt_install(TEST_PACKAGES)?;
+    apt_install(EBPF_LINT_PACKAGES)?;
+    fetch_all()?;
     setup_python()?;
     setup_cargo_deny()?;
     setup_cargo_afl()?;
@@ -333,7 +364,7 @@ fn container_engine() -> Result<&'static str> {
 fn build_ebpf() -> Result<()> {
     setup_ebpf()?;
     let target = root().join("target/ebpf");
-    run(Command::new("bash").arg(root().join("agent-ebpf/build.sh")).arg(&target))?;
+    run(Command::new("bash").arg(root().join("crates/agent-ebpf/build.sh")).arg(&target))?;
     eprintln!("xtask: eBPF programs at {}", target.join("bpfel-unknown-none/release/agent-ebpf").display());
     Ok(())
 }
@@ -360,6 +391,9 @@ fn main() -> ExitCode {
             run(&mut c).map(|_| true)
         }),
         Cmd::Test { args } => setup().and_then(|_| {
+            if args.is_empty() {
+                lint()?;
+            }
             let mut all = vec!["--workspace"];
             all.extend(args.iter().map(String::as_str));
             cargo_test(&all)?;

@@ -338,22 +338,19 @@ fn direct_reads(dev: &str, n: usize) -> f64 {
 type Timings = (f64, f64, BTreeMap<String, (f64, u64)>);
 
 /// `pods`: with pod attribution on (cgroup lookups in the programs).
-fn with_without(
-    reps: usize,
-    programs: &[(&'static str, node_agent::ebpf::Hook)],
-    pods: bool,
-    mut work: impl FnMut() -> f64,
-) -> Res<Timings> {
+fn with_without(reps: usize, programs: &[agent_common::Program], pods: bool, mut work: impl FnMut() -> f64) -> Res<Timings> {
     use node_agent::ebpf::{Probe, Shared};
     let btf = Path::new("/sys/kernel/btf/vmlinux");
     let attach = |stats: bool| -> Res<(std::sync::Arc<Shared>, Probe)> {
-        let shared = Shared::load(stats, pods.then_some(btf)).map_err(|e| e.to_string())?;
-        if pods && shared.pods != agent_common::PODS_ALL {
-            return Err(format!("pod attribution serves only events {:#x} here", shared.pods));
+        let mut ctx = node_agent::probes::Context::with_object(node_agent_tests::TEST_OBJECT, stats);
+        ctx.pods_btf = pods.then(|| btf.to_path_buf());
+        let shared = ctx.ebpf().map_err(|e| e.to_string())?;
+        if pods && ctx.pod_events != agent_common::pods::ALL {
+            return Err(format!("pod attribution serves only events {:#x} here", ctx.pod_events));
         }
         let p = Probe::attach(Ok(shared.clone()), programs);
         if !p.up() {
-            return Err(format!("probe {:?} did not attach", programs.iter().map(|x| x.0).collect::<Vec<_>>()));
+            return Err(format!("probe {:?} did not attach", programs.iter().map(|x| x.name).collect::<Vec<_>>()));
         }
         Ok((shared, p))
     };
@@ -366,7 +363,8 @@ fn with_without(
     let (shared, _p) = attach(true)?;
     work();
     let mut stats = BTreeMap::new();
-    for (name, _) in programs {
+    for p in programs {
+        let name = p.name;
         if let Some(s) = shared.run_stats(name) {
             stats.insert(name.to_string(), s);
         }
@@ -393,7 +391,6 @@ fn failing_loop(n: usize) -> f64 {
 }
 
 fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
-    use node_agent::ebpf::Hook;
     let reps = if quick { 2 } else { 5 };
     let mut out = Vec::new();
     let kernel = |stats: &BTreeMap<String, (f64, u64)>| {
@@ -402,7 +399,7 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
     };
 
     let n = if quick { 500_000 } else { 2_000_000 };
-    let (b, w, s) = with_without(reps, &[("empty", Hook::RawTracePoint("sys_exit"))], false, || getpid_loop(n))?;
+    let (b, w, s) = with_without(reps, &[agent_common::test_programs::EMPTY], false, || getpid_loop(n))?;
     out.push(EventCost {
         probe: "empty program (floor)",
         event: "syscall (getpid)",
@@ -410,7 +407,7 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
         with_ns: w / n as f64 * 1e9,
         kernel_ns: kernel(&s),
     });
-    let (b, w, s) = with_without(reps, &[("sys_exit", Hook::RawTracePoint("sys_exit"))], false, || getpid_loop(n))?;
+    let (b, w, s) = with_without(reps, &agent_common::syscalls::PROGRAMS, false, || getpid_loop(n))?;
     out.push(EventCost {
         probe: "ebpf_syscalls",
         event: "syscall (getpid)",
@@ -418,7 +415,7 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
         with_ns: w / n as f64 * 1e9,
         kernel_ns: kernel(&s),
     });
-    let sys_exit = [("sys_exit", Hook::RawTracePoint("sys_exit"))];
+    let sys_exit = agent_common::syscalls::PROGRAMS;
     let (b, w, s) = with_without(reps, &sys_exit, false, || failing_loop(n))?;
     out.push(EventCost {
         probe: "ebpf_syscalls",
@@ -439,7 +436,10 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
     let rounds = if quick { 20_000 } else { 100_000 };
     let (_, switches) = ping_pong(rounds);
     let switches = switches.max(1) as f64;
-    let (b, w, s) = with_without(reps, node_agent::collector::ebpf_runqueue::programs(), false, || ping_pong(rounds).0)?;
+    let (b, w, s) =
+        with_without(reps, node_agent::probes::ebpf_runqueue::programs(node_agent::ebpf::kernel::Kernel::get()), false, || {
+            ping_pong(rounds).0
+        })?;
     out.push(EventCost {
         probe: "ebpf_runqueue",
         event: "context switch (ping-pong)",
@@ -447,7 +447,9 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
         with_ns: w / switches * 1e9,
         kernel_ns: kernel(&s),
     });
-    let (b, w, s) = with_without(reps, node_agent::collector::ebpf_runqueue::programs(), true, || ping_pong(rounds).0)?;
+    let (b, w, s) = with_without(reps, node_agent::probes::ebpf_runqueue::programs(node_agent::ebpf::kernel::Kernel::get()), true, || {
+        ping_pong(rounds).0
+    })?;
     out.push(EventCost {
         probe: "ebpf_runqueue + ebpf_pods",
         event: "context switch (ping-pong)",
@@ -457,16 +459,7 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
     });
 
     let k = if quick { 2000 } else { 10_000 };
-    let (b, w, s) = with_without(
-        reps,
-        &[
-            ("sched_process_exec", Hook::TracePoint("sched", "sched_process_exec")),
-            ("sched_process_fork", Hook::TracePoint("sched", "sched_process_fork")),
-            ("sched_process_exit", Hook::TracePoint("sched", "sched_process_exit")),
-        ],
-        false,
-        || fork_loop(k),
-    )?;
+    let (b, w, s) = with_without(reps, &agent_common::process::PROGRAMS, false, || fork_loop(k))?;
     out.push(EventCost {
         probe: "ebpf_process",
         event: "fork + exit + wait",
@@ -477,15 +470,7 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
 
     let dev = loop_dev()?;
     let m = if quick { 5_000 } else { 20_000 };
-    let (b, w, s) = with_without(
-        reps,
-        &[
-            ("block_rq_issue", Hook::TracePoint("block", "block_rq_issue")),
-            ("block_rq_complete", Hook::TracePoint("block", "block_rq_complete")),
-        ],
-        false,
-        || direct_reads(&dev.path, m),
-    )?;
+    let (b, w, s) = with_without(reps, &agent_common::block_io::PROGRAMS, false, || direct_reads(&dev.path, m))?;
     out.push(EventCost {
         probe: "ebpf_block_io",
         event: "O_DIRECT 4 KiB read (loop device)",
@@ -493,16 +478,7 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
         with_ns: w / m as f64 * 1e9,
         kernel_ns: kernel(&s),
     });
-    let (b, w, s) = with_without(
-        reps,
-        &[
-            ("pod_io_start", Hook::TracePoint("block", "block_io_start")),
-            ("pod_bio_backmerge", Hook::TracePoint("block", "block_bio_backmerge")),
-            ("pod_bio_frontmerge", Hook::TracePoint("block", "block_bio_frontmerge")),
-        ],
-        true,
-        || direct_reads(&dev.path, m),
-    )?;
+    let (b, w, s) = with_without(reps, &agent_common::pods::BLOCK_PROGRAMS, true, || direct_reads(&dev.path, m))?;
     out.push(EventCost {
         probe: "ebpf_pods (block I/O)",
         event: "O_DIRECT 4 KiB read (loop device)",
@@ -515,8 +491,8 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
 
 fn planner(quick: bool) -> Vec<(usize, f64)> {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-    use node_agent::daemonset::builders::{at, daemonset, node, pod};
-    use node_agent::daemonset::plan::{plan, revision_hash};
+    use planner::builders::{at, daemonset, node, pod};
+    use planner::plan::{plan, revision_hash};
     let mut out = Vec::new();
     for n in [100usize, 1000, 5000] {
         let ds = daemonset("agent:2", Some(IntOrString::String("10%".into())), None, false);

@@ -1,0 +1,75 @@
+//! Types shared by the eBPF programs (`agent-ebpf`) and the agent, one
+//! module per probe: its map key and value types (`#[repr(C)]`, explicit
+//! padding), the layout of its read-only global of tracepoint offsets, and
+//! the names of its maps, global and programs, as constants the user side
+//! uses. (The eBPF side names its statics after them; an unprivileged test
+//! checks every name against the compiled object.)
+//!
+//! `no_std`; the `user` feature adds `aya::Pod`.
+
+#![no_std]
+
+pub mod block_io;
+pub mod hist;
+pub mod oom_kills;
+pub mod pods;
+pub mod process;
+pub mod program;
+pub mod runqueue;
+pub mod syscalls;
+pub mod tcp_retransmits;
+pub mod test_programs;
+
+pub use hist::{log2_bucket, Hist, HIST_BUCKETS};
+pub use program::{Hook, Program};
+
+/// The licence the eBPF object declares to the kernel (its `license`
+/// section), which must agree with `agent-ebpf`'s Cargo licence.
+pub const LICENSE: &str = "Dual MIT/GPL";
+
+/// Every map the user side opens by name, every read-only global it sets
+/// and every program it attaches, by probe: a test checks them against the
+/// compiled object (and that the object has nothing else).
+pub const MAPS: &[&str] = &[
+    block_io::START,
+    block_io::HIST,
+    block_io::DROPPED,
+    oom_kills::KILLS,
+    pods::STATS,
+    pods::DROPPED,
+    process::EVENTS,
+    runqueue::HIST,
+    runqueue::START,
+    runqueue::TASK_START,
+    runqueue::DROPPED,
+    syscalls::COUNTS,
+    tcp_retransmits::RETRANSMITS,
+];
+pub const GLOBALS: &[&str] = &[block_io::OFFSETS, pods::OFFSETS, runqueue::OFFSETS, syscalls::OFFSETS, tcp_retransmits::OFFSETS];
+pub const PROGRAMS: &[&[Program]] = &[
+    &block_io::PROGRAMS,
+    &oom_kills::PROGRAMS,
+    &[pods::OOM_VICTIM, pods::OOM_CURRENT],
+    &pods::BLOCK_PROGRAMS,
+    &process::PROGRAMS,
+    &runqueue::RAW_PROGRAMS,
+    &runqueue::TP_PROGRAMS,
+    &syscalls::PROGRAMS,
+    &tcp_retransmits::PROGRAMS,
+];
+/// Compiled in only with `agent-ebpf`'s `test-programs` feature.
+pub const TEST_PROGRAMS: &[Program] = &[test_programs::VERIFIER_REJECTS, test_programs::EMPTY];
+
+/// Implements `aya::Pod` for plain-data map types (user side only).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! pod {
+    ($($t:ty),* $(,)?) => {
+        $(
+            // SAFETY: the type is #[repr(C)], made only of integers, with
+            // explicit padding fields, so every bit pattern is valid.
+            #[cfg(feature = "user")]
+            unsafe impl aya::Pod for $t {}
+        )*
+    };
+}

@@ -1,0 +1,28 @@
+//! Where a program attaches, named on both sides.
+
+/// A tracepoint hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    /// A classic (perf-event) tracepoint: category and name; the program
+    /// reads the formatted record at offsets from tracefs.
+    TracePoint(&'static str, &'static str),
+    /// A raw tracepoint: the program gets the tracepoint's arguments.
+    RawTracePoint(&'static str),
+}
+
+/// A program of the object: its function name and its hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Program {
+    pub name: &'static str,
+    pub hook: Hook,
+}
+
+impl Program {
+    pub const fn tracepoint(name: &'static str, category: &'static str, event: &'static str) -> Program {
+        Program { name, hook: Hook::TracePoint(category, event) }
+    }
+
+    pub const fn raw(name: &'static str, event: &'static str) -> Program {
+        Program { name, hook: Hook::RawTracePoint(event) }
+    }
+}

@@ -1,0 +1,45 @@
+//! Helpers every probe uses: counting into per-CPU arrays, recording into a
+//! histogram, reading kernel memory.
+
+use agent_common::{log2_bucket, Hist};
+use aya_ebpf::{helpers::bpf_probe_read_kernel, maps::PerCpuArray};
+
+/// Adds one to slot `index` of a per-CPU counter array.
+#[inline(always)]
+pub fn inc(map: &PerCpuArray<u64>, index: u32) {
+    if let Some(p) = map.get_ptr_mut(index) {
+        // SAFETY: a per-CPU slot, written only by this CPU with preemption off.
+        unsafe { *p += 1 };
+    }
+}
+
+/// Records `delta_ns` into this CPU's histogram `h`.
+#[inline(always)]
+pub fn record(h: *mut Hist, delta_ns: u64) {
+    let b = log2_bucket(delta_ns);
+    // SAFETY: `h` points to this CPU's map value; `b` < HIST_BUCKETS.
+    unsafe {
+        if let Some(slot) = (*h).buckets.get_mut(b) {
+            *slot += 1;
+        }
+        (*h).sum_ns += delta_ns;
+        (*h).count += 1;
+    }
+}
+
+/// Reads a kernel pointer or integer at `base + off`.
+#[inline(always)]
+pub fn read_kernel<T>(base: u64, off: u32) -> Option<T> {
+    if base == 0 {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address; a bad one fails.
+    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.ok()
+}
+
+/// Nanoseconds since boot.
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() }
+}

@@ -1,0 +1,459 @@
+//! The reconcile loop: read the informers' stores, scrape health gates,
+//! decide (pure, `rollout::decide`), then act through the API with
+//! server-side apply, bounded and slow-started, with Events.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+
+use super::crd::{NodeAgent, FIELD_MANAGER, GATE_CONDITION};
+use super::gate::Probe;
+use super::metrics::Metrics;
+use super::rollout::{self, Decision, Expectations, GateResult, Observed};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("NodeAgent {0} is invalid: {1}")]
+    Invalid(String, String),
+}
+
+impl Error {
+    /// The `reason` label of `node_agent_controller_reconcile_errors_total`:
+    /// one of a fixed set.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Invalid(..) => "invalid",
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(s)) if s.code == 404 => "not_found",
+            Error::Kube(kube::Error::Api(s)) if s.code == 429 || s.code >= 500 => "api_unavailable",
+            Error::Kube(kube::Error::Api(_)) => "api_rejected",
+            Error::Kube(_) => "transport",
+        }
+    }
+}
+
+/// Requeue while a rollout moves, and otherwise now and then.
+pub const ACTIVE_REQUEUE: Duration = Duration::from_secs(5);
+pub const IDLE_REQUEUE: Duration = Duration::from_secs(300);
+/// Health gates scraped at once.
+const GATE_CONCURRENCY: usize = 16;
+/// Failed-pod deletion backoff per node: 1s doubling to 15 min, as upstream.
+const BACKOFF_START: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(900);
+
+/// What the reconciler needs: the client, the informers' stores, the gate
+/// probe, metrics, and the per-node backoff.
+pub struct Context {
+    pub client: Client,
+    pub nodes: Store<Node>,
+    pub pods: Store<Pod>,
+    pub revisions: Store<ControllerRevision>,
+    pub probe: Arc<dyn Probe>,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub clock: fn() -> Timestamp,
+    backoff: Mutex<BTreeMap<String, (Duration, Instant)>>,
+    priority_ensured: Mutex<Vec<String>>,
+    expectations: Mutex<BTreeMap<String, Expectations>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        nodes: Store<Node>,
+        pods: Store<Pod>,
+        revisions: Store<ControllerRevision>,
+        probe: Arc<dyn Probe>,
+        metrics: Arc<Metrics>,
+    ) -> Context {
+        Context {
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() },
+            ),
+            client,
+            nodes,
+            pods,
+            revisions,
+            probe,
+            metrics,
+            clock: Timestamp::now,
+            backoff: Mutex::new(BTreeMap::new()),
+            priority_ensured: Mutex::new(Vec::new()),
+            expectations: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn backed_off(&self, key: &str) -> bool {
+        self.backoff.lock().map(|b| b.get(key).is_some_and(|(_, until)| Instant::now() < *until)).unwrap_or(false)
+    }
+
+    fn back_off(&self, key: String) {
+        if let Ok(mut b) = self.backoff.lock() {
+            let next = b.get(&key).map(|(d, _)| (*d * 2).min(BACKOFF_MAX)).unwrap_or(BACKOFF_START);
+            b.insert(key, (next, Instant::now() + next));
+        }
+    }
+}
+
+fn objects<K>(store: &Store<K>, namespace: Option<&str>) -> Vec<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store.state().iter().filter(|o| namespace.is_none() || o.meta().namespace.as_deref() == namespace).map(|o| (**o).clone()).collect()
+}
+
+async fn ensure_priority_class(ctx: &Context, agent: &NodeAgent) -> Result<(), Error> {
+    let p = &agent.spec.priority;
+    if ctx.priority_ensured.lock().map(|v| v.contains(&p.class_name)).unwrap_or(false) {
+        return Ok(());
+    }
+    let api: Api<PriorityClass> = Api::all(ctx.client.clone());
+    if api.get_opt(&p.class_name).await?.is_none() {
+        let pc = PriorityClass {
+            metadata: ObjectMeta {
+                name: Some(p.class_name.clone()),
+                labels: Some([("app.kubernetes.io/managed-by".to_string(), FIELD_MANAGER.to_string())].into()),
+                ..Default::default()
+            },
+            value: p.value,
+            global_default: Some(false),
+            preemption_policy: Some("PreemptLowerPriority".into()),
+            description: Some("node-agent: per-node observability agents; preempts workloads so every node keeps its agent.".into()),
+        };
+        match api.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &pc).await {
+            Ok(_) => tracing::info!(priority_class = %p.class_name, value = p.value, "created PriorityClass"),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Ok(mut v) = ctx.priority_ensured.lock() {
+        v.push(p.class_name.clone());
+    }
+    Ok(())
+}
+
+async fn publish(recorder: &Recorder, agent: &NodeAgent, type_: EventType, reason: &str, action: &str, note: String) {
+    let ev = Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: action.into(), secondary: None };
+    if let Err(e) = recorder.publish(&ev, &agent.object_ref(&())).await {
+        tracing::warn!(reason, error = %e, "could not publish event");
+    }
+}
+
+fn names(v: impl Iterator<Item = String>) -> String {
+    let all: Vec<String> = v.collect();
+    let shown: Vec<&str> = all.iter().take(10).map(String::as_str).collect();
+    if all.len() > shown.len() {
+        format!("{} and {} more", shown.join(", "), all.len() - shown.len())
+    } else {
+        shown.join(", ")
+    }
+}
+
+/// One sync of one NodeAgent.
+pub async fn reconcile(agent: Arc<NodeAgent>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let ns = agent.namespace().unwrap_or_else(|| "default".into());
+    let name = agent.name_any();
+    ctx.metrics.reconciles.inc();
+    let result = sync(&agent, &ctx, &ns, &name).await;
+    ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+    result
+}
+
+async fn sync(agent: &NodeAgent, ctx: &Context, ns: &str, name: &str) -> Result<Action, Error> {
+    if agent.metadata.deletion_timestamp.is_some() {
+        // Pods and revisions go with their owner (garbage collection).
+        return Ok(Action::await_change());
+    }
+    ensure_priority_class(ctx, agent).await?;
+    let mut nodes = objects(&ctx.nodes, None);
+    // The informer's order is arbitrary; syncs are deterministic by node name.
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let pods = objects(&ctx.pods, Some(ns));
+    let revisions = objects(&ctx.revisions, Some(ns));
+
+    // Act only on a view that shows this controller's last creates and deletes.
+    let key = format!("{ns}/{name}");
+    let waiting = ctx.expectations.lock().ok().and_then(|e| e.get(&key).cloned()).is_some_and(|e| !e.satisfied(&pods, (ctx.clock)()));
+    if waiting {
+        tracing::debug!(nodeagent = %key, "waiting for the informer to show the last sync's pods");
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+
+    // Health gates, scraped concurrently.
+    let targets = rollout::gate_targets(agent, &pods);
+    let mut gate = BTreeMap::new();
+    if let Some(g) = &agent.spec.rollout.health_gate {
+        let results: Vec<(String, GateResult)> = futures::stream::iter(targets)
+            .map(|t| {
+                let probe = ctx.probe.clone();
+                let g = g.clone();
+                async move {
+                    let r = probe.probe(&t, &g).await;
+                    (t.pod, r)
+                }
+            })
+            .buffer_unordered(GATE_CONCURRENCY)
+            .collect()
+            .await;
+        for (pod, r) in results {
+            let outcome = if r == GateResult::Pass { "pass" } else { "fail" };
+            ctx.metrics.gate_checks.get_or_create(&vec![("result".to_string(), outcome.to_string())]).inc();
+            gate.insert(pod, r);
+        }
+    }
+
+    let now = (ctx.clock)();
+    let backoff_key = |node: &str| format!("{ns}/{name}/{node}");
+    let backoff = |node: &str| ctx.backed_off(&backoff_key(node));
+    let d = rollout::decide(&Observed { agent, nodes: &nodes, pods: &pods, revisions: &revisions, gate: &gate, backoff: &backoff, now })
+        .map_err(|e| Error::Invalid(format!("{ns}/{name}"), e.to_string()))?;
+    let outcome = act(agent, ctx, ns, &d, now).await;
+    let (created, deleted) = match &outcome {
+        Ok(done) | Err((done, _)) => done.clone(),
+    };
+    if let Ok(mut e) = ctx.expectations.lock() {
+        e.insert(key, Expectations::new(&created, &deleted, now));
+    }
+    outcome.map_err(|(_, e)| e)?;
+    ctx.metrics.set_progress(
+        ns,
+        name,
+        d.status.updated_number_scheduled,
+        d.status.desired_number_scheduled,
+        d.status.halted_revision.is_some(),
+    );
+    Ok(if d.progressing { Action::requeue(ACTIVE_REQUEUE) } else { Action::requeue(IDLE_REQUEUE) })
+}
+
+/// Pods created and deleted (by name), also when a later step failed.
+type Done = (Vec<String>, Vec<String>);
+
+async fn act(agent: &NodeAgent, ctx: &Context, ns: &str, d: &Decision, now: Timestamp) -> Result<Done, (Done, Error)> {
+    let mut done: Done = (Vec::new(), Vec::new());
+    let r = act_steps(agent, ctx, ns, d, now, &mut done).await;
+    match r {
+        Ok(()) => Ok(done),
+        Err(e) => Err((done, e)),
+    }
+}
+
+async fn act_steps(agent: &NodeAgent, ctx: &Context, ns: &str, d: &Decision, now: Timestamp, done: &mut Done) -> Result<(), Error> {
+    let recorder = &ctx.recorder;
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let revs: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
+    let agents: Api<NodeAgent> = Api::namespaced(ctx.client.clone(), ns);
+    let name = agent.name_any();
+
+    if let Some(rev) = &d.revision {
+        let rname = rev.name_any();
+        revs.patch(&rname, &apply, &Patch::Apply(rev)).await?;
+        publish(
+            recorder,
+            agent,
+            EventType::Normal,
+            "RevisionRecorded",
+            "Record",
+            format!("revision {} is template {}", rev.revision, d.update_hash),
+        )
+        .await;
+    }
+
+    for p in &d.gate_passed {
+        let status = Pod {
+            metadata: ObjectMeta { name: Some(p.clone()), namespace: Some(ns.into()), ..Default::default() },
+            spec: None,
+            status: Some(PodStatus {
+                conditions: Some(vec![PodCondition {
+                    type_: GATE_CONDITION.into(),
+                    status: "True".into(),
+                    reason: Some("HealthGatePassed".into()),
+                    last_transition_time: Some(Time(now)),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        };
+        match pods.patch_status(p, &apply, &Patch::Apply(&status)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !d.gate_passed.is_empty() {
+        publish(
+            recorder,
+            agent,
+            EventType::Normal,
+            "HealthGatePassed",
+            "Gate",
+            format!("{} pod(s) passed the health gate: {}", d.gate_passed.len(), names(d.gate_passed.iter().cloned())),
+        )
+        .await;
+    }
+
+    if let Some(h) = &d.halt {
+        ctx.metrics.halts.inc();
+        tracing::warn!(nodeagent = %name, revision = %d.update_hash, pod = %h.pod, node = %h.node, "rollout halted by the health gate");
+        publish(recorder, agent, EventType::Warning, "RolloutHalted", "Halt", format!("revision {}: {}", d.update_hash, h.message)).await;
+    }
+    if let Some((number, template)) = &d.rollback {
+        let patch = json!([{ "op": "replace", "path": "/spec/template", "value": template }]);
+        agents
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Json::<()>(
+                    serde_json::from_value::<json_patch::Patch>(patch).map_err(|e| Error::Invalid(name.clone(), e.to_string()))?,
+                ),
+            )
+            .await?;
+        ctx.metrics.rollbacks.inc();
+        publish(
+            recorder,
+            agent,
+            EventType::Warning,
+            "RolledBack",
+            "Rollback",
+            format!("template put back to revision {number} ({}) after the health gate halted {}", d.current_hash, d.update_hash),
+        )
+        .await;
+    }
+
+    // Creates in slow-start batches (1, 2, 4, ...): a failing batch stops the rest.
+    let mut created = Vec::new();
+    let mut batch = 1usize;
+    let mut i = 0usize;
+    let mut create_error = None;
+    while i < d.creates.len() && create_error.is_none() {
+        let chunk = &d.creates[i..(i + batch).min(d.creates.len())];
+        let results = futures::future::join_all(chunk.iter().map(|c| {
+            let pods = pods.clone();
+            let apply = apply.clone();
+            async move { pods.patch(&c.pod.name_any(), &apply, &Patch::Apply(&c.pod)).await.map(|_| (c.node.clone(), c.pod.name_any())) }
+        }))
+        .await;
+        for r in results {
+            match r {
+                Ok((node, pod)) => {
+                    created.push(node);
+                    done.0.push(pod);
+                }
+                Err(e) => create_error = Some(e),
+            }
+        }
+        i += chunk.len();
+        batch *= 2;
+    }
+    ctx.metrics.pods_created.inc_by(created.len() as u64);
+    if !created.is_empty() {
+        let revs: std::collections::BTreeSet<&str> = d.creates.iter().map(|c| c.hash.as_str()).collect();
+        publish(
+            recorder,
+            agent,
+            EventType::Normal,
+            "SuccessfulCreate",
+            "Create",
+            format!(
+                "created {} pod(s) (revision {}) on {}",
+                created.len(),
+                revs.into_iter().collect::<Vec<_>>().join(", "),
+                names(created.into_iter())
+            ),
+        )
+        .await;
+    }
+    if let Some(e) = create_error {
+        publish(recorder, agent, EventType::Warning, "FailedCreate", "Create", format!("creating pods stopped: {e}")).await;
+        return Err(e.into());
+    }
+
+    let mut deleted = Vec::new();
+    for del in &d.deletes {
+        if del.failed {
+            ctx.back_off(format!("{ns}/{name}/{}", del.node));
+        }
+        match pods.delete(&del.pod, &DeleteParams::default()).await {
+            Ok(_) => {
+                done.1.push(del.pod.clone());
+                deleted.push(format!("{} ({})", del.pod, del.reason));
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                publish(recorder, agent, EventType::Warning, "FailedDelete", "Delete", format!("deleting {}: {e}", del.pod)).await;
+                return Err(e.into());
+            }
+        }
+    }
+    ctx.metrics.pods_deleted.inc_by(deleted.len() as u64);
+    if !deleted.is_empty() {
+        publish(
+            recorder,
+            agent,
+            EventType::Normal,
+            "SuccessfulDelete",
+            "Delete",
+            format!("deleted {} pod(s): {}", deleted.len(), names(deleted.into_iter())),
+        )
+        .await;
+    }
+
+    for r in &d.prune {
+        match revs.delete(r, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    if agent.status.as_ref() != Some(&d.status) {
+        let body = json!({ "apiVersion": NodeAgent::api_version(&()), "kind": NodeAgent::kind(&()), "metadata": { "name": name }, "status": d.status });
+        agents.patch_status(&name, &apply, &Patch::Apply(&body)).await?;
+    }
+    Ok(())
+}
+
+/// On error: count it, log it, retry soon.
+pub fn error_policy(agent: Arc<NodeAgent>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_error(err.metric_label());
+    tracing::warn!(nodeagent = %agent.name_any(), error = %err, "reconcile failed; retrying");
+    Action::requeue(ACTIVE_REQUEUE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    fn api(code: u16) -> Error {
+        Error::Kube(kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() })))
+    }
+
+    #[test]
+    fn error_reasons_are_a_fixed_set() {
+        assert_eq!(Error::Invalid("a".into(), "b".into()).metric_label(), "invalid");
+        assert_eq!(api(409).metric_label(), "conflict");
+        assert_eq!(api(404).metric_label(), "not_found");
+        assert_eq!(api(500).metric_label(), "api_unavailable");
+        assert_eq!(api(429).metric_label(), "api_unavailable");
+        assert_eq!(api(422).metric_label(), "api_rejected");
+        assert_eq!(Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded).metric_label(), "transport");
+    }
+}

@@ -1,0 +1,236 @@
+//! What `node-agent status` and `node-agent rollout` print: pure renderings
+//! of NodeAgents and their revisions (the API calls are the binary's).
+
+use std::fmt::Write as _;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use planner::plan::REVISION_LABEL;
+
+use crate::crd::NodeAgent;
+use crate::rollout::revision_template;
+
+fn age(created: Option<Timestamp>, now: Timestamp) -> String {
+    let Some(c) = created else { return "<unknown>".into() };
+    let s = (now.as_second() - c.as_second()).max(0);
+    match s {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+/// The `kubectl get ds`-style table.
+pub fn status_table(agents: &[NodeAgent], now: Timestamp, with_namespace: bool) -> String {
+    let mut rows: Vec<Vec<String>> = vec![["NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "WAVE", "STATE", "AGE"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()];
+    if with_namespace {
+        rows[0].insert(0, "NAMESPACE".into());
+    }
+    for a in agents {
+        let s = a.status.clone().unwrap_or_default();
+        let state = if s.halted_revision.is_some() {
+            "Halted"
+        } else if a.spec.rollout.paused {
+            "Paused"
+        } else if s.current_revision.is_some() && s.current_revision == s.update_revision {
+            "Complete"
+        } else {
+            "Rolling"
+        };
+        let mut row = vec![
+            a.name_any(),
+            s.desired_number_scheduled.to_string(),
+            s.current_number_scheduled.to_string(),
+            s.number_ready.to_string(),
+            s.updated_number_scheduled.to_string(),
+            s.number_available.to_string(),
+            s.current_wave.clone().unwrap_or_else(|| "-".into()),
+            state.into(),
+            age(a.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
+        ];
+        if with_namespace {
+            row.insert(0, a.namespace().unwrap_or_default());
+        }
+        rows.push(row);
+    }
+    table(&rows)
+}
+
+fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r.get(c).map_or(0, |s| s.chars().count())).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r.iter().enumerate().map(|(i, s)| format!("{s:<w$}", w = widths[i])).collect();
+        let _ = writeln!(out, "{}", line.join("   ").trim_end());
+    }
+    out
+}
+
+/// Where a rollout stands, for `rollout status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Complete,
+    Halted,
+    Waiting,
+}
+
+/// One progress line, e.g. `[##########----------] 12/24 updated, 11 available, wave canary`.
+pub fn progress(a: &NodeAgent) -> (String, Outcome) {
+    let s = a.status.clone().unwrap_or_default();
+    let observed = s.observed_generation.is_some() && s.observed_generation == a.metadata.generation;
+    let desired = s.desired_number_scheduled.max(0) as usize;
+    let updated = (s.updated_number_scheduled.max(0) as usize).min(desired);
+    const WIDTH: usize = 30;
+    let filled = (updated * WIDTH).checked_div(desired).unwrap_or(WIDTH);
+    let bar = format!("[{}{}]", "#".repeat(filled), "-".repeat(WIDTH - filled));
+    let mut line = format!("{bar} {updated}/{desired} updated, {} available", s.number_available);
+    if let Some(w) = &s.current_wave {
+        let _ = write!(line, ", wave {w}");
+    }
+    let halted = s.conditions.iter().find(|c| c.type_ == "RolloutHalted" && c.status == "True");
+    let outcome = if !observed {
+        line.push_str(" (waiting for the controller to observe the change)");
+        Outcome::Waiting
+    } else if let Some(h) = halted {
+        let _ = write!(line, "\nrollout halted: {}", h.message);
+        Outcome::Halted
+    } else if s.update_revision.is_some() && s.current_revision == s.update_revision && s.number_available as usize >= desired {
+        line.push_str("\nrollout complete");
+        Outcome::Complete
+    } else {
+        if a.spec.rollout.paused {
+            line.push_str(" (paused)");
+        }
+        Outcome::Waiting
+    };
+    (line, outcome)
+}
+
+/// The revision history table, oldest first.
+pub fn history_table(revs: &[ControllerRevision], current: Option<&str>) -> String {
+    let mut v: Vec<&ControllerRevision> = revs.iter().collect();
+    v.sort_by_key(|r| r.revision);
+    let mut rows = vec![vec!["REVISION".to_string(), "HASH".into(), "IMAGES".into(), "".into()]];
+    for r in v {
+        let hash = r.labels().get(REVISION_LABEL).cloned().unwrap_or_default();
+        let images = revision_template(r)
+            .and_then(|t| t.spec)
+            .map(|s| s.containers.iter().filter_map(|c| c.image.clone()).collect::<Vec<_>>().join(","))
+            .unwrap_or_default();
+        let mark = if Some(hash.as_str()) == current { "(current)" } else { "" };
+        rows.push(vec![r.revision.to_string(), hash, images, mark.into()]);
+    }
+    table(&rows)
+}
+
+/// The revision `undo` goes back to: `to` if given, else the newest one
+/// older than the template's own.
+pub fn undo_target<'a>(revs: &'a [ControllerRevision], update_hash: &str, to: Option<i64>) -> Result<&'a ControllerRevision, String> {
+    if let Some(n) = to {
+        return revs.iter().find(|r| r.revision == n).ok_or_else(|| format!("no revision {n} (see `node-agent rollout history`)"));
+    }
+    let hash = |r: &ControllerRevision| r.labels().get(REVISION_LABEL).cloned().unwrap_or_default();
+    revs.iter().filter(|r| hash(r) != update_hash).max_by_key(|r| r.revision).ok_or_else(|| "no earlier revision to undo to".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{NodeAgentSpec, NodeAgentStatus};
+    use crate::rollout::revision_object;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn agent(status: NodeAgentStatus) -> NodeAgent {
+        let mut a = NodeAgent::new("node-agent", NodeAgentSpec::default());
+        a.metadata.namespace = Some("monitoring".into());
+        a.metadata.generation = Some(2);
+        a.metadata.creation_timestamp = Some(Time(Timestamp::from_second(1_000).unwrap()));
+        a.status = Some(status);
+        a
+    }
+
+    fn status(updated: i32, desired: i32, current: &str, update: &str) -> NodeAgentStatus {
+        NodeAgentStatus {
+            observed_generation: Some(2),
+            desired_number_scheduled: desired,
+            current_number_scheduled: desired,
+            number_ready: desired,
+            updated_number_scheduled: updated,
+            number_available: desired,
+            current_revision: Some(current.into()),
+            update_revision: Some(update.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn progress_reports_bar_wave_and_outcome() {
+        let mut s = status(5, 20, "old", "new");
+        s.current_wave = Some("canary".into());
+        let (line, o) = progress(&agent(s));
+        assert_eq!(o, Outcome::Waiting);
+        assert_eq!(line, format!("[{}{}] 5/20 updated, 20 available, wave canary", "#".repeat(7), "-".repeat(23)));
+        let (line, o) = progress(&agent(status(20, 20, "new", "new")));
+        assert_eq!(o, Outcome::Complete, "{line}");
+        let mut s = status(1, 20, "old", "new");
+        s.conditions = vec![Condition {
+            type_: "RolloutHalted".into(),
+            status: "True".into(),
+            message: "pod x on node a failed the health gate".into(),
+            reason: "HealthGateFailed".into(),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        }];
+        let (line, o) = progress(&agent(s));
+        assert_eq!(o, Outcome::Halted);
+        assert!(line.ends_with("rollout halted: pod x on node a failed the health gate"), "{line}");
+        // A spec change the controller has not seen yet is not "complete".
+        let mut s = status(20, 20, "new", "new");
+        s.observed_generation = Some(1);
+        assert_eq!(progress(&agent(s)).1, Outcome::Waiting);
+    }
+
+    #[test]
+    fn status_table_is_kubectl_shaped() {
+        let t = status_table(&[agent(status(3, 5, "old", "new"))], Timestamp::from_second(1_000 + 3 * 3600).unwrap(), false);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "WAVE", "STATE", "AGE"]
+        );
+        assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["node-agent", "5", "5", "5", "3", "5", "-", "Rolling", "3h"]);
+    }
+
+    #[test]
+    fn history_and_undo_pick_revisions() {
+        let mut a = agent(NodeAgentStatus::default());
+        let t = |img: &str| PodTemplateSpec {
+            metadata: None,
+            spec: Some(PodSpec {
+                containers: vec![Container { name: "a".into(), image: Some(img.into()), ..Default::default() }],
+                ..Default::default()
+            }),
+        };
+        a.spec.template = t("agent:3");
+        let revs = vec![
+            revision_object(&a, "h1", 1, &t("agent:1")),
+            revision_object(&a, "h3", 3, &t("agent:3")),
+            revision_object(&a, "h2", 2, &t("agent:2")),
+        ];
+        let h = history_table(&revs, Some("h3"));
+        let rows: Vec<Vec<&str>> = h.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows[1], ["1", "h1", "agent:1"]);
+        assert_eq!(rows[3], ["3", "h3", "agent:3", "(current)"]);
+        assert_eq!(undo_target(&revs, "h3", None).map(|r| r.revision), Ok(2));
+        assert_eq!(undo_target(&revs, "h3", Some(1)).map(|r| r.revision), Ok(1));
+        assert!(undo_target(&revs, "h3", Some(9)).unwrap_err().contains("no revision 9"));
+        assert!(undo_target(&revs[1..2], "h3", None).is_err());
+    }
+}

@@ -1,0 +1,13 @@
+//! Exposition: what collectors write and how it is served.
+//!
+//! - [`sink`]: the [`Sink`] a collector writes one scrape's families into,
+//!   reused from scrape to scrape, and its encoding through
+//!   prometheus-client ([`encode`]), as Prometheus text 0.0.4 or
+//!   OpenMetrics 1.0.
+//! - [`text`]: a strict parser of the text format (textfiles, health gates,
+//!   conformance tests).
+
+pub mod sink;
+pub mod text;
+
+pub use sink::{encode, Exposition, Family, Format, Kind, Sink};

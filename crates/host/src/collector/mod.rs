@@ -1,0 +1,30 @@
+//! The host collectors, one module each, named as node_exporter names them.
+
+pub mod arp;
+pub mod conntrack;
+pub mod cpu;
+pub mod cpufreq;
+pub mod diskstats;
+pub mod entropy;
+pub mod filefd;
+pub mod filesystem;
+pub mod hwmon;
+pub mod loadavg;
+pub mod meminfo;
+pub mod netclass;
+pub mod netdev;
+pub mod netstat;
+pub mod os;
+pub mod pressure;
+pub mod schedstat;
+pub mod selinux;
+pub mod sockstat;
+pub mod softnet;
+pub mod stat;
+pub mod textfile;
+pub mod thermal_zone;
+pub mod time;
+pub mod timex;
+pub mod udp_queues;
+pub mod uname;
+pub mod vmstat;

@@ -1,0 +1,265 @@
+//! File I/O for collectors: procfs and sysfs files kept open and re-read
+//! from offset 0, sysfs directories read with openat, into reused buffers.
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+use crate::Error;
+
+/// procfs and sysfs files stay open between scrapes and are re-read from
+/// offset 0 (the kernel regenerates them for a read at 0): no path walk,
+/// open or close per file per scrape. A file is lent to one reader at a
+/// time (a concurrent reader opens its own), so two readers never share a
+/// file position; a read that fails drops the kept file and retries once
+/// on a fresh open (a device that went away and came back). Regular files
+/// are never kept (they are replaced by rename). At most `MAX_KEPT` files.
+const MAX_KEPT: usize = 512;
+
+fn kept() -> &'static std::sync::Mutex<rustc_hash::FxHashMap<std::path::PathBuf, File>> {
+    static KEPT: std::sync::OnceLock<std::sync::Mutex<rustc_hash::FxHashMap<std::path::PathBuf, File>>> = std::sync::OnceLock::new();
+    KEPT.get_or_init(Default::default)
+}
+
+fn take_kept(path: &Path) -> Option<File> {
+    kept().lock().ok()?.remove(path)
+}
+
+fn give_back(path: &Path, f: File) {
+    if let Ok(mut k) = kept().lock() {
+        if k.len() < MAX_KEPT && !k.contains_key(path) {
+            k.insert(path.to_path_buf(), f);
+        }
+    }
+}
+
+/// The file lives on procfs or sysfs (regenerated on every read at 0).
+fn pseudo_fs(f: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: statfs is plain data, zeroed is valid; fstatfs fills it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and a writable statfs.
+    if unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+    const SYSFS_MAGIC: i64 = 0x6265_6572;
+    matches!(st.f_type as i64, PROC_SUPER_MAGIC | SYSFS_MAGIC)
+}
+
+/// Reads `path` into `buf` (cleared first), keeping its capacity, from a
+/// kept file when there is one (see `MAX_KEPT`), straight into the buffer's
+/// spare capacity, with no size probing.
+pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
+    buf.clear();
+    if let Some(f) = take_kept(path) {
+        if pread_all(&f, buf).is_ok() {
+            give_back(path, f);
+            return Ok(());
+        }
+        buf.clear();
+    }
+    let f = File::open(path)?;
+    pread_all(&f, buf)?;
+    if pseudo_fs(&f) {
+        give_back(path, f);
+    }
+    Ok(())
+}
+
+/// Reads `f` from offset 0 to its end into `buf`'s spare capacity (no
+/// zero-filling of reused buffers).
+fn pread_all(f: &File, buf: &mut Vec<u8>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let start = buf.len();
+    loop {
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(4096.max(buf.capacity()));
+        }
+        let offset = (buf.len() - start) as libc::off_t;
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: `spare` is writable memory of the given length owned by
+        // `buf`; pread(2) initializes the first `n` bytes it reports.
+        let n = unsafe { libc::pread(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), offset) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        // SAFETY: pread(2) initialized `n` more bytes after the current length.
+        unsafe { buf.set_len(buf.len() + n as usize) };
+    }
+}
+
+/// A sysfs directory held open, whose attributes are read relative to it
+/// (openat) and then kept open and re-read from offset 0 (one read per
+/// attribute: sysfs returns a whole attribute at once). Keep a `SysDir`
+/// across scrapes to keep its attributes open.
+pub struct SysDir {
+    path: std::path::PathBuf,
+    fd: std::os::fd::OwnedFd,
+    attrs: rustc_hash::FxHashMap<String, File>,
+    buf: Vec<u8>,
+}
+
+fn open_dir(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a valid NUL-terminated path; the returned fd is owned below.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor we own.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+impl SysDir {
+    pub fn open(path: &Path) -> io::Result<SysDir> {
+        Ok(SysDir { path: path.to_path_buf(), fd: open_dir(path)?, attrs: Default::default(), buf: Vec::with_capacity(4096) })
+    }
+
+    fn open_attr(&self, name: &str) -> Option<File> {
+        use std::os::fd::AsRawFd;
+        let mut cname = [0u8; 256];
+        if name.len() >= cname.len() || name.as_bytes().contains(&0) {
+            return None;
+        }
+        cname[..name.len()].copy_from_slice(name.as_bytes());
+        // SAFETY: `cname` is NUL-terminated; the fd is valid.
+        let fd = unsafe { libc::openat(self.fd.as_raw_fd(), cname.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: a fresh descriptor we own; closed on drop.
+        Some(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    }
+
+    fn read_attr(f: &File, buf: &mut Vec<u8>) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        buf.clear();
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: `spare` is writable memory owned by the buffer; pread(2)
+        // initializes the first `n` bytes it reports.
+        let n = unsafe { libc::pread(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pread(2) initialized `n` bytes.
+        unsafe { buf.set_len(n as usize) };
+        Ok(())
+    }
+
+    /// The attribute `name`, trimmed; `None` when it can't be read. An
+    /// attribute that exists but has no value now (EINVAL for the speed of
+    /// a link that is down) stays open; one whose device went away (ENODEV)
+    /// is opened afresh, with the directory if need be.
+    pub fn read(&mut self, name: &str) -> Option<&str> {
+        let kept = match self.attrs.get(name) {
+            Some(f) => match Self::read_attr(f, &mut self.buf) {
+                Ok(()) => true,
+                Err(e) if e.raw_os_error() == Some(libc::ENODEV) || e.raw_os_error() == Some(libc::ESTALE) => false,
+                Err(_) => return None,
+            },
+            None => false,
+        };
+        if !kept {
+            self.attrs.remove(name);
+            let f = match self.open_attr(name) {
+                Some(f) => f,
+                None => {
+                    self.fd = open_dir(&self.path).ok()?;
+                    self.open_attr(name)?
+                }
+            };
+            let res = Self::read_attr(&f, &mut self.buf);
+            self.attrs.insert(name.to_string(), f);
+            res.ok()?;
+        }
+        std::str::from_utf8(&self.buf).ok().map(str::trim)
+    }
+
+    pub fn read_i64(&mut self, name: &str) -> Option<i64> {
+        self.read(name)?.parse().ok()
+    }
+
+    pub fn read_u64(&mut self, name: &str) -> Option<u64> {
+        self.read(name)?.parse().ok()
+    }
+}
+
+/// Reads `path` into `buf`; a missing file is [`Error::NoData`].
+pub fn read_file(path: &Path, buf: &mut Vec<u8>) -> Result<(), Error> {
+    read_into(path, buf).map_err(|e| Error::from_read(path, e))
+}
+
+/// Reads a small sysfs attribute, trimmed. `None` when it can't be read.
+pub fn read_trimmed(path: &Path) -> Option<String> {
+    let mut buf = Vec::with_capacity(256);
+    read_into(path, &mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).trim().to_string())
+}
+
+/// Reads a sysfs attribute as an unsigned integer.
+pub fn read_u64(path: &Path) -> Option<u64> {
+    read_trimmed(path)?.parse().ok()
+}
+
+/// Reads a sysfs attribute as a signed integer.
+pub fn read_i64(path: &Path) -> Option<i64> {
+    read_trimmed(path)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    #[test]
+    fn kept_proc_files_are_regenerated_on_every_read() {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        // Uptime in hundredths of a second: it changes every 10 ms.
+        let p = Path::new("/proc/uptime");
+        super::read_into(p, &mut a).unwrap();
+        assert!(super::kept().lock().unwrap().contains_key(p), "procfs files are kept");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        super::read_into(p, &mut b).unwrap();
+        assert_ne!(a, b, "a kept file re-read from offset 0 shows new values");
+        let fresh = std::fs::read(p).unwrap();
+        assert!(!b.is_empty() && !fresh.is_empty());
+    }
+
+    #[test]
+    fn regular_files_are_never_kept_so_a_replaced_file_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.prom");
+        std::fs::write(&p, "one").unwrap();
+        let mut buf = Vec::new();
+        super::read_into(&p, &mut buf).unwrap();
+        assert!(!super::kept().lock().unwrap().contains_key(&p));
+        let tmp = dir.path().join("f.tmp");
+        std::fs::write(&tmp, "two").unwrap();
+        std::fs::rename(&tmp, &p).unwrap();
+        super::read_into(&p, &mut buf).unwrap();
+        assert_eq!(buf, b"two");
+    }
+
+    #[test]
+    fn kept_sysfs_attributes_follow_the_device() {
+        let Ok(mut d) = super::SysDir::open(Path::new("/sys/class/net/lo/statistics")) else { return };
+        let before: u64 = d.read_u64("tx_packets").unwrap();
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..10 {
+            sock.send_to(b"x", sock.local_addr().unwrap()).unwrap();
+        }
+        let after: u64 = d.read_u64("tx_packets").unwrap();
+        assert!(after >= before + 10, "{before} -> {after}");
+        assert_eq!(d.attrs.len(), 1, "the attribute stays open");
+        assert_eq!(d.read("no_such_attribute"), None);
+    }
+}

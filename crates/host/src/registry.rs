@@ -1,0 +1,175 @@
+//! The collector registry: every host collector by name, with its default
+//! state, its own flags and its constructor, and the host's flags
+//! (`--path.*`, `--collector.<name>`, `--collector.disable-defaults`).
+//!
+//! [`Definition`] is generic over what building needs (`()` for host
+//! collectors), so that the binary registers its eBPF probes the same way.
+
+use std::path::PathBuf;
+
+use clap::{Arg, ArgMatches, Command};
+
+use crate::collector::*;
+use crate::flags::{self, Flags};
+use crate::{Collector, ConfigError, Named, Paths};
+
+/// Builds a collector from its flags, the host paths and shared state `C`.
+pub type Builder<C> = fn(&Flags, &Paths, &mut C) -> Result<Box<dyn Collector>, ConfigError>;
+
+/// What a collector module registers.
+pub struct Definition<C = ()> {
+    /// Its name: its flag `--collector.<name>`, its `collector` label and
+    /// its module's file name.
+    pub name: &'static str,
+    pub enabled_by_default: bool,
+    /// Its own flags (`--collector.<name>.*`).
+    pub args: fn() -> Vec<Arg>,
+    pub build: Builder<C>,
+}
+
+/// No flags of its own.
+pub fn no_args() -> Vec<Arg> {
+    Vec::new()
+}
+
+macro_rules! simple {
+    ($name:literal, $default:expr, $module:ident) => {
+        Definition { name: $name, enabled_by_default: $default, args: no_args, build: |_f, p, _c| Ok(Box::new($module::Collector::new(p))) }
+    };
+}
+
+macro_rules! with_options {
+    ($name:literal, $default:expr, $module:ident) => {
+        Definition {
+            name: $name,
+            enabled_by_default: $default,
+            args: $module::Options::args,
+            build: |f, p, _c| Ok(Box::new($module::Collector::new($module::Options::from_flags(f)?, p)?)),
+        }
+    };
+}
+
+/// Every host collector, with node_exporter's default states.
+pub fn definitions() -> Vec<Definition> {
+    vec![
+        with_options!("arp", true, arp),
+        simple!("conntrack", true, conntrack),
+        with_options!("cpu", true, cpu),
+        simple!("cpufreq", true, cpufreq),
+        with_options!("diskstats", true, diskstats),
+        simple!("entropy", true, entropy),
+        simple!("filefd", true, filefd),
+        with_options!("filesystem", true, filesystem),
+        with_options!("hwmon", true, hwmon),
+        simple!("loadavg", true, loadavg),
+        simple!("meminfo", true, meminfo),
+        with_options!("netclass", true, netclass),
+        with_options!("netdev", true, netdev),
+        with_options!("netstat", true, netstat),
+        simple!("os", true, os),
+        simple!("pressure", true, pressure),
+        simple!("schedstat", true, schedstat),
+        simple!("selinux", true, selinux),
+        simple!("sockstat", true, sockstat),
+        simple!("softnet", true, softnet),
+        with_options!("stat", true, stat),
+        with_options!("textfile", true, textfile),
+        simple!("thermal_zone", true, thermal_zone),
+        simple!("time", true, time),
+        simple!("timex", true, timex),
+        simple!("udp_queues", true, udp_queues),
+        simple!("uname", true, uname),
+        with_options!("vmstat", true, vmstat),
+    ]
+}
+
+/// `--path.*`: where the host's filesystems are.
+pub fn path_args() -> Vec<Arg> {
+    vec![
+        flags::string_arg("path.procfs", "/proc", "procfs mountpoint."),
+        flags::string_arg("path.sysfs", "/sys", "sysfs mountpoint."),
+        flags::string_arg("path.rootfs", "/", "rootfs mountpoint."),
+        flags::string_arg("path.udev.data", "/run/udev/data", "udev data path."),
+    ]
+}
+
+/// The host paths from `--path.*`.
+pub fn paths(f: &Flags) -> Paths {
+    let p = |n: &str| PathBuf::from(f.string(n));
+    Paths { procfs: p("path.procfs"), sysfs: p("path.sysfs"), rootfs: p("path.rootfs"), udev_data: p("path.udev.data") }
+}
+
+/// `--collector.disable-defaults`.
+pub fn disable_defaults_args() -> [Arg; 2] {
+    flags::bool_args("collector.disable-defaults", false, "Set all collectors to disabled by default.")
+}
+
+/// `--collector.<name>` / `--no-collector.<name>` and the collector's own
+/// flags, for each definition.
+pub fn collector_args<C>(defs: &[Definition<C>]) -> Vec<Arg> {
+    let mut v = Vec::new();
+    for d in defs {
+        v.extend(flags::bool_args(&format!("collector.{}", d.name), d.enabled_by_default, &format!("Enable the {} collector", d.name)));
+        v.extend((d.args)());
+    }
+    v
+}
+
+/// Whether the collector of `d` is on, given `--collector.disable-defaults`.
+pub fn enabled<C>(f: &Flags, d: &Definition<C>) -> bool {
+    let default = d.enabled_by_default && !f.bool("collector.disable-defaults", false);
+    f.bool(&format!("collector.{}", d.name), default)
+}
+
+/// Builds the enabled collectors of `defs`, in order.
+pub fn build<C>(f: &Flags, paths: &Paths, defs: &[Definition<C>], ctx: &mut C) -> Result<Vec<Named>, ConfigError> {
+    let mut out = Vec::new();
+    for d in defs {
+        if enabled(f, d) {
+            out.push((d.name, (d.build)(f, paths, ctx)?));
+        }
+    }
+    Ok(out)
+}
+
+/// A command with the host's flags only: paths, collectors and their own
+/// flags (for tools that scrape host collectors without the agent: the
+/// fuzzers, the conformance harness).
+pub fn command() -> Command {
+    let defs = definitions();
+    Command::new("node-agent-host").args(path_args()).args(disable_defaults_args()).args(collector_args(&defs))
+}
+
+/// The host paths and the enabled host collectors of a command line parsed
+/// by [`command`].
+pub fn resolve(m: &ArgMatches) -> Result<(Paths, Vec<Named>), ConfigError> {
+    let f = Flags::new(m);
+    let paths = paths(&f);
+    let collectors = build(&f, &paths, &definitions(), &mut ())?;
+    Ok((paths, collectors))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_sorted() {
+        let names: Vec<&str> = definitions().iter().map(|d| d.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(names, sorted);
+    }
+
+    #[test]
+    fn defaults_and_toggles() {
+        let names = |args: &[&str]| {
+            let m = command().no_binary_name(true).try_get_matches_from(args).unwrap();
+            resolve(&m).unwrap().1.into_iter().map(|(n, _)| n).collect::<Vec<_>>()
+        };
+        assert!(names(&[]).contains(&"cpu"));
+        assert_eq!(names(&["--no-collector.cpu", "--collector.disable-defaults", "--collector.meminfo"]), ["meminfo"]);
+        assert_eq!(names(&["--collector.disable-defaults", "--collector.cpu", "--no-collector.cpu", "--collector.loadavg"]), ["loadavg"]);
+    }
+}

@@ -1,0 +1,144 @@
+//! The agent runtime: resolve the serve flags, build the collectors, bind,
+//! and serve on a runtime of its own until stopped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::ArgMatches;
+
+use crate::config;
+
+/// Errors of running a command.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] config::Error),
+    #[error(transparent)]
+    Server(#[from] crate::server::Error),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error(transparent)]
+    WebConfig(#[from] crate::webconfig::Error),
+    #[error("--security.drop-capabilities: {0}")]
+    DropCapabilities(#[from] crate::caps::DropError),
+}
+
+/// The scraper of the agent's collectors, with the exporter's own metrics
+/// (`process_*`, build info) unless `--web.disable-exporter-metrics`.
+pub fn scraper(collectors: Vec<host::Named>, exporter_metrics: bool) -> host::scrape::Scraper {
+    let scraper = host::scrape::Scraper::new(collectors);
+    if exporter_metrics {
+        scraper.with_own(Box::new(crate::process::ProcessMetrics::new()))
+    } else {
+        scraper
+    }
+}
+
+/// A running agent: its bound addresses, and a handle to stop it.
+pub struct Agent {
+    pub addrs: Vec<std::net::SocketAddr>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Agent {
+    /// Resolves the flags, binds every listen address and starts serving on
+    /// a runtime of its own. Fails, naming the flag, on bad configuration.
+    pub fn start(m: &ArgMatches) -> Result<Agent, Error> {
+        // Logging first: building the collectors logs (eBPF programs down,
+        // pod attribution off).
+        let (level, format) = config::log_settings(m)?;
+        crate::logging::init(level, format);
+        let cfg = config::resolve(m)?;
+        let names: Vec<&str> = cfg.collectors.iter().map(|(n, _)| *n).collect();
+        tracing::info!(collectors = %names.join(","), procfs = %cfg.paths.procfs.display(), sysfs = %cfg.paths.sysfs.display(), rootfs = %cfg.paths.rootfs.display(), "starting node-agent");
+        crate::caps::log_report(crate::caps::effective());
+        if cfg.drop_capabilities {
+            // The programs are attached: keep only what scrapes need.
+            let before = crate::caps::effective();
+            let keep = crate::caps::needed_after_start(before);
+            crate::caps::restrict_all_threads(keep)?;
+            tracing::info!(kept = format!("{keep:#x}"), dropped = format!("{:#x}", before & !keep), "capabilities dropped in every thread");
+        }
+        let web = match &cfg.web_config {
+            Some(p) => crate::webconfig::Handle::open(p)?,
+            None => crate::webconfig::Handle::none(),
+        };
+        let scraper = Arc::new(scraper(cfg.collectors, cfg.exporter_metrics));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(8)
+            .enable_all()
+            .build()
+            .map_err(Error::Runtime)?;
+        let listeners = rt.block_on(crate::server::bind(&cfg.listen))?;
+        let addrs: Vec<_> = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
+        for a in &addrs {
+            tracing::info!(address = %a, "listening");
+        }
+        let state = Arc::new(crate::server::State {
+            scraper,
+            telemetry_path: cfg.telemetry_path,
+            limit: (cfg.max_requests > 0).then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_requests))),
+            web,
+        });
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("node-agent-http".into())
+            .spawn(move || {
+                rt.block_on(crate::server::serve(
+                    listeners,
+                    state,
+                    async move {
+                        let _ = rx.await;
+                    },
+                    Duration::from_secs(10),
+                ));
+            })
+            .map_err(Error::Runtime)?;
+        Ok(Agent { addrs, stop: Some(tx), thread: Some(thread) })
+    }
+
+    /// Stops serving, letting in-flight requests finish.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Runs `serve` with the given matches until SIGTERM or SIGINT.
+pub fn serve(m: &ArgMatches) -> Result<(), Error> {
+    let agent = Agent::start(m)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Error::Runtime)?;
+    rt.block_on(shutdown_signal());
+    tracing::info!("signal received, shutting down");
+    agent.stop();
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => {}
+                _ = i.recv() => {}
+            }
+        }
+        _ => std::future::pending::<()>().await,
+    }
+}

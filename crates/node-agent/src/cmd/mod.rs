@@ -1,0 +1,104 @@
+//! The `node-agent` command line: one module per subcommand, each with
+//! `command()` and `run()`. With no subcommand, node-agent serves (taking
+//! `serve`'s flags), as node_exporter does.
+
+use std::process::ExitCode;
+
+use clap::{ArgMatches, Command};
+
+pub mod controller;
+pub mod crd;
+pub mod explain;
+pub mod manifests;
+pub mod plan;
+pub mod rollout;
+pub mod serve;
+pub mod simulate;
+pub mod status;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad input: a flag, a file (exit status 2).
+    #[error("{0}")]
+    Usage(String),
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Controller(#[from] controller_crate::Error),
+    #[error(transparent)]
+    Serve(#[from] crate::agent::Error),
+    #[error("{0}")]
+    Failed(String),
+}
+
+use ::controller as controller_crate;
+
+impl Error {
+    /// The process exit status for the error.
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            Error::Usage(_) => ExitCode::from(2),
+            _ => ExitCode::FAILURE,
+        }
+    }
+}
+
+/// The root command.
+pub fn command() -> Command {
+    let root = Command::new("node-agent")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("Node metrics compatible with node_exporter, kernel events through eBPF, and DaemonSet planning.")
+        .args_conflicts_with_subcommands(true);
+    serve::with_args(root)
+        .subcommand(serve::command())
+        .subcommand(plan::command())
+        .subcommand(explain::command())
+        .subcommand(simulate::command())
+        .subcommand(controller::command())
+        .subcommand(crd::command())
+        .subcommand(manifests::command())
+        .subcommand(status::command())
+        .subcommand(rollout::command())
+}
+
+/// Runs the command the matches name.
+pub fn run(m: &ArgMatches) -> Result<ExitCode, Error> {
+    match m.subcommand() {
+        Some(("serve", sub)) => serve::run(sub),
+        Some(("plan", sub)) => plan::run(sub),
+        Some(("explain", sub)) => explain::run(sub),
+        Some(("simulate", sub)) => simulate::run(sub),
+        Some(("controller", sub)) => controller::run(sub),
+        Some(("crd", sub)) => crd::run(sub),
+        Some(("manifests", sub)) => manifests::run(sub),
+        Some(("status", sub)) => status::run(sub),
+        Some(("rollout", sub)) => rollout::run(sub),
+        _ => serve::run(m),
+    }
+}
+
+/// A multi-threaded runtime for the API commands.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| Error::Failed(format!("tokio runtime: {e}")))
+}
+
+/// The `--namespace` of a NodeAgent.
+pub(crate) fn namespace_arg() -> clap::Arg {
+    clap::Arg::new("namespace").long("namespace").short('n').value_name("NS").default_value("monitoring").help("The NodeAgent's namespace.")
+}
+
+/// `--output json|table`.
+pub(crate) fn output_arg() -> clap::Arg {
+    clap::Arg::new("output").long("output").short('o').value_parser(["json", "table"]).default_value("json").help("Output format.")
+}
+
+/// Reads the one DaemonSet of a file.
+pub(crate) fn one_daemonset(path: &std::path::Path) -> Result<k8s_openapi::api::apps::v1::DaemonSet, Error> {
+    let mut v: Vec<k8s_openapi::api::apps::v1::DaemonSet> =
+        planner::input::read(path, "DaemonSet").map_err(|e| Error::Usage(e.to_string()))?;
+    match v.len() {
+        1 => Ok(v.remove(0)),
+        n => Err(Error::Usage(format!("{}: expected one DaemonSet, found {n}", path.display()))),
+    }
+}

@@ -1,0 +1,173 @@
+//! What the running kernel offers the probes, probed once: tracefs (mounted
+//! when we may), tracepoint formats (field offsets, so no layout is
+//! compiled in), the release, and the features that follow from them.
+//! Probes ask here; none probes the kernel itself.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The kernel facts the probes need.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    /// The tracefs mount aya uses, when there is one.
+    pub tracefs: Option<PathBuf>,
+    /// `uname -r`, e.g. `6.18.44-fc-v669`.
+    pub release: String,
+}
+
+/// One tracepoint's `format` file: its fields' offsets and the text.
+#[derive(Debug, Default, Clone)]
+pub struct Format {
+    pub fields: HashMap<String, u32>,
+    pub text: String,
+}
+
+impl Format {
+    /// The offset of `field`, 0 when the tracepoint has no such field.
+    pub fn offset(&self, field: &str) -> u32 {
+        self.fields.get(field).copied().unwrap_or(0)
+    }
+
+    pub fn has(&self, field: &str) -> bool {
+        self.fields.contains_key(field)
+    }
+}
+
+impl Kernel {
+    /// The running kernel, probed once per process (mounting tracefs at
+    /// /sys/kernel/tracing when it is nowhere and we are permitted to).
+    pub fn get() -> &'static Kernel {
+        static K: OnceLock<Kernel> = OnceLock::new();
+        K.get_or_init(|| Kernel {
+            tracefs: ensure_tracefs(),
+            release: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
+        })
+    }
+
+    /// A tracepoint's format (empty when tracefs or the tracepoint is missing).
+    pub fn format(&self, category: &str, name: &str) -> Format {
+        let Some(t) = &self.tracefs else { return Format::default() };
+        let text = std::fs::read_to_string(t.join("events").join(category).join(name).join("format")).unwrap_or_default();
+        Format { fields: parse_format(&text), text }
+    }
+
+    /// Whether the release is at least `major.minor`.
+    pub fn at_least(&self, major: u32, minor: u32) -> bool {
+        release_at_least(&self.release, major, minor)
+    }
+
+    /// sched_switch passes the previous task's state to raw tracepoint
+    /// programs (Linux >= 5.18).
+    pub fn raw_sched_switch(&self) -> bool {
+        self.at_least(5, 18)
+    }
+
+    /// oom:mark_victim passes the victim task (Linux >= 6.8, whose format
+    /// grew `uid` with the new prototype) rather than its pid.
+    pub fn oom_passes_task(&self) -> bool {
+        self.format("oom", "mark_victim").has("uid")
+    }
+
+    /// Where the syscall number is in `struct pt_regs`: orig_ax on x86_64,
+    /// syscallno on aarch64.
+    pub fn regs_syscall_nr(&self) -> u32 {
+        if cfg!(target_arch = "aarch64") {
+            280
+        } else {
+            120
+        }
+    }
+}
+
+/// Whether a kernel release (`6.18.44-...`) is at least `major.minor`.
+pub fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut it = release.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap_or(0));
+    let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    (a, b) >= (major, minor)
+}
+
+/// The tracefs mount aya uses (it looks at these two places only).
+pub fn tracefs() -> Option<PathBuf> {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"].iter().map(PathBuf::from).find(|p| p.join("events").is_dir())
+}
+
+/// Mounts tracefs at /sys/kernel/tracing when it is nowhere to be found and
+/// we are permitted to.
+fn ensure_tracefs() -> Option<PathBuf> {
+    if let Some(p) = tracefs() {
+        return Some(p);
+    }
+    let target = std::ffi::CString::new("/sys/kernel/tracing").ok()?;
+    let fstype = std::ffi::CString::new("tracefs").ok()?;
+    // SAFETY: all pointers are valid NUL-terminated strings; data is null.
+    let rc = unsafe { libc::mount(fstype.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+    if rc != 0 {
+        tracing::warn!(err = %std::io::Error::last_os_error(), "tracefs is not mounted and mounting it failed: tracepoint programs will be down");
+        return None;
+    }
+    tracing::info!(path = "/sys/kernel/tracing", "mounted tracefs");
+    tracefs()
+}
+
+/// Field offsets of one tracepoint, from its tracefs `format` file.
+pub fn parse_format(text: &str) -> HashMap<String, u32> {
+    let mut out = HashMap::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let Some(rest) = line.strip_prefix("field:") else { continue };
+        let mut parts = rest.split(';');
+        let decl = parts.next().unwrap_or("").trim();
+        let name = decl.rsplit(' ').next().unwrap_or("");
+        let name = name.split('[').next().unwrap_or(name);
+        let offset = parts.find_map(|p| p.trim().strip_prefix("offset:")).and_then(|o| o.trim().parse::<u32>().ok());
+        if let Some(o) = offset {
+            out.insert(name.to_string(), o);
+        }
+    }
+    out
+}
+
+/// The largest flag of sched_switch's `prev_state` print format: the state
+/// bits are everything below twice that (the bit above marks preemption).
+pub fn switch_state_mask(format: &str) -> u32 {
+    let Some(flags) = format.split("__print_flags(").nth(1) else { return 0xff };
+    let max = flags
+        .split("{ 0x")
+        .skip(1)
+        .filter_map(|s| u32::from_str_radix(s.split(',').next().unwrap_or("").trim(), 16).ok())
+        .max()
+        .unwrap_or(0x80);
+    max.saturating_mul(2).saturating_sub(1)
+}
+
+/// The kernel's BTF, when pod attribution needs it.
+pub fn read_btf(path: &Path) -> std::io::Result<Vec<u8>> {
+    std::fs::read(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SWITCH: &str = "name: sched_switch\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;\n\tfield:long prev_state;\toffset:32;\tsize:8;\tsigned:1;\n\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;\n\nprint fmt: \"x\", (REC->prev_state & 0xff) ? __print_flags(REC->prev_state & 0xff, \"|\", { 0x00000001, \"S\" }, { 0x00000002, \"D\" }, { 0x00000080, \"I\" }) : \"R\"";
+
+    #[test]
+    fn parses_format_offsets() {
+        let f = parse_format(SWITCH);
+        assert_eq!(f["prev_pid"], 24);
+        assert_eq!(f["prev_state"], 32);
+        assert_eq!(f["next_pid"], 56);
+        assert_eq!(f["prev_comm"], 8);
+        assert_eq!(switch_state_mask(SWITCH), 0xff);
+        assert_eq!(switch_state_mask("no flags"), 0xff);
+    }
+
+    #[test]
+    fn kernel_releases() {
+        assert!(release_at_least("6.18.44-fc-v669", 5, 18));
+        assert!(release_at_least("5.18.0", 5, 18));
+        assert!(!release_at_least("5.15.0-91-generic", 5, 18));
+        assert!(!release_at_least("", 5, 18));
+    }
+}

@@ -1,0 +1,106 @@
+//! `ebpf_block_io`: block I/O latency from issue to completion, measured in
+//! the kernel (block_rq_issue, block_rq_complete), per device and operation,
+//! as `node_ebpf_block_io_latency_seconds{device,operation}`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use agent_common::block_io::{BioKey, Offsets, DROPPED, HIST, OFFSETS, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE, PROGRAMS};
+use agent_common::Hist;
+use aya::maps::PerCpuHashMap;
+use clap::Arg;
+use expo::{Kind, Sink};
+use host::flags::Flags;
+use host::{ConfigError, Paths};
+
+use super::Context;
+use crate::ebpf::kernel::Kernel;
+use crate::ebpf::maps::{self, MapError};
+use crate::ebpf::{Globals, Probe};
+
+/// block_rq_issue's and block_rq_complete's `dev`, `sector` and `rwbs`.
+pub fn globals(k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
+    let i = k.format("block", "block_rq_issue");
+    let c = k.format("block", "block_rq_complete");
+    g.set(
+        OFFSETS,
+        &Offsets {
+            rq_issue_dev: i.offset("dev"),
+            rq_issue_sector: i.offset("sector"),
+            rq_issue_rwbs: i.offset("rwbs"),
+            rq_complete_dev: c.offset("dev"),
+            rq_complete_sector: c.offset("sector"),
+            rq_complete_rwbs: c.offset("rwbs"),
+        },
+    );
+}
+
+pub struct Collector {
+    probe: Probe,
+    sys_dev_block: PathBuf,
+    names: HashMap<u32, String>,
+}
+
+pub fn args() -> Vec<Arg> {
+    Vec::new()
+}
+
+pub fn build(_f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
+    Ok(Box::new(Collector { probe: Probe::attach(ctx.ebpf(), &PROGRAMS), sys_dev_block: p.sys("dev/block"), names: HashMap::new() }))
+}
+
+impl Collector {
+    /// The device name as node_disk_* labels it (from sysfs), else MAJ:MIN.
+    fn device(&mut self, dev: u32) -> &str {
+        let dir = &self.sys_dev_block;
+        self.names.entry(dev).or_insert_with(|| {
+            let (major, minor) = (dev >> 20, dev & 0xf_ffff);
+            std::fs::read_to_string(dir.join(format!("{major}:{minor}/uevent")))
+                .ok()
+                .and_then(|u| u.lines().find_map(|l| l.strip_prefix("DEVNAME=").map(str::to_string)))
+                .unwrap_or_else(|| format!("{major}:{minor}"))
+        })
+    }
+}
+
+fn op_label(op: u32) -> Option<&'static str> {
+    match op {
+        OP_READ => Some("read"),
+        OP_WRITE => Some("write"),
+        OP_FLUSH => Some("flush"),
+        OP_DISCARD => Some("discard"),
+        _ => None,
+    }
+}
+
+impl host::Collector for Collector {
+    fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
+        self.probe.self_metrics(sink);
+        let Some(shared) = self.probe.ebpf().cloned() else { return Ok(()) };
+        let (series, dropped) = {
+            let ebpf = shared.lock().ok_or(MapError::Poisoned)?;
+            let err = |source| MapError::Map { map: HIST, source };
+            let map = ebpf.map(HIST).ok_or(MapError::Missing(HIST))?;
+            let hists: PerCpuHashMap<_, BioKey, Hist> = PerCpuHashMap::try_from(map).map_err(err)?;
+            let mut series = Vec::new();
+            for item in hists.iter() {
+                let (key, per_cpu) = item.map_err(err)?;
+                series.push((key, maps::to_prometheus(&per_cpu)));
+            }
+            (series, maps::counter(&ebpf, DROPPED, 0)?)
+        };
+        for (key, (buckets, sum, count)) in series {
+            let Some(op) = op_label(key.op) else { continue };
+            let device = self.device(key.dev).to_string();
+            sink.family("node_ebpf_block_io_latency_seconds", "Block I/O latency from issue to completion.", Kind::Histogram).histogram(
+                &[("device", &device), ("operation", op)],
+                sum,
+                count,
+                &buckets,
+            );
+        }
+        sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
+            .sample(&[("probe", "block_io")], dropped as f64);
+        Ok(())
+    }
+}

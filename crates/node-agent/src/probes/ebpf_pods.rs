@@ -1,0 +1,369 @@
+//! `ebpf_pods`: kernel events per pod of this node — run-queue wait, OOM
+//! kills, TCP retransmits, block I/O bytes and failed syscalls, counted in
+//! the kernel per cgroup v2 id and named in user space (see `crate::pods`).
+//!
+//! Needs the Kubernetes API (in-cluster service account, or a kubeconfig):
+//! without one, attribution is off, one line says so at start-up, and no
+//! program is attached for it. Processes outside any pod count under
+//! `namespace=""`, `pod=""`. Cardinality: one series per pod of this node
+//! (containers for OOM kills), kept `--collector.ebpf_pods.grace-period`
+//! after a pod's deletion; at most `POD_MAX_CGROUPS` cgroups are counted in
+//! the kernel (beyond that, events are counted as dropped).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agent_common::pods::{
+    Offsets, PodCounters, BLOCK, BLOCK_PROGRAMS, DROPPED, OFFSETS, OOM, OOM_CURRENT, OOM_VICTIM, RUNQ, STATS, SYSCALLS, TCP,
+};
+use agent_common::{runqueue, syscalls, tcp_retransmits, Program};
+use clap::Arg;
+use expo::{Kind, Sink};
+use host::flags::Flags;
+use host::{ConfigError, Paths};
+
+use super::Context;
+use crate::ebpf::kernel::Kernel;
+use crate::ebpf::maps::{self, MapError};
+use crate::ebpf::{btf, Globals, Probe};
+use crate::pods::attrib::Attribution;
+use crate::pods::cgroup::{self, Cgroup};
+use crate::pods::index::PodIndex;
+use crate::pods::watch;
+
+pub fn args() -> Vec<Arg> {
+    vec![
+        Arg::new("collector.ebpf_pods.node-name")
+            .long("collector.ebpf_pods.node-name")
+            .value_name("NAME")
+            .help("This node's name, whose pods are watched [default: $NODE_NAME, else the host name]."),
+        Arg::new("collector.ebpf_pods.kubeconfig")
+            .long("collector.ebpf_pods.kubeconfig")
+            .value_name("FILE")
+            .help("Kubeconfig to reach the API server with [default: $KUBECONFIG or ~/.kube/config, else the pod's service account]."),
+        Arg::new("collector.ebpf_pods.grace-period")
+            .long("collector.ebpf_pods.grace-period")
+            .value_name("DURATION")
+            .default_value("5m")
+            .help("How long a deleted pod's series (and a gone cgroup's counts) are kept, e.g. 30s, 5m, 1h."),
+    ]
+}
+
+/// Parses `30s`, `5m`, `1h` (or plain seconds): whole numbers only.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = num.parse().ok()?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        _ => return None,
+    };
+    Some(Duration::from_secs(secs))
+}
+
+/// Decides before the eBPF object loads whether attribution is on: it needs
+/// the Kubernetes API. Logs one line when it is off; a kubeconfig named by
+/// the flag that cannot be read is a start-up error.
+pub fn prepare(f: &Flags, paths: &Paths, ctx: &mut Context) -> Result<(), ConfigError> {
+    let flag = "collector.ebpf_pods.kubeconfig";
+    let kubeconfig = Some(f.string(flag)).filter(|s| !s.is_empty()).map(PathBuf::from);
+    match watch::source(kubeconfig.as_deref()) {
+        Ok(s) => {
+            ctx.pods_source = Some(s);
+            ctx.pods_btf = Some(paths.sys("kernel/btf/vmlinux"));
+        }
+        Err(e) if kubeconfig.is_some() => return Err(ConfigError::Invalid { flag: flag.into(), msg: e }),
+        Err(e) => tracing::info!(reason = %e, "pod attribution off: no Kubernetes API to name pods with"),
+    }
+    Ok(())
+}
+
+/// Sets up attribution's global and decides the events it serves on this
+/// kernel: syscall errors always; block I/O with the block_io_start
+/// tracepoint (Linux >= 6.5); run-queue wait, OOM kills and TCP retransmits
+/// with the kernel's BTF (task and socket to cgroup). Off (0) unless
+/// [`prepare`] turned attribution on.
+pub fn globals(k: &Kernel, ctx: &mut Context, g: &mut Globals) {
+    let mut o = Offsets::DEFAULT;
+    if let Some(btf) = ctx.pods_btf.clone() {
+        o = offsets(k, &btf);
+    }
+    ctx.pod_events = o.events;
+    g.set(OFFSETS, &o);
+}
+
+fn offsets(k: &Kernel, btf_path: &std::path::Path) -> Offsets {
+    let mut o = Offsets { events: SYSCALLS, ..Offsets::DEFAULT };
+    let (io, merge) = (k.format("block", "block_io_start"), k.format("block", "block_bio_backmerge"));
+    (o.io_start_bytes, o.io_start_rwbs, o.bio_merge_nr_sector, o.bio_merge_rwbs) =
+        (io.offset("bytes"), io.offset("rwbs"), merge.offset("nr_sector"), merge.offset("rwbs"));
+    if o.io_start_bytes != 0 && o.io_start_rwbs != 0 && o.bio_merge_nr_sector != 0 && o.bio_merge_rwbs != 0 {
+        o.events |= BLOCK;
+    } else {
+        tracing::info!("no block_io_start tracepoint (Linux < 6.5): block I/O is not attributed to pods");
+    }
+    let data = match crate::ebpf::kernel::read_btf(btf_path) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(path = %btf_path.display(), err = %e, "no kernel BTF: run-queue wait, OOM kills and TCP retransmits are not attributed to pods");
+            return o;
+        }
+    };
+    let walk = btf::Btf::parse(&data).and_then(|b| {
+        Ok((
+            [
+                b.offset("task_struct", &["cgroups"])?,
+                b.offset("css_set", &["dfl_cgrp"])?,
+                b.offset("cgroup", &["kn"])?,
+                b.offset("kernfs_node", &["id"])?,
+            ],
+            b.offset("sock", &["sk_cgrp_data", "cgroup"]),
+        ))
+    });
+    match walk {
+        Ok(([task, css, kn, id], sock)) => {
+            (o.task_cgroups, o.css_set_dfl_cgrp, o.cgroup_kn, o.kernfs_node_id) = (task, css, kn, id);
+            o.events |= OOM;
+            if k.raw_sched_switch() {
+                o.events |= RUNQ;
+            }
+            match sock {
+                Ok(off) if k.format("tcp", "tcp_retransmit_skb").has("skaddr") => {
+                    o.sock_cgroup = off;
+                    o.events |= TCP;
+                }
+                Ok(_) => tracing::info!("tcp_retransmit_skb has no skaddr: TCP retransmits are not attributed to pods"),
+                Err(e) => tracing::info!(err = %e, "TCP retransmits are not attributed to pods"),
+            }
+        }
+        Err(e) => tracing::warn!(err = %e, "kernel BTF unusable: run-queue wait, OOM kills and TCP retransmits are not attributed to pods"),
+    }
+    o
+}
+
+/// The programs serving the events `bits` says the loaded object has on.
+fn programs(bits: u32, k: &Kernel) -> Vec<Program> {
+    let mut p = Vec::new();
+    if bits & SYSCALLS != 0 {
+        p.push(syscalls::SYS_EXIT);
+    }
+    if bits & RUNQ != 0 {
+        p.extend(runqueue::RAW_PROGRAMS);
+    }
+    if bits & TCP != 0 {
+        p.push(tcp_retransmits::RETRANSMIT_SKB);
+    }
+    if bits & OOM != 0 {
+        p.push(if k.oom_passes_task() { OOM_VICTIM } else { OOM_CURRENT });
+    }
+    if bits & BLOCK != 0 {
+        p.extend(BLOCK_PROGRAMS);
+    }
+    p
+}
+
+struct Active {
+    probe: Probe,
+    index: Arc<Mutex<PodIndex>>,
+    _watch: watch::Watch,
+    attrib: Attribution,
+    root: Option<PathBuf>,
+    cgroups: HashMap<u64, Cgroup>,
+    walked: Option<Instant>,
+    /// Counted cgroups the last walk did not find (gone before it): they
+    /// do not call for another walk.
+    unfound: std::collections::HashSet<u64>,
+}
+
+pub struct Collector {
+    active: Option<Active>,
+}
+
+pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
+    Ok(Box::new(new(f, p, ctx)?))
+}
+
+/// The collector.
+pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigError> {
+    let flag = "collector.ebpf_pods.grace-period";
+    let value = f.string(flag);
+    let grace = parse_duration(&value)
+        .ok_or_else(|| ConfigError::Invalid { flag: flag.into(), msg: format!("not a duration: {value:?} (e.g. 30s, 5m, 1h)") })?;
+    let Some(source) = ctx.pods_source.take() else { return Ok(Collector { active: None }) };
+    let node = Some(f.string("collector.ebpf_pods.node-name"))
+        .filter(|n| !n.is_empty())
+        .or_else(|| std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()))
+        .or_else(|| host::sys::uname().ok().map(|u| u.nodename.to_lowercase()))
+        .unwrap_or_default();
+    let root = cgroup::v2_root(&p.sysfs);
+    if root.is_none() {
+        tracing::warn!(sysfs = %p.sysfs.display(), "no cgroup v2 hierarchy: every task's events count for the host");
+    }
+    let shared = ctx.ebpf();
+    let bits = if shared.is_ok() { ctx.pod_events } else { SYSCALLS };
+    let probe = Probe::attach(shared, &programs(bits, Kernel::get()));
+    let index = Arc::new(Mutex::new(PodIndex::default()));
+    let watch = watch::spawn(source, node.clone(), Arc::clone(&index))
+        .map_err(|e| ConfigError::Invalid { flag: "collector.ebpf_pods".into(), msg: format!("starting the pod watch: {e}") })?;
+    let names: Vec<&str> =
+        [(SYSCALLS, "syscall_errors"), (RUNQ, "runqueue"), (OOM, "oom_kills"), (TCP, "tcp_retransmits"), (BLOCK, "block_io")]
+            .iter()
+            .filter(|(b, _)| bits & b != 0)
+            .map(|(_, n)| *n)
+            .collect();
+    tracing::info!(node = %node, events = %names.join(","), "pod attribution on");
+    Ok(Collector {
+        active: Some(Active {
+            probe,
+            index,
+            _watch: watch,
+            attrib: Attribution::new(grace),
+            root,
+            cgroups: HashMap::new(),
+            walked: None,
+            unfound: Default::default(),
+        }),
+    })
+}
+
+/// Re-walk the hierarchy when a cgroup appeared since the last walk, and
+/// every 10 s to notice cgroups that went.
+fn walk_due(walked: Option<Instant>, new_cgroup: bool, now: Instant) -> bool {
+    new_cgroup || walked.is_none_or(|w| now.duration_since(w) >= Duration::from_secs(10))
+}
+
+impl host::Collector for Collector {
+    fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
+        let Some(a) = &mut self.active else { return Ok(()) };
+        a.probe.self_metrics(sink);
+        let Some(shared) = a.probe.shared.clone() else { return Ok(()) };
+        let entries: Vec<(u64, PodCounters)> = {
+            let ebpf = shared.lock().ok_or(MapError::Poisoned)?;
+            let map = ebpf.map(STATS).ok_or(MapError::Missing(STATS))?;
+            let stats: aya::maps::HashMap<_, u64, PodCounters> =
+                aya::maps::HashMap::try_from(map).map_err(|source| MapError::Map { map: STATS, source })?;
+            stats.iter().filter_map(Result::ok).collect()
+        };
+        // The hierarchy is walked without holding the eBPF state.
+        let now = Instant::now();
+        match &a.root {
+            Some(root) => {
+                let new_cgroup = entries.iter().any(|(id, _)| !a.cgroups.contains_key(id) && !a.unfound.contains(id));
+                if walk_due(a.walked, new_cgroup, now) {
+                    a.cgroups = cgroup::walk(root);
+                    a.walked = Some(now);
+                    a.unfound = entries.iter().map(|(id, _)| *id).filter(|id| !a.cgroups.contains_key(id)).collect();
+                }
+            }
+            // No cgroup v2 hierarchy to name anything with: all the host's.
+            None => a.cgroups = entries.iter().map(|(id, _)| (*id, Cgroup { path: String::new(), pod: None })).collect(),
+        }
+        let (out, pods, synced) = {
+            let mut idx = a.index.lock().unwrap_or_else(|e| e.into_inner());
+            let out = a.attrib.update(&entries, &a.cgroups, &mut idx, now);
+            (out, idx.live(now, a.attrib.grace).count(), idx.synced)
+        };
+        let dropped = {
+            let mut ebpf = shared.lock().ok_or(MapError::Poisoned)?;
+            if !out.delete.is_empty() {
+                let map = ebpf.map_mut(STATS).ok_or(MapError::Missing(STATS))?;
+                let mut stats: aya::maps::HashMap<_, u64, PodCounters> =
+                    aya::maps::HashMap::try_from(map).map_err(|source| MapError::Map { map: STATS, source })?;
+                for id in &out.delete {
+                    let _ = stats.remove(id);
+                }
+            }
+            maps::counter(&ebpf, DROPPED, 0)?
+        };
+        emit(sink, &out.series);
+        sink.family(
+            "node_ebpf_pod_attribution_cgroups",
+            "Cgroups with counts in the kernel, by whether their pod (or the host) is known.",
+            Kind::Gauge,
+        )
+        .sample(&[("state", "attributed")], out.attributed as f64)
+        .sample(&[("state", "pending")], out.pending as f64);
+        sink.family(
+            "node_ebpf_pod_attribution_pods",
+            "Pods of this node known from the API server (deleted ones until their grace period ends).",
+            Kind::Gauge,
+        )
+        .sample(&[], pods as f64);
+        sink.family("node_ebpf_pod_attribution_synced", "Whether the pods of this node have been listed from the API server.", Kind::Gauge)
+            .sample(&[], if synced { 1.0 } else { 0.0 });
+        sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
+            .sample(&[("probe", "pods")], dropped as f64);
+        Ok(())
+    }
+}
+
+/// Writes the per-pod families (per container for OOM kills).
+fn emit(sink: &mut Sink, series: &BTreeMap<(String, String, String), PodCounters>) {
+    let mut pods: BTreeMap<(&str, &str), PodCounters> = BTreeMap::new();
+    for ((ns, pod, _), c) in series {
+        crate::pods::attrib::add(pods.entry((ns, pod)).or_default(), c);
+    }
+    let f =
+        sink.family("node_ebpf_pod_runqueue_wait_seconds_total", "Time the pod's tasks waited on a run queue for a CPU.", Kind::Counter);
+    for ((ns, pod), c) in &pods {
+        f.sample(&[("namespace", ns), ("pod", pod)], c.runq_wait_ns as f64 / 1e9);
+    }
+    let f = sink.family("node_ebpf_pod_runqueue_waits_total", "Times the pod's tasks waited on a run queue.", Kind::Counter);
+    for ((ns, pod), c) in &pods {
+        f.sample(&[("namespace", ns), ("pod", pod)], c.runq_waits as f64);
+    }
+    let f = sink.family("node_ebpf_pod_oom_kills_total", "Tasks of the pod's containers killed by the OOM killer.", Kind::Counter);
+    for ((ns, pod, container), c) in series {
+        f.sample(&[("namespace", ns), ("pod", pod), ("container", container)], c.oom_kills as f64);
+    }
+    let f = sink.family("node_ebpf_pod_tcp_retransmits_total", "TCP segments retransmitted by the pod's sockets.", Kind::Counter);
+    for ((ns, pod), c) in &pods {
+        f.sample(&[("namespace", ns), ("pod", pod)], c.tcp_retransmits as f64);
+    }
+    let f = sink.family("node_ebpf_pod_block_io_bytes_total", "Bytes of block I/O requests submitted by the pod's tasks.", Kind::Counter);
+    for ((ns, pod), c) in &pods {
+        f.sample(&[("namespace", ns), ("pod", pod), ("operation", "read")], c.read_bytes as f64);
+        f.sample(&[("namespace", ns), ("pod", pod), ("operation", "write")], c.write_bytes as f64);
+    }
+    let f = sink.family("node_ebpf_pod_syscall_errors_total", "System calls of the pod's tasks that returned an error.", Kind::Counter);
+    for ((ns, pod), c) in &pods {
+        f.sample(&[("namespace", ns), ("pod", pod)], c.syscall_errors as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("45"), Some(Duration::from_secs(45)));
+        for bad in ["", "m", "5x", "-1s", "1.5m", "99999999999999999999h"] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn walks_when_due() {
+        let t = Instant::now();
+        assert!(walk_due(None, false, t));
+        assert!(walk_due(Some(t), true, t + Duration::from_millis(1)));
+        assert!(!walk_due(Some(t), false, t + Duration::from_secs(9)));
+        assert!(walk_due(Some(t), false, t + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn programs_follow_the_kernel_features() {
+        let k = Kernel { tracefs: None, release: "6.18.0".into() };
+        assert_eq!(programs(SYSCALLS, &k).iter().map(|p| p.name).collect::<Vec<_>>(), ["sys_exit"]);
+        let all = programs(SYSCALLS | RUNQ | TCP | BLOCK, &k);
+        assert_eq!(all.len(), 1 + 3 + 1 + 3);
+    }
+}

@@ -1,0 +1,67 @@
+//! `ebpf_runqueue`: how long runnable tasks wait for a CPU, measured in the
+//! kernel from wakeup (or preemption) to running (sched_wakeup,
+//! sched_wakeup_new, sched_switch), as `node_ebpf_runqueue_latency_seconds`.
+
+use agent_common::runqueue::{Offsets, DROPPED, HIST, OFFSETS, RAW_PROGRAMS, TP_PROGRAMS};
+use agent_common::Program;
+use clap::Arg;
+use expo::{Kind, Sink};
+use host::flags::Flags;
+use host::{ConfigError, Paths};
+
+use super::Context;
+use crate::ebpf::kernel::{switch_state_mask, Kernel};
+use crate::ebpf::{maps, Globals, Probe};
+
+/// The programs for the running kernel: raw tracepoints keyed by task where
+/// sched_switch passes the previous task's state, else classic ones.
+pub fn programs(k: &Kernel) -> &'static [Program; 3] {
+    if k.raw_sched_switch() {
+        &RAW_PROGRAMS
+    } else {
+        &TP_PROGRAMS
+    }
+}
+
+/// The classic tracepoints' field offsets (the raw programs read none).
+pub fn globals(k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
+    let w = k.format("sched", "sched_wakeup");
+    let s = k.format("sched", "sched_switch");
+    g.set(
+        OFFSETS,
+        &Offsets {
+            wakeup_pid: w.offset("pid"),
+            switch_prev_pid: s.offset("prev_pid"),
+            switch_prev_state: s.offset("prev_state"),
+            switch_next_pid: s.offset("next_pid"),
+            switch_state_mask: switch_state_mask(&s.text),
+        },
+    );
+}
+
+pub struct Collector {
+    probe: Probe,
+}
+
+pub fn args() -> Vec<Arg> {
+    Vec::new()
+}
+
+pub fn build(_f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
+    Ok(Box::new(Collector { probe: Probe::attach(ctx.ebpf(), programs(Kernel::get())) }))
+}
+
+impl host::Collector for Collector {
+    fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
+        self.probe.self_metrics(sink);
+        let Some(shared) = self.probe.ebpf() else { return Ok(()) };
+        let ebpf = shared.lock().ok_or(maps::MapError::Poisoned)?;
+        let (buckets, sum, count) = maps::to_prometheus(&maps::histogram(&ebpf, HIST)?);
+        sink.family("node_ebpf_runqueue_latency_seconds", "Time runnable tasks waited on a run queue before running.", Kind::Histogram)
+            .histogram(&[], sum, count, &buckets);
+        let dropped = maps::counter(&ebpf, DROPPED, 0)?;
+        sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
+            .sample(&[("probe", "runqueue")], dropped as f64);
+        Ok(())
+    }
+}

@@ -1,0 +1,33 @@
+//! `ebpf_tcp_retransmits`: TCP segment retransmits counted in the kernel
+//! (tcp:tcp_retransmit_skb), by address family.
+
+use agent_common::tcp_retransmits::{Offsets, OFFSETS, PROGRAMS, RETRANSMITS, V4, V6};
+use clap::Arg;
+use host::flags::Flags;
+use host::{Collector, ConfigError, Paths};
+
+use super::counters::{Counter, CounterProbe};
+use super::Context;
+use crate::ebpf::kernel::Kernel;
+use crate::ebpf::Globals;
+
+const HELP: &str = "TCP segments retransmitted (tcp:tcp_retransmit_skb).";
+
+const COUNTERS: &[Counter] = &[
+    (V4, "node_ebpf_tcp_retransmits_total", HELP, &[("family", "ipv4")]),
+    (V6, "node_ebpf_tcp_retransmits_total", HELP, &[("family", "ipv6")]),
+];
+
+/// tcp_retransmit_skb's `family`, `err` (Linux >= 6.10) and `skaddr`.
+pub fn globals(k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
+    let f = k.format("tcp", "tcp_retransmit_skb");
+    g.set(OFFSETS, &Offsets { family: f.offset("family"), err: f.offset("err"), skaddr: f.offset("skaddr") });
+}
+
+pub fn args() -> Vec<Arg> {
+    Vec::new()
+}
+
+pub fn build(_f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn Collector>, ConfigError> {
+    Ok(Box::new(CounterProbe::new(ctx, &PROGRAMS, RETRANSMITS, COUNTERS)))
+}

@@ -1,0 +1,126 @@
+//! The eBPF probes, one module per probe (its loader side: the tracepoint
+//! offsets it reads for its global, the programs it attaches and the
+//! families it writes), registered as collectors like the host's, and
+//! named `ebpf_<probe>`. Their programs are in `agent-ebpf`, and their map
+//! types and names in `agent-common`, in modules of the same name.
+//!
+//! Adding a probe: its module in each of the three crates, and one
+//! `probe!` line in [`definitions`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use host::flags::Flags;
+use host::registry::Definition;
+use host::{ConfigError, Paths};
+
+use crate::ebpf::kernel::Kernel;
+use crate::ebpf::{Globals, LoadError, Shared};
+
+pub mod counters;
+pub mod ebpf_block_io;
+pub mod ebpf_oom_kills;
+pub mod ebpf_pods;
+pub mod ebpf_process;
+pub mod ebpf_runqueue;
+pub mod ebpf_syscalls;
+pub mod ebpf_tcp_retransmits;
+
+/// Sets a probe's read-only global from the kernel's facts.
+pub type GlobalsFn = fn(&Kernel, &mut Context, &mut Globals);
+
+/// State shared by the probes while they are built: the eBPF object is
+/// loaded once, by the first probe that asks for it, with every probe's
+/// global set.
+pub struct Context {
+    ebpf: Option<Result<Arc<Shared>, LoadError>>,
+    object: &'static [u8],
+    /// Ask the kernel for BPF run-time statistics.
+    pub bpf_stats: bool,
+    /// Pod attribution is on: the kernel's BTF, read when the programs load.
+    pub pods_btf: Option<PathBuf>,
+    /// Pod attribution is on: where the Kubernetes API is.
+    pub pods_source: Option<crate::pods::watch::Source>,
+    /// The events pod attribution serves on this kernel (`agent_common::pods` bits).
+    pub pod_events: u32,
+    globals: Vec<GlobalsFn>,
+}
+
+impl Context {
+    /// The context for `probes`, from the flags: pod attribution is
+    /// decided here, before the object loads, since it changes what loads.
+    pub fn new(f: &Flags, paths: &Paths, probes: &[Definition<Context>]) -> Result<Context, ConfigError> {
+        let mut ctx = Context::with_object(crate::ebpf::OBJECT, f.bool("ebpf.bpf-stats", false));
+        if probes.iter().any(|d| d.name == "ebpf_pods" && host::registry::enabled(f, d)) {
+            ebpf_pods::prepare(f, paths, &mut ctx)?;
+        }
+        Ok(ctx)
+    }
+
+    /// A context loading `object` (the test suite's has test programs too).
+    pub fn with_object(object: &'static [u8], bpf_stats: bool) -> Context {
+        Context { ebpf: None, object, bpf_stats, pods_btf: None, pods_source: None, pod_events: 0, globals: globals() }
+    }
+
+    /// The loaded object: loaded on the first call, with every probe's global.
+    pub fn ebpf(&mut self) -> Result<Arc<Shared>, LoadError> {
+        if let Some(r) = &self.ebpf {
+            return r.clone();
+        }
+        let kernel = Kernel::get();
+        let mut globals = Globals::default();
+        for g in self.globals.clone() {
+            g(kernel, self, &mut globals);
+        }
+        let r = Shared::load(self.object, &globals, self.bpf_stats);
+        self.ebpf = Some(r.clone());
+        r
+    }
+}
+
+/// A probe: its collector and, when its programs read one, the setter of
+/// its read-only global.
+struct Entry {
+    definition: Definition<Context>,
+    globals: Option<GlobalsFn>,
+}
+
+macro_rules! probe {
+    ($name:literal, $module:ident) => {
+        Entry {
+            definition: Definition { name: $name, enabled_by_default: true, args: $module::args, build: $module::build },
+            globals: None,
+        }
+    };
+    ($name:literal, $module:ident, globals) => {
+        Entry {
+            definition: Definition { name: $name, enabled_by_default: true, args: $module::args, build: $module::build },
+            globals: Some($module::globals),
+        }
+    };
+}
+
+/// Every eBPF probe, on by default (each reports its programs down where
+/// the kernel or the privileges do not allow them).
+fn entries() -> Vec<Entry> {
+    vec![
+        probe!("ebpf_block_io", ebpf_block_io, globals),
+        probe!("ebpf_oom_kills", ebpf_oom_kills),
+        probe!("ebpf_pods", ebpf_pods, globals),
+        probe!("ebpf_process", ebpf_process),
+        probe!("ebpf_runqueue", ebpf_runqueue, globals),
+        probe!("ebpf_syscalls", ebpf_syscalls, globals),
+        probe!("ebpf_tcp_retransmits", ebpf_tcp_retransmits, globals),
+    ]
+}
+
+/// The probes' collector definitions.
+pub fn definitions() -> Vec<Definition<Context>> {
+    entries().into_iter().map(|e| e.definition).collect()
+}
+
+/// Every probe's global setter, whether the probe is enabled or not (the
+/// object holds every program; a disabled probe's are never attached).
+fn globals() -> Vec<GlobalsFn> {
+    entries().into_iter().filter_map(|e| e.globals).collect()
+}

@@ -1,0 +1,82 @@
+//! The agent's own process metrics (`process_*`) and `node_agent_build_info`,
+//! read from its own /proc/self (not the host's --path.procfs).
+
+use std::path::Path;
+
+use procfs_core::FromRead;
+
+use expo::{Kind, Sink};
+
+pub struct ProcessMetrics {
+    ticks: f64,
+    page: f64,
+    start_time: Option<f64>,
+    /// The effective capabilities at start-up.
+    caps: u64,
+}
+
+impl Default for ProcessMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ProcessMetrics {
+    pub fn new() -> Self {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let ticks = if ticks > 0 { ticks as f64 } else { 100.0 };
+        let btime = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("btime ").and_then(|v| v.trim().parse::<f64>().ok())));
+        let start_time = btime.and_then(|b| {
+            let stat = procfs_core::process::Stat::from_read(std::fs::File::open("/proc/self/stat").ok()?).ok()?;
+            Some(b + stat.starttime as f64 / ticks)
+        });
+        ProcessMetrics { ticks, page: host::sys::page_size() as f64, start_time, caps: crate::caps::effective() }
+    }
+
+    pub fn collect(&mut self, sink: &mut Sink) {
+        if let Some(stat) = std::fs::File::open("/proc/self/stat").ok().and_then(|f| procfs_core::process::Stat::from_read(f).ok()) {
+            sink.single(
+                "process_cpu_seconds_total",
+                "Total user and system CPU time spent in seconds.",
+                Kind::Counter,
+                (stat.utime + stat.stime) as f64 / self.ticks,
+            );
+            sink.single("process_virtual_memory_bytes", "Virtual memory size in bytes.", Kind::Gauge, stat.vsize as f64);
+            sink.single("process_resident_memory_bytes", "Resident memory size in bytes.", Kind::Gauge, stat.rss as f64 * self.page);
+        }
+        if let Ok(rd) = std::fs::read_dir(Path::new("/proc/self/fd")) {
+            sink.single("process_open_fds", "Number of open file descriptors.", Kind::Gauge, rd.count() as f64);
+        }
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: `lim` is a valid, writable rlimit.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+            sink.single("process_max_fds", "Maximum number of open file descriptors.", Kind::Gauge, lim.rlim_cur as f64);
+        }
+        if let Some(t) = self.start_time {
+            sink.single("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", Kind::Gauge, t);
+        }
+        for (name, present, _) in crate::caps::report(self.caps) {
+            sink.family(
+                "node_agent_capability",
+                "Whether node-agent holds the Linux capability (1) or not (0); the log says what a missing one disables.",
+                Kind::Gauge,
+            )
+            .sample(&[("capability", name)], if present { 1.0 } else { 0.0 });
+        }
+        sink.family("node_agent_build_info", "A metric with a constant '1' value labeled by version, revision and rustc.", Kind::Gauge)
+            .sample(
+                &[("revision", env!("NODE_AGENT_REVISION")), ("rustc", env!("NODE_AGENT_RUSTC")), ("version", env!("CARGO_PKG_VERSION"))],
+                1.0,
+            );
+    }
+}
+
+impl host::Collector for ProcessMetrics {
+    fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
+        self.collect(sink);
+        Ok(())
+    }
+}
