@@ -76,9 +76,8 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
 ];
 
 /// Collectors whose `node_scrape_collector_success` legitimately differs.
-const SUCCESS_DIFFERS: &[(&str, &str)] = &[
-    ("netdev", "no /proc/net/dev in the fixtures; node_exporter used rtnetlink on the live machine"),
-];
+const SUCCESS_DIFFERS: &[(&str, &str)] =
+    &[("netdev", "no /proc/net/dev in the fixtures; node_exporter used rtnetlink on the live machine")];
 
 fn ours(name: &str) -> bool {
     OURS.iter().any(|p| name.starts_with(p)) && !NOT_OURS.iter().any(|(p, _)| name.starts_with(p))
