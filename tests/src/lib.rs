@@ -1,18 +1,23 @@
 //! Helpers for node-agent's workspace-level integration tests.
 
+#[cfg(feature = "agent")]
 pub mod apiserver;
 pub mod compare;
+pub mod fuse;
 pub mod fuzz;
 pub mod host;
+pub mod web;
 
 /// Bytes aligned for the ELF parser, as aya's `include_bytes_aligned!`.
 #[repr(C, align(32))]
 pub struct Aligned<B: ?Sized>(pub B);
 
+#[cfg(feature = "agent")]
 static TEST_OBJECT_ALIGNED: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/agent-ebpf-test.o")));
 
 /// The eBPF object with the test-only programs (`verifier_rejects`,
 /// `empty`) beside every shipped one; built by this crate's build script.
+#[cfg(feature = "agent")]
 pub static TEST_OBJECT: &[u8] = &TEST_OBJECT_ALIGNED.0;
 
 /// Starts an exporter binary on a free loopback port with `flags` and waits

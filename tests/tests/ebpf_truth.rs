@@ -561,6 +561,10 @@ fn unprivileged_agent_degrades() {
                 "--collector.ebpf_runqueue",
             ])
             .expect("flags");
+        // tracefs is mounted here (the root tests use it) but not readable
+        // by nobody: that is what gets said, not "not mounted".
+        let tracefs = node_agent::ebpf::kernel::tracefs_status();
+        assert!(matches!(tracefs, node_agent::ebpf::kernel::Tracefs::Denied(_)), "{tracefs:?}");
         let cfg = node_agent::config::resolve(&m).expect("starts without privileges");
         let scraper = node_agent::agent::scraper(cfg.collectors, true);
         String::from_utf8(scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8")

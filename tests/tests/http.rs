@@ -74,6 +74,10 @@ fn serves_text_openmetrics_and_gzip() {
     assert!(text.contains("node_scrape_collector_success{collector=\"loadavg\"} 1"), "{text}");
     assert!(text.contains("node_agent_build_info{"), "{text}");
     assert!(text.contains("process_resident_memory_bytes "), "{text}");
+    // What node-mixin's dashboards and Node Exporter Full key on.
+    assert!(text.contains("node_exporter_build_info{branch=\"\",goarch=\""), "{text}");
+    assert!(text.contains("tags=\"node-agent\""), "it says it is node-agent: {text}");
+    assert!(text.contains("process_virtual_memory_max_bytes "), "{text}");
     assert!(!text.contains("# EOF"));
 
     let (_, head, b) =
@@ -88,6 +92,15 @@ fn serves_text_openmetrics_and_gzip() {
     let mut plain = String::new();
     flate2::read::GzDecoder::new(&b[..]).read_to_string(&mut plain).expect("gunzip");
     assert!(plain.contains("node_load1 0.21\n"));
+
+    // q-values are honoured: a refused coding or format is not used.
+    for refused in ["gzip;q=0", "gzipfoo", "identity, gzip;q=0.000", "*;q=0"] {
+        let (_, head, b) = request(addr, "/metrics", &[("Accept-Encoding", refused)]);
+        assert!(!head.contains("content-encoding"), "{refused}: {head}");
+        assert!(String::from_utf8_lossy(&b).contains("node_load1 0.21\n"), "{refused}");
+    }
+    let (_, head, _) = request(addr, "/metrics", &[("Accept", "application/openmetrics-text;q=0, text/plain;q=0.5")]);
+    assert!(head.contains("content-type: text/plain; version=0.0.4"), "OpenMetrics refused by q=0: {head}");
 }
 
 #[test]
@@ -133,21 +146,39 @@ fn health_landing_and_unknown_paths() {
     assert!(body(addr, "/").contains("href=\"/m\""));
     assert!(body(addr, "/m").contains("node_load1"));
     assert_eq!(request(addr, "/metrics", &[]).0, 404);
+    // 405 says what is allowed.
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.write_all(b"POST /m HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").expect("send");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    assert!(raw.starts_with("HTTP/1.1 405"), "{raw}");
+    assert!(raw.to_lowercase().contains("allow: get, head"), "{raw}");
 }
 
 #[test]
 fn requests_above_the_limit_get_503() {
-    // A FIFO as a textfile blocks the textfile collector until written to,
-    // holding the only request slot.
+    // A textfile directory whose reads never answer (a FUSE mount holding
+    // every request) keeps the only request slot until the textfile
+    // collector's deadline.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/dev/fuse").exists() {
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root with /dev/fuse");
+        eprintln!("SKIP: needs root and /dev/fuse");
+        return;
+    }
     let t = host_tree();
     let dir = t.path().join("textfile");
     std::fs::create_dir_all(&dir).expect("mkdir");
-    let fifo = dir.join("slow.prom");
-    let c = std::ffi::CString::new(fifo.to_str().expect("path")).expect("cstr");
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo");
-    let a =
-        start(t.path(), &["--web.max-requests=1", "--collector.textfile", &format!("--collector.textfile.directory={}", dir.display())]);
+    let fuse = node_agent_tests::fuse::Fuse::mount_holding(&dir, node_agent_tests::fuse::Hold::Everything).expect("FUSE mount");
+    let a = start(
+        t.path(),
+        &[
+            "--web.max-requests=1",
+            "--collector.timeout=2s",
+            "--collector.textfile",
+            &format!("--collector.textfile.directory={}", dir.display()),
+        ],
+    );
     let addr = a.addrs[0];
     let slow = std::thread::spawn(move || request(addr, "/metrics", &[]));
     // Wait until the slow scrape holds the slot.
@@ -162,17 +193,56 @@ fn requests_above_the_limit_get_503() {
     }
     // Health checks are not scrapes: never limited.
     assert_eq!(request(addr, "/healthz", &[]).0, 200);
-    // Release the slow scrape.
-    // Non-blocking: fails at once (instead of hanging) if no scrape is reading.
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&fifo)
-        .and_then(|mut f| f.write_all(b"slow_metric 1\n"))
-        .expect("the slow scrape is reading the FIFO");
+    // The slow scrape answers at the deadline, without the stuck collector.
     let (status, _, b) = slow.join().expect("slow request");
     assert_eq!(status, 200);
-    assert!(String::from_utf8_lossy(&b).contains("slow_metric 1"));
+    let body = String::from_utf8_lossy(&b).to_string();
+    assert!(body.contains("node_scrape_collector_success{collector=\"textfile\"} 0") && body.contains("node_load1"), "{body}");
     assert!(refused.expect("a concurrent scrape was refused").contains("Limit of concurrent requests"));
+    drop(a);
+    drop(fuse);
+}
+
+/// `--web.systemd-socket`: served on a listening socket passed as systemd
+/// does (descriptor 3, `LISTEN_FDS=1`, `LISTEN_PID` of the agent), with no
+/// `--web.listen-address` of its own.
+#[test]
+fn serves_on_a_socket_passed_by_systemd() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let t = host_tree();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let fd = l.as_raw_fd();
+    let bin = node_agent_tests::agent_binary();
+    let mut cmd = std::process::Command::new("sh");
+    // exec keeps the shell's pid, so LISTEN_PID=$$ names the agent.
+    cmd.arg("-c")
+        .arg(format!(
+            "LISTEN_PID=$$ LISTEN_FDS=1 exec {} --web.systemd-socket --path.procfs={} --collector.disable-defaults --collector.loadavg",
+            bin.display(),
+            t.path().join("proc").display()
+        ))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: dup2 is async-signal-safe; it runs in the child before exec.
+    unsafe {
+        cmd.pre_exec(move || if libc::dup2(fd, 3) < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+    }
+    let child = cmd.spawn().expect("spawn");
+    let _kill = node_agent_tests::Kill(child);
+    drop(l);
+    let t0 = std::time::Instant::now();
+    let text = loop {
+        if let Ok(mut s) = TcpStream::connect(addr) {
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut raw = String::new();
+            if s.read_to_string(&mut raw).is_ok() && raw.contains("200 OK") {
+                break raw;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "no answer on the passed socket");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(text.contains("node_load1 0.21"), "{text}");
 }

@@ -7,38 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use node_agent_tests::compare::which;
-
-fn need_tools() -> bool {
-    for t in ["openssl", "curl"] {
-        if which(t).is_none() {
-            assert!(std::env::var_os("CI").is_none(), "{t} is required in CI");
-            eprintln!("SKIP: {t} not installed");
-            return false;
-        }
-    }
-    true
-}
-
-fn sh(cmd: &str, dir: &Path) {
-    let out = Command::new("sh").arg("-c").arg(cmd).current_dir(dir).output().expect("sh");
-    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// A CA, a server certificate for 127.0.0.1 signed by it, a client
-/// certificate signed by it, and a self-signed client certificate.
-fn pki(dir: &Path) {
-    let key = "openssl req -x509 -newkey rsa:2048 -nodes -days 2";
-    sh(&format!("{key} -keyout ca.key -out ca.crt -subj /CN=test-ca"), dir);
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("write");
-    sh("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1", dir);
-    sh("openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.crt", dir);
-    sh("openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=prometheus", dir);
-    // X.509 v3 with the client-auth usage (WebPKI refuses v1 certificates).
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("write");
-    sh("openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile client.ext -out client.crt", dir);
-    sh(&format!("{key} -keyout rogue.key -out rogue.crt -subj /CN=rogue"), dir);
-}
+use node_agent_tests::web::{curl, eventually, need_tools, pki};
 
 fn start(config: &Path) -> Result<node_agent::agent::Agent, String> {
     let m = node_agent::cmd::command()
@@ -51,19 +20,6 @@ fn start(config: &Path) -> Result<node_agent::agent::Agent, String> {
         ])
         .expect("flags");
     node_agent::agent::Agent::start(&m).map_err(|e| e.to_string())
-}
-
-/// curl's (HTTP status or 0, body, exit code).
-fn curl(args: &[&str], url: &str) -> (u16, String, i32) {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}"])
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string(), out.status.code().unwrap_or(-1))
 }
 
 #[test]
@@ -114,8 +70,10 @@ fn tls_mtls_basic_auth_headers_and_reload() {
         format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n  min_version: TLS13\nbasic_auth_users:\n  prometheus: {hash}\n"),
     )
     .expect("rewrite");
+    // Applied by the watcher once the file has settled (within two polls).
+    let refused = eventually(5, || curl(&["--cacert", &ca, "-u", "prometheus:s3cret"], &url).0 == 0);
     let (code, _, exit) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret"], &url);
-    assert_eq!(code, 0, "no client certificate: the handshake is refused (curl exit {exit})");
+    assert!(refused && code == 0, "no client certificate: the handshake is refused (curl exit {exit})");
     let (client, client_key, rogue, rogue_key) = (d.join("client.crt"), d.join("client.key"), d.join("rogue.crt"), d.join("rogue.key"));
     let (code, body, _) = curl(
         &["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &client.display().to_string(), "--key", &client_key.display().to_string()],
@@ -146,6 +104,7 @@ fn tls_mtls_basic_auth_headers_and_reload() {
 
     // A broken change is not applied: the previous configuration stays in force.
     std::fs::write(&cfg, "tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n").expect("rewrite");
+    std::thread::sleep(node_agent::webconfig::POLL * 3);
     let (code, _, _) = curl(
         &["--cacert", &ca, "-u", "prometheus:s3cret", "--cert", &client.display().to_string(), "--key", &client_key.display().to_string()],
         &url,

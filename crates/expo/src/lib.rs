@@ -7,7 +7,8 @@
 //! - [`text`]: a strict parser of the text format (textfiles, health gates,
 //!   conformance tests).
 
+pub mod negotiate;
 pub mod sink;
 pub mod text;
 
-pub use sink::{encode, Exposition, Family, Format, Kind, Sink};
+pub use sink::{encode, reconcile, Conflict, Exposition, Family, FamilyMut, FamilyRef, Format, Kind, Sink};

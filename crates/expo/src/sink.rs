@@ -27,10 +27,10 @@ pub enum Kind {
     Histogram,
 }
 
-/// One sample: a label range in the family's arena and a value.
+/// One sample: a label range in its sink's label store and a value.
 #[derive(Clone, Debug)]
 struct Sample {
-    /// Indices into `Family::labels`.
+    /// Indices into `Store::refs`.
     labels: Range<u32>,
     value: f64,
     /// For histograms: bucket upper bounds and cumulative counts are stored in
@@ -47,29 +47,78 @@ struct LabelRef {
     end: u32,
 }
 
+/// How many recent label sets a sink remembers to share them: a collector
+/// that writes the same labels to several families (a mount's size, free,
+/// avail, ...; a disk's twenty counters) stores them once.
+const RECENT: usize = 4;
+
+/// The label names and values of every sample of a sink, in one arena.
+#[derive(Debug, Default)]
+struct Store {
+    arena: String,
+    refs: Vec<LabelRef>,
+    recent: [Range<u32>; RECENT],
+    next: usize,
+}
+
+impl Store {
+    fn clear(&mut self) {
+        self.arena.clear();
+        self.refs.clear();
+        self.recent = Default::default();
+        self.next = 0;
+    }
+
+    fn label(&self, l: &LabelRef) -> (&str, &str) {
+        (&self.arena[l.start as usize..l.mid as usize], &self.arena[l.mid as usize..l.end as usize])
+    }
+
+    fn labels(&self, r: &Range<u32>) -> impl Iterator<Item = (&str, &str)> {
+        self.refs[r.start as usize..r.end as usize].iter().map(|l| self.label(l))
+    }
+
+    fn same(&self, r: &Range<u32>, labels: &[(&str, &str)]) -> bool {
+        r.len() == labels.len() && self.labels(r).zip(labels).all(|(a, b)| a.0 == b.0 && a.1 == b.1)
+    }
+
+    /// Stores `labels` (or finds them among the recent sets) and returns
+    /// their range.
+    fn push(&mut self, labels: &[(&str, &str)]) -> Range<u32> {
+        if labels.is_empty() {
+            return 0..0;
+        }
+        if let Some(r) = self.recent.iter().find(|r| self.same(r, labels)) {
+            return r.clone();
+        }
+        let first = self.refs.len() as u32;
+        for (k, v) in labels {
+            let start = self.arena.len() as u32;
+            self.arena.push_str(k);
+            let mid = self.arena.len() as u32;
+            self.arena.push_str(v);
+            let end = self.arena.len() as u32;
+            self.refs.push(LabelRef { start, mid, end });
+        }
+        let r = first..self.refs.len() as u32;
+        self.recent[self.next] = r.clone();
+        self.next = (self.next + 1) % RECENT;
+        r
+    }
+}
+
 /// One metric family.
 #[derive(Debug)]
 pub struct Family {
     name: String,
     help: String,
     kind: Kind,
-    arena: String,
-    labels: Vec<LabelRef>,
     samples: Vec<Sample>,
     buckets: Vec<(f64, u64)>,
 }
 
 impl Family {
     fn new() -> Self {
-        Family {
-            name: String::new(),
-            help: String::new(),
-            kind: Kind::Gauge,
-            arena: String::new(),
-            labels: Vec::new(),
-            samples: Vec::new(),
-            buckets: Vec::new(),
-        }
+        Family { name: String::new(), help: String::new(), kind: Kind::Gauge, samples: Vec::new(), buckets: Vec::new() }
     }
 
     fn reset(&mut self, name: &str, help: &str, kind: Kind) {
@@ -78,8 +127,6 @@ impl Family {
         self.help.clear();
         self.help.push_str(help);
         self.kind = kind;
-        self.arena.clear();
-        self.labels.clear();
         self.samples.clear();
         self.buckets.clear();
     }
@@ -93,55 +140,16 @@ impl Family {
         self.kind
     }
 
+    pub fn help(&self) -> &str {
+        &self.help
+    }
+
     pub fn len(&self) -> usize {
         self.samples.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.samples.is_empty()
-    }
-
-    fn push_labels(&mut self, labels: &[(&str, &str)]) -> Range<u32> {
-        let first = self.labels.len() as u32;
-        for (k, v) in labels {
-            let start = self.arena.len() as u32;
-            self.arena.push_str(k);
-            let mid = self.arena.len() as u32;
-            self.arena.push_str(v);
-            let end = self.arena.len() as u32;
-            self.labels.push(LabelRef { start, mid, end });
-        }
-        first..self.labels.len() as u32
-    }
-
-    /// Adds a sample. Label names should be given in ascending order, as
-    /// client_golang sorts them.
-    pub fn sample(&mut self, labels: &[(&str, &str)], value: f64) -> &mut Self {
-        let labels = self.push_labels(labels);
-        self.samples.push(Sample { labels, value, buckets: 0..0, count: 0 });
-        self
-    }
-
-    /// Adds a histogram sample: `buckets` are (upper bound, cumulative count)
-    /// pairs without the `+Inf` bucket, which is `count`.
-    pub fn histogram(&mut self, labels: &[(&str, &str)], sum: f64, count: u64, buckets: &[(f64, u64)]) -> &mut Self {
-        let labels = self.push_labels(labels);
-        let b0 = self.buckets.len() as u32;
-        self.buckets.extend_from_slice(buckets);
-        let b1 = self.buckets.len() as u32;
-        self.samples.push(Sample { labels, value: sum, buckets: b0..b1, count });
-        self
-    }
-
-    /// Iterates over (labels, value) pairs; for tests and comparisons.
-    pub fn samples(&self) -> impl Iterator<Item = (Vec<(&str, &str)>, f64)> + '_ {
-        self.samples.iter().map(|s| {
-            let labels = self.labels[s.labels.start as usize..s.labels.end as usize]
-                .iter()
-                .map(|l| (&self.arena[l.start as usize..l.mid as usize], &self.arena[l.mid as usize..l.end as usize]))
-                .collect();
-            (labels, s.value)
-        })
     }
 
     fn descriptor(&self) -> (&str, MetricType) {
@@ -153,9 +161,9 @@ impl Family {
         }
     }
 
-    fn encode_samples(&self, family: &mut MetricEncoder) -> Result<(), fmt::Error> {
+    fn encode_samples(&self, store: &Store, family: &mut MetricEncoder) -> Result<(), fmt::Error> {
         for s in &self.samples {
-            let labels = SampleLabels { family: self, range: s.labels.clone() };
+            let labels = SampleLabels { store, range: s.labels.clone() };
             let sample = SampleValue {
                 kind: self.kind,
                 value: s.value,
@@ -169,32 +177,120 @@ impl Family {
 
     /// Encodes this family, with the samples of `more` families of the same
     /// name and type appended (several collectors may share a family).
-    fn encode_with(&self, more: &[&Family], encoder: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    fn encode_with(
+        &self,
+        store: &Store,
+        more: &[(&Family, &Store)],
+        encoder: &mut DescriptorEncoder,
+        escape_help: bool,
+    ) -> Result<(), fmt::Error> {
         let (name, metric_type) = self.descriptor();
-        let mut family = encoder.encode_descriptor(name, &self.help, None, metric_type)?;
-        self.encode_samples(&mut family)?;
-        for f in more {
-            f.encode_samples(&mut family)?;
+        let escaped;
+        let help = if escape_help && self.help.contains(['\\', '\n', '"']) {
+            escaped = escape_openmetrics(&self.help);
+            escaped.as_str()
+        } else {
+            self.help.as_str()
+        };
+        let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+        self.encode_samples(store, &mut family)?;
+        for (f, st) in more {
+            f.encode_samples(st, &mut family)?;
         }
         Ok(())
     }
 }
 
-struct SampleLabels<'a> {
+/// A family being written: samples go to the family, labels to its sink's store.
+pub struct FamilyMut<'a> {
+    family: &'a mut Family,
+    store: &'a mut Store,
+}
+
+impl FamilyMut<'_> {
+    /// Adds a sample. Label names should be given in ascending order, as
+    /// client_golang sorts them.
+    pub fn sample(&mut self, labels: &[(&str, &str)], value: f64) -> &mut Self {
+        let labels = self.store.push(labels);
+        self.family.samples.push(Sample { labels, value, buckets: 0..0, count: 0 });
+        self
+    }
+
+    /// Adds a histogram sample: `buckets` are (upper bound, cumulative count)
+    /// pairs without the `+Inf` bucket, which is `count`.
+    pub fn histogram(&mut self, labels: &[(&str, &str)], sum: f64, count: u64, buckets: &[(f64, u64)]) -> &mut Self {
+        let labels = self.store.push(labels);
+        let b0 = self.family.buckets.len() as u32;
+        self.family.buckets.extend_from_slice(buckets);
+        let b1 = self.family.buckets.len() as u32;
+        self.family.samples.push(Sample { labels, value: sum, buckets: b0..b1, count });
+        self
+    }
+
+    /// Room for `samples` more samples.
+    pub fn reserve(&mut self, samples: usize) -> &mut Self {
+        self.family.samples.reserve(samples);
+        self
+    }
+
+    pub fn len(&self) -> usize {
+        self.family.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.family.is_empty()
+    }
+}
+
+/// A family as written, with its labels: for tests and comparisons.
+#[derive(Clone, Copy)]
+pub struct FamilyRef<'a> {
     family: &'a Family,
+    store: &'a Store,
+}
+
+impl<'a> FamilyRef<'a> {
+    pub fn name(&self) -> &'a str {
+        &self.family.name
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.family.kind
+    }
+
+    pub fn help(&self) -> &'a str {
+        &self.family.help
+    }
+
+    pub fn len(&self) -> usize {
+        self.family.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.family.is_empty()
+    }
+
+    /// Iterates over (labels, value) pairs.
+    pub fn samples(&self) -> impl Iterator<Item = (Vec<(&'a str, &'a str)>, f64)> + 'a {
+        let store = self.store;
+        self.family.samples.iter().map(move |s| (store.labels(&s.labels).collect(), s.value))
+    }
+}
+
+struct SampleLabels<'a> {
+    store: &'a Store,
     range: Range<u32>,
 }
 
 impl EncodeLabelSet for SampleLabels<'_> {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), fmt::Error> {
         use std::fmt::Write;
-        let f = self.family;
-        for l in &f.labels[self.range.start as usize..self.range.end as usize] {
+        for (k, v) in self.store.labels(&self.range) {
             let mut label = encoder.encode_label();
             let mut key = label.encode_label_key()?;
-            key.write_str(&f.arena[l.start as usize..l.mid as usize])?;
+            key.write_str(k)?;
             let mut value = key.encode_label_value()?;
-            value.write_str(&f.arena[l.mid as usize..l.end as usize])?;
+            value.write_str(v)?;
             value.finish()?;
         }
         Ok(())
@@ -243,6 +339,10 @@ impl EncodeMetric for SampleValue<'_> {
 pub struct Sink {
     families: Vec<Family>,
     live: usize,
+    store: Store,
+    /// User data (textfiles): its families never displace a collector's,
+    /// and this gauge of its own is set to 1 when one is dropped.
+    untrusted: Option<&'static str>,
 }
 
 impl Sink {
@@ -253,18 +353,19 @@ impl Sink {
     /// Forgets all families, keeping their allocations for reuse.
     pub fn clear(&mut self) {
         self.live = 0;
+        self.store.clear();
     }
 
     /// The family `name`, created empty if this scrape has not produced it yet.
     /// `name` is the full exposed name (counters end in `_total`).
-    pub fn family(&mut self, name: &str, help: &str, kind: Kind) -> &mut Family {
+    pub fn family(&mut self, name: &str, help: &str, kind: Kind) -> FamilyMut<'_> {
         // Most writes continue the family written last.
         let found = match self.live.checked_sub(1) {
             Some(last) if self.families[last].name == name => Some(last),
             _ => self.families[..self.live].iter().position(|f| f.name == name),
         };
         match found {
-            Some(i) => &mut self.families[i],
+            Some(i) => FamilyMut { family: &mut self.families[i], store: &mut self.store },
             None => self.new_family(name, help, kind),
         }
     }
@@ -272,7 +373,7 @@ impl Sink {
     /// A new family, without looking for an existing one of that name: for
     /// collectors whose family names are unique by construction (one per
     /// field of a file). A repeated name is still merged at encoding.
-    pub fn new_family(&mut self, name: &str, help: &str, kind: Kind) -> &mut Family {
+    pub fn new_family(&mut self, name: &str, help: &str, kind: Kind) -> FamilyMut<'_> {
         if self.live == self.families.len() {
             self.families.push(Family::new());
         }
@@ -280,7 +381,13 @@ impl Sink {
         self.live += 1;
         let f = &mut self.families[i];
         f.reset(name, help, kind);
-        f
+        FamilyMut { family: f, store: &mut self.store }
+    }
+
+    /// The family at index `i` of this scrape's [`families`](Self::families).
+    pub fn family_at(&mut self, i: usize) -> Option<FamilyMut<'_>> {
+        let store = &mut self.store;
+        self.families[..self.live].get_mut(i).map(|family| FamilyMut { family, store })
     }
 
     /// Shorthand for a new family with one unlabelled sample.
@@ -289,8 +396,35 @@ impl Sink {
     }
 
     /// The families of this scrape, in the order they were first written.
-    pub fn families(&self) -> &[Family] {
+    pub fn families(&self) -> Vec<FamilyRef<'_>> {
+        self.live_families().iter().map(|family| FamilyRef { family, store: &self.store }).collect()
+    }
+
+    fn live_families(&self) -> &[Family] {
         &self.families[..self.live]
+    }
+
+    /// Marks the sink as user data whose `error_family` gauge (a family of
+    /// this sink with one unlabelled sample) says that something was
+    /// dropped: see [`reconcile`].
+    pub fn set_untrusted(&mut self, error_family: &'static str) {
+        self.untrusted = Some(error_family);
+    }
+
+    /// Bytes this sink holds for reuse (its buffers' capacity).
+    pub fn retained_bytes(&self) -> usize {
+        let families: usize = self
+            .families
+            .iter()
+            .map(|f| {
+                f.name.capacity()
+                    + f.help.capacity()
+                    + f.samples.capacity() * std::mem::size_of::<Sample>()
+                    + f.buckets.capacity() * std::mem::size_of::<(f64, u64)>()
+                    + std::mem::size_of::<Family>()
+            })
+            .sum();
+        families + self.store.arena.capacity() + self.store.refs.capacity() * std::mem::size_of::<LabelRef>()
     }
 
     /// Removes the families for which `keep` returns false.
@@ -307,10 +441,85 @@ impl Sink {
     }
 }
 
+/// A family of user data dropped because another sink has that name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub family: String,
+    /// Indices of the sink that keeps the name and of the one that lost it.
+    pub kept_by: usize,
+    pub dropped_from: usize,
+}
+
+/// Before encoding: user-data sinks ([`Sink::set_untrusted`]) lose every
+/// family whose name another sink produces (a collector's, or an earlier
+/// user-data sink's), and their error gauge is set to 1. Returns what was
+/// dropped, for the caller to log.
+pub fn reconcile(sinks: &mut [Sink]) -> Vec<Conflict> {
+    let mut owner: rustc_hash::FxHashMap<String, usize> = rustc_hash::FxHashMap::default();
+    let order: Vec<usize> = (0..sinks.len())
+        .filter(|&i| sinks[i].untrusted.is_none())
+        .chain((0..sinks.len()).filter(|&i| sinks[i].untrusted.is_some()))
+        .collect();
+    let mut conflicts = Vec::new();
+    for i in order {
+        let own_error = sinks[i].untrusted;
+        if own_error.is_none() {
+            for f in sinks[i].live_families() {
+                owner.entry(f.name.clone()).or_insert(i);
+            }
+            continue;
+        }
+        let mut dropped = Vec::new();
+        for f in sinks[i].live_families() {
+            match owner.get(f.name.as_str()) {
+                Some(&o) if o != i && Some(f.name.as_str()) != own_error => dropped.push((f.name.clone(), o)),
+                _ => {}
+            }
+        }
+        if dropped.is_empty() {
+            for f in sinks[i].live_families() {
+                owner.entry(f.name.clone()).or_insert(i);
+            }
+            continue;
+        }
+        sinks[i].retain(|f| !dropped.iter().any(|(n, _)| *n == f.name));
+        if let Some(err) = own_error {
+            for f in sinks[i].families[..sinks[i].live].iter_mut().filter(|f| f.name == err) {
+                for s in &mut f.samples {
+                    s.value = 1.0;
+                }
+            }
+        }
+        for f in sinks[i].live_families() {
+            owner.entry(f.name.clone()).or_insert(i);
+        }
+        conflicts.extend(dropped.into_iter().map(|(family, kept_by)| Conflict { family, kept_by, dropped_from: i }));
+    }
+    conflicts
+}
+
 /// Several sinks exposed through prometheus-client as one [`Collector`].
 #[derive(Debug, Default)]
 pub struct Exposition {
     pub sinks: std::sync::Mutex<Vec<Sink>>,
+    /// Escape HELP text ourselves: prometheus-client's OpenMetrics encoder
+    /// writes it as given (its text 0.0.4 encoder escapes it).
+    pub escape_help: bool,
+}
+
+/// OpenMetrics' escaping of a HELP text: backslash, newline and double
+/// quote (OpenMetrics 1.0, "escaped-string").
+pub fn escape_openmetrics(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '"' => out.push_str("\\\""),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl Collector for Exposition {
@@ -322,19 +531,20 @@ impl Collector for Exposition {
         let sinks = self.sinks.lock().map_err(|_| fmt::Error)?;
         let mut seen: rustc_hash::FxHashMap<&str, usize> = rustc_hash::FxHashMap::default();
         seen.reserve(1024);
-        let mut groups: Vec<(&Family, Vec<&Family>)> = Vec::with_capacity(1024);
-        for f in sinks.iter().flat_map(|s| s.families()).filter(|f| !f.is_empty()) {
+        type Group<'a> = ((&'a Family, &'a Store), Vec<(&'a Family, &'a Store)>);
+        let mut groups: Vec<Group<'_>> = Vec::with_capacity(1024);
+        for (f, store) in sinks.iter().flat_map(|s| s.live_families().iter().map(move |f| (f, &s.store))).filter(|(f, _)| !f.is_empty()) {
             match seen.get(f.name()) {
-                Some(&i) if groups[i].0.kind == f.kind => groups[i].1.push(f),
+                Some(&i) if groups[i].0 .0.kind == f.kind => groups[i].1.push((f, store)),
                 Some(_) => tracing::warn!(family = f.name(), "family produced with two different types; dropping the later"),
                 None => {
                     seen.insert(f.name(), groups.len());
-                    groups.push((f, Vec::new()));
+                    groups.push(((f, store), Vec::new()));
                 }
             }
         }
-        for (first, more) in &groups {
-            first.encode_with(more, &mut encoder)?;
+        for ((first, store), more) in &groups {
+            first.encode_with(store, more, &mut encoder, self.escape_help)?;
         }
         Ok(())
     }
@@ -350,12 +560,11 @@ pub enum Format {
 }
 
 impl Format {
-    /// Chooses the format from an Accept header, as client_golang does.
+    /// Chooses the format from an Accept header by its q-values, as
+    /// client_golang does (OpenMetrics when it is preferred to text, text
+    /// when nothing offered is acceptable).
     pub fn negotiate(accept: Option<&str>) -> Format {
-        match accept {
-            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
-            _ => Format::Text,
-        }
+        crate::negotiate::format(accept)
     }
 
     pub fn content_type(self) -> &'static str {
@@ -369,7 +578,7 @@ impl Format {
 /// Encodes the families of `sinks` (merged as [`Exposition`] does) in
 /// `format`, appending to `out`; the sinks are handed back for reuse.
 pub fn encode(sinks: Vec<Sink>, format: Format, out: &mut String) -> Vec<Sink> {
-    let exposition = std::sync::Arc::new(Exposition { sinks: std::sync::Mutex::new(sinks) });
+    let exposition = std::sync::Arc::new(Exposition { sinks: std::sync::Mutex::new(sinks), escape_help: format == Format::OpenMetrics });
     let mut registry = prometheus_client::registry::Registry::default();
     registry.register_collector(Box::new(std::sync::Arc::clone(&exposition)));
     let res = match format {
@@ -393,16 +602,27 @@ mod tests {
     use std::sync::Arc;
 
     fn render(sink: Sink, openmetrics: bool) -> String {
-        let exp = Arc::new(Exposition { sinks: std::sync::Mutex::new(vec![sink]) });
-        let mut reg = Registry::default();
-        reg.register_collector(Box::new(exp));
         let mut out = String::new();
-        if openmetrics {
-            prometheus_client::encoding::text::encode(&mut out, &reg).unwrap();
-        } else {
-            prometheus_client::encoding::prometheus_text::encode(&mut out, &reg).unwrap();
-        }
+        encode(vec![sink], if openmetrics { Format::OpenMetrics } else { Format::Text }, &mut out);
         out
+    }
+
+    #[test]
+    fn help_and_label_values_are_escaped_as_each_format_says() {
+        let sink = || {
+            let mut s = Sink::new();
+            s.family("tf_esc", "a \n b \\ \"q\"", Kind::Gauge).sample(&[("l", "x\ny\\z\"w\"")], 1.0);
+            s
+        };
+        let text = render(sink(), false);
+        assert!(text.contains("# HELP tf_esc a \\n b \\\\ \"q\"\n"), "text 0.0.4 escapes backslash and newline in HELP: {text}");
+        assert!(text.contains("tf_esc{l=\"x\\ny\\\\z\\\"w\\\"\"} 1"), "{text}");
+        let om = render(sink(), true);
+        assert!(om.contains("# HELP tf_esc a \\n b \\\\ \\\"q\\\"\n"), "OpenMetrics escapes the quote too: {om}");
+        assert!(om.contains("tf_esc{l=\"x\\ny\\\\z\\\"w\\\"\"} 1"), "{om}");
+        for out in [&text, &om] {
+            assert_eq!(out.lines().filter(|l| l.starts_with("tf_esc")).count(), 1, "no raw line break: {out}");
+        }
     }
 
     #[test]
@@ -438,7 +658,7 @@ mod tests {
         let mut b = Sink::new();
         b.family("x_up", "h", Kind::Gauge).sample(&[("p", "b")], 0.0);
         b.family("x_up2", "h", Kind::Counter);
-        let exp = Arc::new(Exposition { sinks: std::sync::Mutex::new(vec![a, b]) });
+        let exp = Arc::new(Exposition { sinks: std::sync::Mutex::new(vec![a, b]), escape_help: false });
         let mut reg = Registry::default();
         reg.register_collector(Box::new(exp));
         let mut out = String::new();
@@ -446,6 +666,25 @@ mod tests {
         assert_eq!(out.matches("# TYPE x_up gauge").count(), 1, "{out}");
         assert!(out.contains("x_up{p=\"a\"} 1") && out.contains("x_up{p=\"b\"} 0"), "{out}");
         assert!(!out.contains("x_up2"), "empty families are not written: {out}");
+    }
+
+    #[test]
+    fn user_data_never_displaces_a_collector_family() {
+        let mut collector = Sink::new();
+        collector.family("node_cpu_seconds_total", "h", Kind::Counter).sample(&[("cpu", "0")], 1.0);
+        let mut textfile = Sink::new();
+        textfile.set_untrusted("node_textfile_scrape_error");
+        textfile.family("node_cpu_seconds_total", "mine", Kind::Counter).sample(&[("cpu", "9")], 5.0);
+        textfile.single("my_metric", "h", Kind::Gauge, 3.0);
+        textfile.single("node_textfile_scrape_error", "h", Kind::Gauge, 0.0);
+        let mut sinks = vec![textfile, collector];
+        let c = reconcile(&mut sinks);
+        assert_eq!(c, vec![Conflict { family: "node_cpu_seconds_total".into(), kept_by: 1, dropped_from: 0 }]);
+        let names: Vec<&str> = sinks[0].families().iter().map(|f| f.name()).collect();
+        assert_eq!(names, ["my_metric", "node_textfile_scrape_error"]);
+        assert_eq!(sinks[0].families()[1].samples().next().map(|s| s.1), Some(1.0), "the error gauge says so");
+        assert_eq!(sinks[1].families()[0].samples().next().map(|s| s.1), Some(1.0), "the collector's family is untouched");
+        assert!(reconcile(&mut sinks).is_empty(), "nothing left to drop");
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! (We parse ourselves: the crates available either skip lines they don't
 //! understand or reshape histograms in ways that lose what we must re-expose.)
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 
 /// The declared type of a family.
@@ -93,6 +95,29 @@ pub fn parse_value(s: &str) -> Option<f64> {
     }
 }
 
+/// Undoes the text format's HELP escaping (`\\` and `\n`), left to right; any
+/// other backslash is kept as written.
+fn unescape_help(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('\\') => out.push('\\'),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
 /// The family a sample name belongs to, given the declared types.
 fn family_of<'a>(name: &'a str, declared: &dyn Fn(&str) -> Option<Type>) -> &'a str {
     for suffix in ["_bucket", "_sum", "_count"] {
@@ -107,11 +132,13 @@ fn family_of<'a>(name: &'a str, declared: &dyn Fn(&str) -> Option<Type>) -> &'a 
     name
 }
 
-type Labels = Vec<(String, String)>;
+/// A sample's labels, borrowed from the text (values unescaped only when
+/// they hold an escape).
+pub type LabelRefs<'a> = Vec<(&'a str, Cow<'a, str>)>;
 
-fn parse_labels(s: &str, line: usize) -> Result<(Labels, &str), ParseError> {
+fn parse_labels(s: &str, line: usize) -> Result<(LabelRefs<'_>, &str), ParseError> {
     // `s` starts right after `{`.
-    let mut labels = Vec::new();
+    let mut labels: LabelRefs<'_> = Vec::new();
     let bytes = s.as_bytes();
     let mut i = 0;
     loop {
@@ -136,7 +163,8 @@ fn parse_labels(s: &str, line: usize) -> Result<(Labels, &str), ParseError> {
             return Err(err(line, format!("expected =\" after label {name}")));
         }
         i += 2;
-        let mut value = String::new();
+        let vstart = i;
+        let mut owned: Option<String> = None;
         loop {
             let Some(&c) = bytes.get(i) else {
                 return Err(err(line, "unterminated label value"));
@@ -144,29 +172,34 @@ fn parse_labels(s: &str, line: usize) -> Result<(Labels, &str), ParseError> {
             match c {
                 b'"' => break,
                 b'\\' => {
+                    let v = owned.get_or_insert_with(|| s[vstart..i].to_string());
                     match bytes.get(i + 1) {
-                        Some(b'n') => value.push('\n'),
-                        Some(b'\\') => value.push('\\'),
-                        Some(b'"') => value.push('"'),
+                        Some(b'n') => v.push('\n'),
+                        Some(b'\\') => v.push('\\'),
+                        Some(b'"') => v.push('"'),
                         _ => return Err(err(line, "invalid escape in label value")),
                     }
                     i += 2;
-                    continue;
                 }
                 _ => {
-                    // Copy one UTF-8 character.
+                    // One UTF-8 character.
                     let ch_len = s[i..].chars().next().map(char::len_utf8).unwrap_or(1);
-                    value.push_str(&s[i..i + ch_len]);
+                    if let Some(v) = owned.as_mut() {
+                        v.push_str(&s[i..i + ch_len]);
+                    }
                     i += ch_len;
-                    continue;
                 }
             }
         }
+        let value = match owned {
+            Some(v) => Cow::Owned(v),
+            None => Cow::Borrowed(&s[vstart..i]),
+        };
         i += 1;
-        if labels.iter().any(|(k, _): &(String, String)| k == name) {
+        if labels.iter().any(|(k, _)| *k == name) {
             return Err(err(line, format!("duplicate label {name}")));
         }
-        labels.push((name.to_string(), value));
+        labels.push((name, value));
         while i < bytes.len() && bytes[i] == b' ' {
             i += 1;
         }
@@ -178,78 +211,134 @@ fn parse_labels(s: &str, line: usize) -> Result<(Labels, &str), ParseError> {
     }
 }
 
+/// One sample line, borrowing from the text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampleRef<'a> {
+    pub name: &'a str,
+    pub labels: LabelRefs<'a>,
+    pub value: f64,
+    pub timestamp: Option<i64>,
+}
+
+/// One line of an exposition.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Line<'a> {
+    /// Empty, or a comment that is neither HELP nor TYPE.
+    Other,
+    Help {
+        name: &'a str,
+        help: String,
+    },
+    Type {
+        name: &'a str,
+        kind: Type,
+    },
+    Sample(SampleRef<'a>),
+}
+
+/// Parses one line (1-based line number `n`, for errors).
+pub fn parse_line(raw: &str, n: usize) -> Result<Line<'_>, ParseError> {
+    let line = raw.trim();
+    if line.is_empty() {
+        return Ok(Line::Other);
+    }
+    if let Some(rest) = line.strip_prefix('#') {
+        let rest = rest.trim_start();
+        if let Some(h) = rest.strip_prefix("HELP ") {
+            let (name, help) = h.split_once(' ').unwrap_or((h, ""));
+            return Ok(Line::Help { name, help: unescape_help(help) });
+        }
+        if let Some(t) = rest.strip_prefix("TYPE ") {
+            let mut it = t.split_whitespace();
+            let (Some(name), Some(kind), None) = (it.next(), it.next(), it.next()) else {
+                return Err(err(n, "malformed TYPE line"));
+            };
+            let kind = Type::parse(kind).ok_or_else(|| err(n, format!("unknown type {kind:?}")))?;
+            return Ok(Line::Type { name, kind });
+        }
+        return Ok(Line::Other);
+    }
+    let name_end = line.find(['{', ' ', '\t']).ok_or_else(|| err(n, "sample without value"))?;
+    let name = &line[..name_end];
+    if !valid_metric_name(name) {
+        return Err(err(n, format!("invalid metric name {name:?}")));
+    }
+    let (labels, rest) =
+        if line[name_end..].starts_with('{') { parse_labels(&line[name_end + 1..], n)? } else { (Vec::new(), &line[name_end..]) };
+    let mut it = rest.split_whitespace();
+    let value = it.next().ok_or_else(|| err(n, "sample without value"))?;
+    let value = parse_value(value).ok_or_else(|| err(n, format!("invalid value {value:?}")))?;
+    let timestamp = match it.next() {
+        Some(t) => Some(t.parse::<i64>().map_err(|_| err(n, format!("invalid timestamp {t:?}")))?),
+        None => None,
+    };
+    if it.next().is_some() {
+        return Err(err(n, "trailing text after sample"));
+    }
+    Ok(Line::Sample(SampleRef { name, labels, value, timestamp }))
+}
+
+/// What an exposition declares: every family's TYPE and HELP. Building it
+/// checks every line, so a malformed text fails here, before anything is
+/// taken from it.
+#[derive(Debug, Default)]
+pub struct Declarations<'a> {
+    pub types: HashMap<&'a str, Type>,
+    pub helps: HashMap<&'a str, String>,
+}
+
+impl<'a> Declarations<'a> {
+    pub fn scan(text: &'a str) -> Result<Declarations<'a>, ParseError> {
+        let mut d = Declarations::default();
+        for (n, line) in text.lines().enumerate() {
+            match parse_line(line, n + 1)? {
+                Line::Type { name, kind } => {
+                    if d.types.insert(name, kind).is_some_and(|old| old != kind) {
+                        return Err(err(n + 1, format!("conflicting TYPE for {name}")));
+                    }
+                }
+                Line::Help { name, help } => {
+                    d.helps.insert(name, help);
+                }
+                Line::Other | Line::Sample(_) => {}
+            }
+        }
+        Ok(d)
+    }
+
+    /// The family a sample name belongs to (`x_bucket` of histogram `x` is `x`).
+    pub fn family_of<'s>(&self, name: &'s str) -> &'s str {
+        family_of(name, &|n| self.types.get(n).copied())
+    }
+
+    /// A family's declared type (untyped when undeclared).
+    pub fn kind(&self, family: &str) -> Type {
+        self.types.get(family).copied().unwrap_or(Type::Untyped)
+    }
+
+    /// Calls `f` with every sample of an already scanned text and its family.
+    pub fn samples(&self, text: &'a str, mut f: impl FnMut(&'a str, SampleRef<'a>)) {
+        for (n, line) in text.lines().enumerate() {
+            if let Ok(Line::Sample(s)) = parse_line(line, n + 1) {
+                f(self.family_of(s.name), s);
+            }
+        }
+    }
+}
+
 /// Parses a whole exposition. Families keep first-appearance order.
 pub fn parse(text: &str) -> Result<Vec<Family>, ParseError> {
+    let decl = Declarations::scan(text)?;
     let mut families: Vec<Family> = Vec::new();
-    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    let mut types: std::collections::HashMap<String, Type> = std::collections::HashMap::new();
-    let mut helps: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-    // First pass for TYPE lines, so samples can be grouped whatever the order.
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let mut it = rest.split_whitespace();
-            let (Some(name), Some(t), None) = (it.next(), it.next(), it.next()) else {
-                return Err(err(n + 1, "malformed TYPE line"));
-            };
-            let t = Type::parse(t).ok_or_else(|| err(n + 1, format!("unknown type {t:?}")))?;
-            if types.insert(name.to_string(), t).is_some_and(|old| old != t) {
-                return Err(err(n + 1, format!("conflicting TYPE for {name}")));
-            }
-        }
-    }
-    let declared = |name: &str| types.get(name).copied();
-    for (n, raw) in text.lines().enumerate() {
-        let n = n + 1;
-        let line = raw.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix('#') {
-            let rest = rest.trim_start();
-            if let Some(h) = rest.strip_prefix("HELP ") {
-                let (name, help) = h.split_once(' ').unwrap_or((h, ""));
-                let help = help.replace("\\n", "\n").replace("\\\\", "\\");
-                helps.insert(name.to_string(), help);
-            }
-            continue;
-        }
-        let name_end = line.find(['{', ' ', '\t']).ok_or_else(|| err(n, "sample without value"))?;
-        let name = &line[..name_end];
-        if !valid_metric_name(name) {
-            return Err(err(n, format!("invalid metric name {name:?}")));
-        }
-        let (labels, rest) =
-            if line[name_end..].starts_with('{') { parse_labels(&line[name_end + 1..], n)? } else { (Vec::new(), &line[name_end..]) };
-        let mut it = rest.split_whitespace();
-        let value = it.next().ok_or_else(|| err(n, "sample without value"))?;
-        let value = parse_value(value).ok_or_else(|| err(n, format!("invalid value {value:?}")))?;
-        let timestamp = match it.next() {
-            Some(t) => Some(t.parse::<i64>().map_err(|_| err(n, format!("invalid timestamp {t:?}")))?),
-            None => None,
-        };
-        if it.next().is_some() {
-            return Err(err(n, "trailing text after sample"));
-        }
-        let fam = family_of(name, &declared);
-        let i = match index.get(fam) {
-            Some(&i) => i,
-            None => {
-                families.push(Family {
-                    name: fam.to_string(),
-                    help: None,
-                    kind: declared(fam).unwrap_or(Type::Untyped),
-                    samples: Vec::new(),
-                });
-                index.insert(fam.to_string(), families.len() - 1);
-                families.len() - 1
-            }
-        };
-        families[i].samples.push(Sample { name: name.to_string(), labels, value, timestamp });
-    }
-    for f in &mut families {
-        f.help = helps.get(&f.name).cloned();
-    }
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    decl.samples(text, |fam, s| {
+        let i = *index.entry(fam).or_insert_with(|| {
+            families.push(Family { name: fam.to_string(), help: decl.helps.get(fam).cloned(), kind: decl.kind(fam), samples: Vec::new() });
+            families.len() - 1
+        });
+        let labels = s.labels.into_iter().map(|(k, v)| (k.to_string(), v.into_owned())).collect();
+        families[i].samples.push(Sample { name: s.name.to_string(), labels, value: s.value, timestamp: s.timestamp });
+    });
     Ok(families)
 }
 
@@ -271,6 +360,12 @@ mod tests {
         assert_eq!(f[2].kind, Type::Untyped);
         assert_eq!(f[2].samples[0].value, 1e6);
         assert_eq!(f[2].samples[0].timestamp, Some(123));
+    }
+
+    #[test]
+    fn help_unescapes_left_to_right() {
+        let f = parse("# HELP a x \\\\n y \\n z \\q\na 1\n").unwrap();
+        assert_eq!(f[0].help.as_deref(), Some("x \\n y \n z \\q"));
     }
 
     #[test]

@@ -77,6 +77,23 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(total).ok()
 }
 
+/// Parses a byte size: a whole number of bytes, or with a binary suffix
+/// (`KiB`, `MiB`, `GiB`; `K`, `M`, `G` mean the same).
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" | "k" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
 /// Reads declared flags from the parsed command line.
 #[derive(Clone, Copy)]
 pub struct Flags<'a> {
@@ -116,6 +133,24 @@ impl<'a> Flags<'a> {
         self.m.try_get_one::<String>(name).ok().flatten().cloned().unwrap_or_default()
     }
 
+    /// The value of a string flag, or of the deprecated flag node_exporter
+    /// keeps for it (`--collector.diskstats.ignored-devices` for
+    /// `--collector.diskstats.device-exclude`), with node_exporter's warning;
+    /// both given is node_exporter's error. Also whether it was given.
+    pub fn value(&self, name: &str) -> Result<(String, bool), ConfigError> {
+        let own = (self.string(name), self.given(name));
+        let Some(d) = crate::catalog::DEPRECATED.iter().find(|d| d.replaced_by == name) else { return Ok(own) };
+        let alias = self.string(d.alias);
+        if alias.is_empty() {
+            return Ok(own);
+        }
+        if own.1 {
+            return Err(ConfigError::Invalid { flag: d.alias.to_string(), msg: d.conflict.to_string() });
+        }
+        tracing::warn!("{}", d.warning);
+        Ok((alias, true))
+    }
+
     /// Every value of a repeatable flag, in command-line order.
     pub fn strings(&self, name: &str) -> Vec<String> {
         self.m.try_get_many::<String>(name).ok().flatten().map(|v| v.cloned().collect()).unwrap_or_default()
@@ -123,7 +158,7 @@ impl<'a> Flags<'a> {
 
     /// A regular expression flag; an empty value means "not set".
     pub fn regex(&self, name: &str) -> Result<Option<Regex>, ConfigError> {
-        let value = self.string(name);
+        let (value, _) = self.value(name)?;
         if value.is_empty() {
             return Ok(None);
         }
@@ -148,7 +183,7 @@ impl<'a> Flags<'a> {
     pub fn filter(&self, exclude: &str, include: &str) -> Result<DeviceFilter, ConfigError> {
         let ex = self.regex(exclude)?;
         let inc = self.regex(include)?;
-        if ex.is_some() && inc.is_some() && self.given(exclude) {
+        if ex.is_some() && inc.is_some() && self.value(exclude)?.1 {
             return Err(ConfigError::Invalid { flag: include.to_string(), msg: format!("cannot be used together with --{exclude}") });
         }
         if inc.is_some() {
@@ -199,6 +234,17 @@ mod tests {
         assert!(e.contains("--a.inc") && e.contains("--a.re"), "{e}");
         let m = matches(&["--a.re=(("]);
         assert!(Flags::new(&m).regex("a.re").unwrap_err().to_string().contains("--a.re"));
+    }
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(parse_bytes("65536"), Some(65536));
+        assert_eq!(parse_bytes("512KiB"), Some(512 << 10));
+        assert_eq!(parse_bytes("8MiB"), Some(8 << 20));
+        assert_eq!(parse_bytes("1G"), Some(1 << 30));
+        for bad in ["", "MiB", "1.5MiB", "-1", "8 parsecs", "99999999999999999999GiB"] {
+            assert_eq!(parse_bytes(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -13,8 +13,14 @@ use crate::Error;
 /// time (a concurrent reader opens its own), so two readers never share a
 /// file position; a read that fails drops the kept file and retries once
 /// on a fresh open (a device that went away and came back). Regular files
-/// are never kept (they are replaced by rename). At most `MAX_KEPT` files.
+/// are never kept (they are replaced by rename). At most `MAX_KEPT` files,
+/// and never more than a quarter of the open-file limit.
 const MAX_KEPT: usize = 512;
+
+fn max_kept() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| crate::sys::nofile_limit().map_or(64, |n| (n / 4) as usize).min(MAX_KEPT))
+}
 
 fn kept() -> &'static std::sync::Mutex<rustc_hash::FxHashMap<std::path::PathBuf, File>> {
     static KEPT: std::sync::OnceLock<std::sync::Mutex<rustc_hash::FxHashMap<std::path::PathBuf, File>>> = std::sync::OnceLock::new();
@@ -27,7 +33,7 @@ fn take_kept(path: &Path) -> Option<File> {
 
 fn give_back(path: &Path, f: File) {
     if let Ok(mut k) = kept().lock() {
-        if k.len() < MAX_KEPT && !k.contains_key(path) {
+        if k.len() < max_kept() && !k.contains_key(path) {
             k.insert(path.to_path_buf(), f);
         }
     }
@@ -59,12 +65,27 @@ pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
         }
         buf.clear();
     }
-    let f = File::open(path)?;
+    let f = open_nonblocking(path)?;
     pread_all(&f, buf)?;
     if pseudo_fs(&f) {
         give_back(path, f);
     }
     Ok(())
+}
+
+/// Opens a file to read with `O_NONBLOCK`: where a FIFO stands in for a
+/// proc or sys file, the open returns at once (and the read fails) instead
+/// of waiting for a writer; regular files and sysfs attributes ignore it.
+pub fn open_nonblocking(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)
+}
+
+/// Reads a small proc or sys file as text (see [`open_nonblocking`]).
+pub fn read_text(path: &Path) -> io::Result<String> {
+    let mut s = String::new();
+    std::io::Read::read_to_string(&mut open_nonblocking(path)?, &mut s)?;
+    Ok(s)
 }
 
 /// Reads `f` from offset 0 to its end into `buf`'s spare capacity (no
@@ -132,7 +153,7 @@ impl SysDir {
         }
         cname[..name.len()].copy_from_slice(name.as_bytes());
         // SAFETY: `cname` is NUL-terminated; the fd is valid.
-        let fd = unsafe { libc::openat(self.fd.as_raw_fd(), cname.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        let fd = unsafe { libc::openat(self.fd.as_raw_fd(), cname.as_ptr().cast(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) };
         if fd < 0 {
             return None;
         }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 pub use expo::{Kind, Sink};
 
+pub mod catalog;
 pub mod collector;
 pub mod filter;
 pub mod flags;

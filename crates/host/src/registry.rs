@@ -132,12 +132,59 @@ pub fn build<C>(f: &Flags, paths: &Paths, defs: &[Definition<C>], ctx: &mut C) -
     Ok(out)
 }
 
+/// The flags of node_exporter's catalog not declared in `declared`: those
+/// of collectors node-agent does not have (each `--collector.<name>` with
+/// node_exporter's default state), so that a node_exporter command line is
+/// accepted whole. Returns the args.
+pub fn catalog_args(declared: &[Arg]) -> Vec<Arg> {
+    let have: std::collections::HashSet<&str> = declared.iter().map(|a| a.get_id().as_str()).collect();
+    let mut v = Vec::new();
+    for spec in crate::catalog::FLAGS {
+        if have.contains(spec.name) || spec.collector.is_none() {
+            continue;
+        }
+        let help = match spec.collector {
+            Some(c) if spec.enables => format!("{} (node-agent has no {c} collector yet: accepted, nothing is collected)", spec.help),
+            _ => format!("{} (node_exporter's flag: accepted, not used by node-agent yet)", spec.help),
+        };
+        match spec.kind {
+            crate::catalog::FlagKind::Bool => {
+                v.extend(flags::bool_args(spec.name, spec.default == "true", &help).map(|a| a.hide(spec.hidden)))
+            }
+            crate::catalog::FlagKind::Strings => v.push(flags::strings_arg(spec.name, &help).hide(spec.hidden)),
+            _ => v.push(flags::string_arg(spec.name, spec.default, &help).hide(spec.hidden)),
+        }
+    }
+    v
+}
+
+/// node_exporter's collectors on Linux that `defs` do not implement.
+pub fn unimplemented<C>(defs: &[Definition<C>]) -> Vec<(&'static str, bool)> {
+    crate::catalog::collectors().filter(|(n, _)| !defs.iter().any(|d| d.name == *n)).collect()
+}
+
+/// Warns once for each collector node_exporter has, node-agent does not,
+/// and the command line turns on (explicitly or by default).
+pub fn warn_unimplemented<C>(f: &Flags, defs: &[Definition<C>]) {
+    let defaults_off = f.bool("collector.disable-defaults", false);
+    for (name, default) in unimplemented(defs) {
+        if f.bool(&format!("collector.{name}"), default && !defaults_off) {
+            tracing::warn!(
+                collector = name,
+                "node-agent has no such collector yet: --collector.{name} and its flags are accepted, and nothing is collected"
+            );
+        }
+    }
+}
+
 /// A command with the host's flags only: paths, collectors and their own
 /// flags (for tools that scrape host collectors without the agent: the
 /// fuzzers, the conformance harness).
 pub fn command() -> Command {
     let defs = definitions();
-    Command::new("node-agent-host").args(path_args()).args(disable_defaults_args()).args(collector_args(&defs))
+    let mut args: Vec<Arg> = path_args().into_iter().chain(disable_defaults_args()).chain(collector_args(&defs)).collect();
+    args.extend(catalog_args(&args));
+    Command::new("node-agent-host").args(args)
 }
 
 /// The host paths and the enabled host collectors of a command line parsed
@@ -160,6 +207,31 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(names, sorted);
+    }
+
+    #[test]
+    fn default_states_are_node_exporter_s() {
+        for d in definitions() {
+            let theirs = crate::catalog::collectors().find(|(n, _)| *n == d.name).map(|(_, on)| on);
+            assert_eq!(theirs, Some(d.enabled_by_default), "{}: node_exporter's default state", d.name);
+        }
+    }
+
+    #[test]
+    fn a_node_exporter_command_line_is_accepted_whole() {
+        let m = command()
+            .try_get_matches_from([
+                "x",
+                "--collector.bcache",
+                "--collector.bcache.priorityStats",
+                "--no-collector.wifi",
+                "--collector.sysctl.include=a",
+                "--collector.sysctl.include=b",
+            ])
+            .unwrap();
+        assert!(Flags::new(&m).bool("collector.bcache.priorityStats", false));
+        assert_eq!(Flags::new(&m).strings("collector.sysctl.include"), ["a", "b"]);
+        assert!(command().try_get_matches_from(["x", "--collector.bcache.nope"]).is_err());
     }
 
     #[test]

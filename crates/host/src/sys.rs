@@ -4,6 +4,41 @@ use std::ffi::{CStr, CString};
 use std::io;
 use std::path::Path;
 
+/// Returns freed heap memory to the system (after an outsized scrape).
+pub fn trim_heap() {
+    // SAFETY: malloc_trim only releases free memory back to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Raises the soft limit of open files to the hard limit (as the Go runtime
+/// does for node_exporter); returns the soft limit in force.
+pub fn raise_nofile_limit() -> Option<u64> {
+    // SAFETY: rlimit is plain data; getrlimit fills it.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return None;
+    }
+    if r.rlim_cur < r.rlim_max {
+        let raised = libc::rlimit { rlim_cur: r.rlim_max, rlim_max: r.rlim_max };
+        // SAFETY: a valid rlimit; raising the soft limit up to the hard one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            r.rlim_cur = r.rlim_max;
+        }
+    }
+    Some(r.rlim_cur)
+}
+
+/// The soft limit of open files.
+pub fn nofile_limit() -> Option<u64> {
+    // SAFETY: rlimit is plain data; getrlimit fills it.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid, writable rlimit.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur)
+}
+
 /// The system page size in bytes.
 pub fn page_size() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.

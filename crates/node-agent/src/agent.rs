@@ -26,12 +26,24 @@ pub enum Error {
 /// The scraper of the agent's collectors, with the exporter's own metrics
 /// (`process_*`, build info) unless `--web.disable-exporter-metrics`.
 pub fn scraper(collectors: Vec<host::Named>, exporter_metrics: bool) -> host::scrape::Scraper {
-    let scraper = host::scrape::Scraper::new(collectors);
+    let b = host::scrape::Scraper::builder(collectors);
     if exporter_metrics {
-        scraper.with_own(Box::new(crate::process::ProcessMetrics::new()))
+        b.own(Box::new(crate::process::ProcessMetrics::new())).build()
     } else {
-        scraper
+        b.build()
     }
+}
+
+/// The agent's scraper, as its configuration says: each collector's
+/// deadline (`--collector.timeout`) and the exporter's own metrics.
+pub fn scraper_for(cfg: &mut config::ServeConfig) -> host::scrape::Scraper {
+    let b = host::scrape::Scraper::builder(std::mem::take(&mut cfg.collectors)).timeouts(cfg.collector_timeout, host::scrape::DEFAULT_SLOW);
+    if !cfg.exporter_metrics {
+        return b.build();
+    }
+    let own = crate::process::ProcessMetrics::new();
+    let own = if cfg.node_exporter_build_info { own } else { own.without_node_exporter_build_info() };
+    b.own(Box::new(own)).build()
 }
 
 /// A running agent: its bound addresses, and a handle to stop it.
@@ -49,7 +61,24 @@ impl Agent {
         // pod attribution off).
         let (level, format) = config::log_settings(m)?;
         crate::logging::init(level, format);
-        let cfg = config::resolve(m)?;
+        // As Go programs do (node_exporter among them): the soft limit of open
+        // files up to the hard one.
+        let nofile = host::sys::raise_nofile_limit();
+        let mut cfg = config::resolve(m)?;
+        // Connections get at most half the descriptors; kept proc/sys files a
+        // quarter (host::io); the rest is for everything else.
+        if let Some(n) = nofile {
+            let budget = (n / 2).max(16) as usize;
+            if cfg.max_connections > budget {
+                tracing::warn!(
+                    max_connections = cfg.max_connections,
+                    nofile = n,
+                    used = budget,
+                    "--web.max-connections above half the open-file limit: lowered"
+                );
+                cfg.max_connections = budget;
+            }
+        }
         let names: Vec<&str> = cfg.collectors.iter().map(|(n, _)| *n).collect();
         tracing::info!(collectors = %names.join(","), procfs = %cfg.paths.procfs.display(), sysfs = %cfg.paths.sysfs.display(), rootfs = %cfg.paths.rootfs.display(), "starting node-agent");
         crate::caps::log_report(crate::caps::effective());
@@ -64,14 +93,18 @@ impl Agent {
             Some(p) => crate::webconfig::Handle::open(p)?,
             None => crate::webconfig::Handle::none(),
         };
-        let scraper = Arc::new(scraper(cfg.collectors, cfg.exporter_metrics));
+        let scraper = Arc::new(scraper_for(&mut cfg));
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(cfg.worker_threads)
             .max_blocking_threads(8)
             .enable_all()
             .build()
             .map_err(Error::Runtime)?;
-        let listeners = rt.block_on(crate::server::bind(&cfg.listen))?;
+        let listeners = if cfg.systemd_socket {
+            rt.block_on(async { crate::server::systemd_listeners() })?
+        } else {
+            rt.block_on(crate::server::bind(&cfg.listen))?
+        };
         let addrs: Vec<_> = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
         for a in &addrs {
             tracing::info!(address = %a, "listening");
@@ -81,6 +114,8 @@ impl Agent {
             telemetry_path: cfg.telemetry_path,
             limit: (cfg.max_requests > 0).then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_requests))),
             web,
+            connections: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
+            max_connections: cfg.max_connections,
         });
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()

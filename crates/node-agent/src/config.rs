@@ -24,6 +24,16 @@ pub struct ServeConfig {
     pub log_format: LogFormat,
     /// `--security.drop-capabilities`.
     pub drop_capabilities: bool,
+    /// `--collector.timeout`: each collector's deadline in a scrape.
+    pub collector_timeout: std::time::Duration,
+    /// `--web.max-connections`.
+    pub max_connections: usize,
+    /// `--compat.node-exporter-build-info`.
+    pub node_exporter_build_info: bool,
+    /// `--runtime.gomaxprocs`: the async runtime's worker threads.
+    pub worker_threads: usize,
+    /// `--web.systemd-socket`: serve on the sockets systemd passes.
+    pub systemd_socket: bool,
 }
 
 /// A bad flag value, naming the flag.
@@ -49,6 +59,11 @@ pub fn serve_args() -> Vec<Arg> {
         flags::string_arg("web.telemetry-path", "/metrics", "Path under which to expose metrics."),
         flags::string_arg("web.max-requests", "40", "Maximum number of parallel scrape requests; 0 disables the limit."),
         flags::string_arg(
+            "web.max-connections",
+            "1024",
+            "Maximum number of open connections (node-agent's own flag); beyond it new connections wait to be accepted. At most half the open-file limit.",
+        ),
+        flags::string_arg(
             "web.config.file",
             "",
             "Path to a configuration file that enables TLS or authentication (Prometheus exporter-toolkit format).",
@@ -58,11 +73,21 @@ pub fn serve_args() -> Vec<Arg> {
     ];
     v.extend(registry::path_args());
     v.extend(flags::bool_args(
+        "compat.node-exporter-build-info",
+        true,
+        "Also serve node_exporter_build_info (its labels say node-agent: version=\"node-agent-VERSION\", tags=\"node-agent\"), which node-mixin's dashboards list instances by (node-agent's own flag).",
+    ));
+    v.extend(flags::bool_args(
         "web.disable-exporter-metrics",
         false,
         "Exclude metrics about the exporter itself (process_*, node_agent_build_info).",
     ));
     v.extend(registry::disable_defaults_args());
+    v.push(flags::string_arg(
+        "collector.timeout",
+        "8s",
+        "Deadline of one collector in a scrape (node-agent's own flag): a collector that overruns it reports success 0, the scrape answers without it, and later scrapes skip it until it returns. A Prometheus scrape timeout (X-Prometheus-Scrape-Timeout-Seconds) shortens it.",
+    ));
     v.extend(flags::bool_args(
         "security.drop-capabilities",
         false,
@@ -73,8 +98,31 @@ pub fn serve_args() -> Vec<Arg> {
         false,
         "Enable the kernel's BPF run-time statistics while running, for node_ebpf_program_run_seconds_total and node_ebpf_program_runs_total.",
     ));
+    v.push(
+        Arg::new("runtime.gomaxprocs")
+            .long("runtime.gomaxprocs")
+            .value_name("N")
+            .env("GOMAXPROCS")
+            .default_value("1")
+            .help("The target number of CPUs the agent's async runtime uses (its worker threads, as node_exporter's GOMAXPROCS); 0 or less: one per CPU."),
+    );
+    v.extend(flags::bool_args(
+        "web.systemd-socket",
+        false,
+        "Use systemd socket activation listeners instead of port listeners (Linux only).",
+    ));
+    // kingpin's built-ins node_exporter has: the long help and the man page
+    // are the help here; shell completions are not offered.
+    for (name, help) in [("help-long", "Generate long help."), ("help-man", "Generate a man page.")] {
+        v.push(Arg::new(name).long(name).action(clap::ArgAction::Help).hide(true).help(help));
+    }
+    for name in ["completion-bash", "completion-script-bash", "completion-script-zsh"] {
+        v.extend(flags::bool_args(name, false, "Accepted for node_exporter compatibility; prints nothing.").map(|a| a.hide(true)));
+    }
     v.extend(registry::collector_args(&registry::definitions()));
     v.extend(registry::collector_args(&crate::probes::definitions()));
+    let rest = registry::catalog_args(&v);
+    v.extend(rest);
     v
 }
 
@@ -103,7 +151,13 @@ pub fn resolve(m: &ArgMatches) -> Result<ServeConfig, Error> {
     let f = Flags::new(m);
     let paths = registry::paths(&f);
     let max = f.string("web.max-requests");
-    let max_requests = max.parse().map_err(|_| Error::Invalid { flag: "web.max-requests", msg: format!("not a number: {max:?}") })?;
+    let max_requests = kingpin_int(&max)
+        .map(|n| n.max(0) as usize)
+        .ok_or_else(|| Error::Invalid { flag: "web.max-requests", msg: format!("not a number: {max:?}") })?;
+    let procs = f.string("runtime.gomaxprocs");
+    let gomaxprocs =
+        kingpin_int(&procs).ok_or_else(|| Error::Invalid { flag: "runtime.gomaxprocs", msg: format!("not a number: {procs:?}") })?;
+    let worker_threads = if gomaxprocs >= 1 { gomaxprocs as usize } else { std::thread::available_parallelism().map_or(1, |n| n.get()) };
     let telemetry_path = f.string("web.telemetry-path");
     if !telemetry_path.starts_with('/') {
         return Err(Error::Invalid { flag: "web.telemetry-path", msg: "must start with /".into() });
@@ -116,6 +170,15 @@ pub fn resolve(m: &ArgMatches) -> Result<ServeConfig, Error> {
     for l in &listen {
         parse_listen(l).map_err(|msg| Error::Invalid { flag: "web.listen-address", msg })?;
     }
+    registry::warn_unimplemented(&f, &registry::definitions());
+    let max_connections: usize = f.parse("web.max-connections")?;
+    if max_connections == 0 {
+        return Err(Error::Invalid { flag: "web.max-connections", msg: "must be at least 1".into() });
+    }
+    let collector_timeout = f.duration("collector.timeout")?;
+    if collector_timeout.is_zero() {
+        return Err(Error::Invalid { flag: "collector.timeout", msg: "must be above zero".into() });
+    }
     let mut collectors = registry::build(&f, &paths, &registry::definitions(), &mut ())?;
     let probes = crate::probes::definitions();
     let mut ctx = crate::probes::Context::new(&f, &paths, &probes)?;
@@ -126,25 +189,52 @@ pub fn resolve(m: &ArgMatches) -> Result<ServeConfig, Error> {
         max_requests,
         web_config: Some(f.string("web.config.file")).filter(|s| !s.is_empty()).map(std::path::PathBuf::from),
         exporter_metrics: !f.bool("web.disable-exporter-metrics", false),
+        node_exporter_build_info: f.bool("compat.node-exporter-build-info", true),
         paths,
         collectors,
         log_level,
         log_format,
         drop_capabilities: f.bool("security.drop-capabilities", false),
+        collector_timeout,
+        max_connections,
+        worker_threads,
+        systemd_socket: f.bool("web.systemd-socket", false),
     })
 }
 
-/// Parses a Go-style listen address (`:9100`, `127.0.0.1:9100`, `[::1]:9100`)
-/// into the socket addresses to bind. A bare port binds every interface.
+/// kingpin's `Int()`: parsed as a float, then truncated (`2.9` is 2).
+pub fn kingpin_int(s: &str) -> Option<i64> {
+    let v: f64 = s.trim().parse().ok()?;
+    v.is_finite().then_some(v.trunc() as i64)
+}
+
+/// Parses a listen address as Go's `net.Listen("tcp", ...)` reads it:
+/// `:9100` and `[]:9100` (every interface), `127.0.0.1:9100`,
+/// `[10.0.0.5]:9100` (brackets around IPv4 too, as the Helm chart's
+/// `[$(HOST_IP)]:9100` gives), `[::1]:9100`, `host:9100`.
 pub fn parse_listen(s: &str) -> Result<Vec<std::net::SocketAddr>, String> {
-    if let Some(port) = s.strip_prefix(':') {
-        let port: u16 = port.parse().map_err(|_| format!("invalid port in {s:?}"))?;
+    let bad = |why: &str| format!("invalid address {s:?}: {why}");
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, p) = rest.split_once(']').ok_or_else(|| bad("missing ']'"))?;
+        (h, p.strip_prefix(':').ok_or_else(|| bad("missing port after ']'"))?)
+    } else {
+        let (h, p) = s.rsplit_once(':').ok_or_else(|| bad("missing port"))?;
+        if h.contains(':') {
+            return Err(bad("an IPv6 address needs brackets, e.g. [::1]:9100"));
+        }
+        (h, p)
+    };
+    let port: u16 = port.parse().map_err(|_| bad("invalid port"))?;
+    if host.is_empty() {
         return Ok(vec![std::net::SocketAddr::from(([0u8; 16], port))]);
     }
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(vec![std::net::SocketAddr::new(ip, port)]);
+    }
     use std::net::ToSocketAddrs;
-    let addrs: Vec<_> = s.to_socket_addrs().map_err(|e| format!("invalid address {s:?}: {e}"))?.collect();
+    let addrs: Vec<_> = (host, port).to_socket_addrs().map_err(|e| bad(&e.to_string()))?.collect();
     if addrs.is_empty() {
-        return Err(format!("address {s:?} resolves to nothing"));
+        return Err(bad("resolves to nothing"));
     }
     Ok(addrs)
 }
@@ -198,6 +288,99 @@ mod tests {
         .unwrap();
         assert_eq!(c.listen.len(), 2);
         assert_eq!(c.paths.procfs, PathBuf::from("/x"));
+    }
+
+    #[test]
+    fn listen_addresses_as_go_reads_them() {
+        let one = |s: &str| parse_listen(s).map(|v| v[0].to_string());
+        assert_eq!(one("[10.0.0.5]:9100").unwrap(), "10.0.0.5:9100", "the Helm chart's form with an IPv4 node IP");
+        assert_eq!(one("[::1]:9100").unwrap(), "[::1]:9100");
+        assert_eq!(one(":9100").unwrap(), "[::]:9100");
+        assert_eq!(one("[]:9100").unwrap(), "[::]:9100");
+        assert_eq!(one("127.0.0.1:9100").unwrap(), "127.0.0.1:9100");
+        assert!(one("localhost:9100").is_ok());
+        for bad in ["9100", "::1:9100", "[::1]9100", "[::1", "1.2.3.4:99999", "[1.2.3.4]:x"] {
+            assert!(parse_listen(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn node_exporter_manifests_start_unchanged() {
+        // kube-prometheus' node-exporter DaemonSet.
+        let kube_prometheus = [
+            "--web.listen-address=127.0.0.1:9100",
+            "--path.sysfs=/host/sys",
+            "--path.rootfs=/host/root",
+            "--path.udev.data=/host/root/run/udev/data",
+            "--no-collector.wifi",
+            "--no-collector.hwmon",
+            "--no-collector.btrfs",
+            "--collector.filesystem.mount-points-exclude=^/(dev|proc|sys|run/k3s/containerd/.+|var/lib/docker/.+|var/lib/kubelet/pods/.+)($|/)",
+            "--collector.netclass.ignored-devices=^(veth.*|[a-f0-9]{15})$",
+            "--collector.netdev.device-exclude=^(veth.*|[a-f0-9]{15})$",
+            "--no-collector.ebpf_pods",
+        ];
+        resolve_args(&kube_prometheus).unwrap();
+        // The prometheus-node-exporter Helm chart (defaults).
+        let helm = [
+            "--path.procfs=/host/proc",
+            "--path.sysfs=/host/sys",
+            "--path.rootfs=/host/root",
+            "--path.udev.data=/host/root/run/udev/data",
+            "--web.listen-address=[127.0.0.1]:9100",
+            "--no-collector.ebpf_pods",
+        ];
+        let c = resolve_args(&helm).unwrap();
+        assert_eq!(c.listen, ["[127.0.0.1]:9100"]);
+        // node_exporter's own global flags.
+        let c = resolve_args(&["--runtime.gomaxprocs=2.9", "--web.max-requests=1e1", "--collector.disable-defaults"]).unwrap();
+        assert_eq!((c.worker_threads, c.max_requests), (2, 10), "kingpin reads integers as floats");
+    }
+
+    #[test]
+    fn every_node_exporter_flag_is_accepted_with_its_default() {
+        let mut cmd = crate::cmd::command();
+        cmd.build();
+        for spec in host::catalog::FLAGS {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == spec.name).unwrap_or_else(|| panic!("--{} is not accepted", spec.name));
+            if spec.kind == host::catalog::FlagKind::Bool {
+                if !matches!(spec.name, "help" | "version" | "help-long" | "help-man") {
+                    assert!(
+                        cmd.get_arguments().any(|a| a.get_id() == format!("no-{}", spec.name).as_str()),
+                        "--no-{} is accepted",
+                        spec.name
+                    );
+                }
+                continue;
+            }
+            let default: Vec<String> = arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+            let ours = default.first().map(String::as_str).unwrap_or("");
+            let theirs = if spec.name == "web.listen-address" { "" } else { spec.default };
+            assert_eq!(ours, theirs, "--{}'s default", spec.name);
+        }
+    }
+
+    #[test]
+    fn deprecated_flags_still_work_with_their_warning_and_conflict() {
+        let c = resolve_args(&["--collector.disable-defaults", "--collector.diskstats", "--collector.diskstats.ignored-devices=^sda$"])
+            .unwrap();
+        assert_eq!(names(&c), ["diskstats"]);
+        let e = resolve_args(&[
+            "--collector.disable-defaults",
+            "--collector.diskstats",
+            "--collector.diskstats.ignored-devices=^sda$",
+            "--collector.diskstats.device-exclude=^sdb$",
+        ])
+        .unwrap_err();
+        assert!(e.contains("mutually exclusive"), "{e}");
+    }
+
+    #[test]
+    fn unknown_flags_still_fail_naming_themselves() {
+        let e = resolve_args(&["--collector.nope"]).unwrap_err();
+        assert!(e.contains("--collector.nope"), "{e}");
+        let e = resolve_args(&["--collector.cpu.nope=1"]).unwrap_err();
+        assert!(e.contains("--collector.cpu.nope"), "{e}");
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! The agent's own process metrics (`process_*`) and `node_agent_build_info`,
-//! read from its own /proc/self (not the host's --path.procfs).
+//! The agent's own process metrics (`process_*`), `node_agent_build_info`,
+//! and `node_exporter_build_info` (node-mixin's dashboards list instances
+//! by it; its labels say node-agent), read from its own /proc/self (not the
+//! host's --path.procfs).
 
 use std::path::Path;
 
@@ -13,6 +15,8 @@ pub struct ProcessMetrics {
     start_time: Option<f64>,
     /// The effective capabilities at start-up.
     caps: u64,
+    /// Also serve `node_exporter_build_info`.
+    node_exporter_build_info: bool,
 }
 
 impl Default for ProcessMetrics {
@@ -33,7 +37,19 @@ impl ProcessMetrics {
             let stat = procfs_core::process::Stat::from_read(std::fs::File::open("/proc/self/stat").ok()?).ok()?;
             Some(b + stat.starttime as f64 / ticks)
         });
-        ProcessMetrics { ticks, page: host::sys::page_size() as f64, start_time, caps: crate::caps::effective() }
+        ProcessMetrics {
+            ticks,
+            page: host::sys::page_size() as f64,
+            start_time,
+            caps: crate::caps::effective(),
+            node_exporter_build_info: true,
+        }
+    }
+
+    /// Without `node_exporter_build_info` (`--no-compat.node-exporter-build-info`).
+    pub fn without_node_exporter_build_info(mut self) -> Self {
+        self.node_exporter_build_info = false;
+        self
     }
 
     pub fn collect(&mut self, sink: &mut Sink) {
@@ -55,6 +71,17 @@ impl ProcessMetrics {
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
             sink.single("process_max_fds", "Maximum number of open file descriptors.", Kind::Gauge, lim.rlim_cur as f64);
         }
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: `lim` is a valid, writable rlimit.
+        if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0 {
+            // Unlimited is RLIM_INFINITY (2^64 - 1), as client_golang reports it.
+            sink.single(
+                "process_virtual_memory_max_bytes",
+                "Maximum amount of virtual memory available in bytes.",
+                Kind::Gauge,
+                lim.rlim_cur as f64,
+            );
+        }
         if let Some(t) = self.start_time {
             sink.single("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", Kind::Gauge, t);
         }
@@ -71,8 +98,36 @@ impl ProcessMetrics {
                 &[("revision", env!("NODE_AGENT_REVISION")), ("rustc", env!("NODE_AGENT_RUSTC")), ("version", env!("CARGO_PKG_VERSION"))],
                 1.0,
             );
+        if self.node_exporter_build_info {
+            sink.family(
+                "node_exporter_build_info",
+                "A metric with a constant '1' value labeled by version, revision, branch, goversion from which node_exporter was built, and the goos and goarch for the build.",
+                Kind::Gauge,
+            )
+            .sample(
+                &[
+                    ("branch", ""),
+                    ("goarch", GOARCH),
+                    ("goos", "linux"),
+                    ("goversion", concat!("rustc", env!("NODE_AGENT_RUSTC"))),
+                    ("revision", env!("NODE_AGENT_REVISION")),
+                    ("tags", "node-agent"),
+                    ("version", concat!("node-agent-", env!("CARGO_PKG_VERSION"))),
+                ],
+                1.0,
+            );
+        }
     }
 }
+
+/// Go's name of this architecture, as node_exporter's `goarch` label has it.
+const GOARCH: &str = if cfg!(target_arch = "x86_64") {
+    "amd64"
+} else if cfg!(target_arch = "aarch64") {
+    "arm64"
+} else {
+    std::env::consts::ARCH
+};
 
 impl host::Collector for ProcessMetrics {
     fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -30,7 +30,17 @@ pub enum Error {
     },
     #[error("--web.listen-address: {0}")]
     Address(String),
+    #[error("--web.systemd-socket: {0}")]
+    Systemd(String),
 }
+
+/// Subtracted from Prometheus' scrape timeout for the collectors' deadline.
+const SCRAPE_TIMEOUT_OFFSET: f64 = 0.5;
+/// The shortest deadline a scrape timeout header can ask for.
+const MIN_DEADLINE: f64 = 0.1;
+
+/// A collector stuck for this many deadlines makes `/readyz` fail.
+pub const STUCK_DEADLINES: u32 = 3;
 
 /// What the handler needs.
 pub struct State {
@@ -40,6 +50,99 @@ pub struct State {
     pub limit: Option<Arc<Semaphore>>,
     /// TLS and basic auth (`--web.config.file`), re-read when it changes.
     pub web: crate::webconfig::Handle,
+    /// Open connections at most (`--web.max-connections`): accepting waits
+    /// for a slot beyond it.
+    pub connections: Arc<Semaphore>,
+    pub max_connections: usize,
+}
+
+/// A client has this long to send its headers (and finish a TLS handshake).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// A response that makes no progress for this long (a client that does not
+/// read) closes the connection.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A stream whose writes fail with `TimedOut` when they make no progress for
+/// `timeout`: a client that never reads cannot hold its response forever.
+pub struct WriteTimeout<S> {
+    inner: S,
+    timeout: Duration,
+    timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteTimeout<S> {
+    pub fn new(inner: S, timeout: Duration) -> Self {
+        WriteTimeout { inner, timeout, timer: None }
+    }
+
+    /// On `Pending`, arms the timer (once) and reports its expiry as an error.
+    fn stalled(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Error> {
+        let timeout = self.timeout;
+        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match std::future::Future::poll(timer.as_mut(), cx) {
+            std::task::Poll::Ready(()) => std::task::Poll::Ready(std::io::Error::new(std::io::ErrorKind::TimedOut, "write timed out")),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteTimeout<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+macro_rules! timed {
+    ($self:ident, $cx:ident, $op:expr) => {{
+        match $op {
+            std::task::Poll::Ready(r) => {
+                $self.timer = None;
+                std::task::Poll::Ready(r)
+            }
+            std::task::Poll::Pending => match $self.stalled($cx) {
+                std::task::Poll::Ready(e) => std::task::Poll::Ready(Err(e)),
+                std::task::Poll::Pending => std::task::Poll::Pending,
+            },
+        }
+    }};
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteTimeout<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        timed!(this, cx, std::pin::Pin::new(&mut this.inner).poll_write(cx, buf))
+    }
+
+    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        timed!(this, cx, std::pin::Pin::new(&mut this.inner).poll_flush(cx))
+    }
+
+    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        timed!(this, cx, std::pin::Pin::new(&mut this.inner).poll_shutdown(cx))
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        timed!(this, cx, std::pin::Pin::new(&mut this.inner).poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
 }
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
@@ -85,7 +188,7 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let auth = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let mut resp = if web.authorize(auth) == crate::webconfig::Auth::Denied {
+    let mut resp = if web.authorize(auth).await == crate::webconfig::Auth::Denied {
         let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
         r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
         r
@@ -100,7 +203,9 @@ pub async fn handle(
 
 async fn route(state: &Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+        let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+        r.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
     }
     let path = req.uri().path();
     if path == state.telemetry_path {
@@ -109,9 +214,20 @@ async fn route(state: &Arc<State>, req: Request<Incoming>) -> Response<Full<Byte
     match path {
         "/" => landing(state),
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/readyz" => text(StatusCode::OK, "ready\n"),
+        "/readyz" => readiness(state),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
+}
+
+/// Ready unless a collector has been stuck for [`STUCK_DEADLINES`] of its
+/// deadlines (a hung mount or device the node needs looking at).
+fn readiness(state: &State) -> Response<Full<Bytes>> {
+    let stuck = state.scraper.stuck(state.scraper.timeout() * STUCK_DEADLINES);
+    if stuck.is_empty() {
+        return text(StatusCode::OK, "ready\n");
+    }
+    let list: Vec<String> = stuck.iter().map(|(n, d)| format!("{n} (stuck for {:.0}s)", d.as_secs_f64())).collect();
+    text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: collectors stuck past {STUCK_DEADLINES} deadlines: {}\n", list.join(", ")))
 }
 
 async fn metrics(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
@@ -130,26 +246,42 @@ async fn metrics(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>
     }
     let header = |h| req.headers().get(h).and_then(|v: &HeaderValue| v.to_str().ok());
     let format = Format::negotiate(header(ACCEPT));
-    let gzip_ok = header(ACCEPT_ENCODING).is_some_and(|v| v.split(',').any(|e| e.trim().starts_with("gzip")));
-    let scraper = Arc::clone(&state.scraper);
-    // Collectors do blocking file I/O: keep it off the async workers.
-    let body = match tokio::task::spawn_blocking(move || {
-        let body = scraper.scrape(&sel, format);
-        if gzip_ok {
-            gzip(&body).map(|b| (b, true))
-        } else {
-            Ok((body, false))
+    let gzip_ok = expo::negotiate::accepts_gzip(header(ACCEPT_ENCODING));
+    // Prometheus says how long it waits; answer within it (node_exporter
+    // has no such deadline; blackbox_exporter keeps the same margin).
+    let deadline = header(HeaderName::from_static("x-prometheus-scrape-timeout-seconds"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|t| t.is_finite() && *t > 0.0)
+        .map(|t| Duration::from_secs_f64((t - SCRAPE_TIMEOUT_OFFSET).max(MIN_DEADLINE)));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    // Collectors do blocking file I/O on the scraper's own runners; the
+    // body is compressed there too, off the async workers.
+    let scrape = state.scraper.start(
+        &sel,
+        format,
+        deadline,
+        Box::new(move |body| {
+            let r = if gzip_ok { gzip(&body).map(|b| (b, true)) } else { Ok((body, false)) };
+            let _ = tx.send(r);
+        }),
+    );
+    tokio::pin!(rx);
+    let body = loop {
+        let next = scrape.supervise().map(tokio::time::Instant::from_std);
+        let wake = next.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_millis(20));
+        tokio::select! {
+            r = &mut rx => break r,
+            _ = tokio::time::sleep_until(wake) => {}
         }
-    })
-    .await
-    {
+    };
+    let body = match body {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => {
             tracing::error!(err = %e, "compressing response failed");
             return text(StatusCode::INTERNAL_SERVER_ERROR, "compression failed\n");
         }
-        Err(e) => {
-            tracing::error!(err = %e, "scrape task failed");
+        Err(_) => {
+            tracing::error!("scrape ended without a body");
             return text(StatusCode::INTERNAL_SERVER_ERROR, "scrape failed\n");
         }
     };
@@ -168,6 +300,37 @@ pub fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 4), flate2::Compression::fast());
     enc.write_all(body)?;
     enc.finish()
+}
+
+/// The sockets systemd passed (socket activation, `sd_listen_fds(3)`):
+/// descriptors 3 to 3 + `LISTEN_FDS`, when `LISTEN_PID` is this process.
+pub fn systemd_listeners() -> Result<Vec<TcpListener>, Error> {
+    use std::os::fd::FromRawFd;
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u32>().ok());
+    let err = |msg: String| Error::Systemd(msg);
+    let pid = env("LISTEN_PID").ok_or_else(|| err("LISTEN_PID is not set: not started by systemd socket activation".into()))?;
+    if pid != std::process::id() {
+        return Err(err(format!("LISTEN_PID is {pid}, not this process ({})", std::process::id())));
+    }
+    let n = env("LISTEN_FDS").ok_or_else(|| err("LISTEN_FDS is not set".into()))?;
+    if n == 0 {
+        return Err(err("systemd passed no socket".into()));
+    }
+    let mut out = Vec::new();
+    for fd in 3..3 + n as i32 {
+        // SAFETY: fcntl on a descriptor number; it fails on one not open.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(err(format!("descriptor {fd} is not open")));
+        }
+        // SAFETY: systemd hands these descriptors to this process, which
+        // now owns them; nothing else uses them.
+        let l = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+        // SAFETY: as above; FD_CLOEXEC is plain flag setting.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        l.set_nonblocking(true).map_err(|e| err(format!("descriptor {fd}: {e}")))?;
+        out.push(TcpListener::from_std(l).map_err(|e| err(format!("descriptor {fd}: {e}")))?);
+    }
+    Ok(out)
 }
 
 /// Binds every listen address (failing with the flag named).
@@ -207,18 +370,39 @@ async fn bind_one(a: SocketAddr) -> std::io::Result<TcpListener> {
     }
 }
 
+/// Connections open at once that count as a burst.
+const BURST: usize = 256;
+
+#[derive(Default)]
+struct ConnectionMemory {
+    /// The most connections open since the last look.
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+impl State {
+    /// Connections open now.
+    fn connections_open(&self) -> usize {
+        self.max_connections.saturating_sub(self.connections.available_permits())
+    }
+}
+
 /// Serves until `shutdown` resolves, then lets in-flight requests finish
 /// for up to `grace`.
 pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: impl std::future::Future<Output = ()>, grace: Duration) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<(tokio::net::TcpStream, SocketAddr)>(256);
+    type Accepted = (tokio::net::TcpStream, SocketAddr, tokio::sync::OwnedSemaphorePermit);
+    let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<Accepted>(16);
+    let memory = Arc::new(ConnectionMemory::default());
     for l in listeners {
         let tx = conn_tx.clone();
+        let slots = Arc::clone(&state.connections);
         tokio::spawn(async move {
             loop {
+                // At the connection cap, wait for a slot before accepting.
+                let Ok(permit) = Arc::clone(&slots).acquire_owned().await else { return };
                 match l.accept().await {
-                    Ok(c) => {
-                        if tx.send(c).await.is_err() {
+                    Ok((s, peer)) => {
+                        if tx.send((s, peer, permit)).await.is_err() {
                             return;
                         }
                     }
@@ -230,32 +414,49 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
             }
         });
     }
+    {
+        // After a burst of connections, give their buffers back to the system.
+        let (m, slots, cap) = (Arc::clone(&memory), Arc::clone(&state.connections), state.max_connections);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                let open = cap.saturating_sub(slots.available_permits());
+                if m.peak.swap(open, std::sync::atomic::Ordering::Relaxed) >= BURST && open < BURST / 8 {
+                    host::sys::trim_heap();
+                }
+            }
+        });
+    }
     drop(conn_tx);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             c = conn_rx.recv() => {
-                let Some((stream, _peer)) = c else { break };
+                let Some((stream, _peer, permit)) = c else { break };
                 let _ = stream.set_nodelay(true);
+                let open = state.connections_open();
+                memory.peak.fetch_max(open, std::sync::atomic::Ordering::Relaxed);
                 let web = state.web.current();
                 let state = Arc::clone(&state);
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {
+                    let _permit = permit;
                     let tls = web.tls.clone();
                     let svc_web = Arc::clone(&web);
                     let svc = service_fn(move |req| handle(Arc::clone(&state), Arc::clone(&svc_web), req));
                     let builder = {
                         let mut b = hyper::server::conn::http1::Builder::new();
-                        b.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(Duration::from_secs(10));
+                        b.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
                         b
                     };
                     let res = match tls {
-                        None => watcher.watch(builder.serve_connection(TokioIo::new(stream), svc)).await,
+                        None => watcher.watch(builder.serve_connection(TokioIo::new(WriteTimeout::new(stream, WRITE_TIMEOUT)), svc)).await,
                         Some(cfg) => {
                             // The handshake shares the header deadline.
-                            let accepted = tokio::time::timeout(Duration::from_secs(10), tokio_rustls::TlsAcceptor::from(cfg).accept(stream)).await;
+                            let accepted = tokio::time::timeout(HEADER_TIMEOUT, tokio_rustls::TlsAcceptor::from(cfg).accept(stream)).await;
                             match accepted {
-                                Ok(Ok(s)) => watcher.watch(builder.serve_connection(TokioIo::new(s), svc)).await,
+                                Ok(Ok(s)) => watcher.watch(builder.serve_connection(TokioIo::new(WriteTimeout::new(s, WRITE_TIMEOUT)), svc)).await,
                                 Ok(Err(e)) => {
                                     tracing::debug!(err = %e, "TLS handshake failed");
                                     return;

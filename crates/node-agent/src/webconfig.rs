@@ -1,13 +1,25 @@
 //! `--web.config.file`: TLS and basic authentication in the format of
-//! Prometheus' exporter-toolkit, served with rustls. The file is re-read
-//! when it changes (checked on each new connection); a change that does not
-//! load is logged and the previous configuration stays in force.
+//! Prometheus' exporter-toolkit, served with rustls.
+//!
+//! A watcher re-reads the file, and the certificate, key and client CA files
+//! it names, when they change: a change is applied once the files have
+//! stayed the same for one poll (so an in-place rewrite is never read half
+//! written). It fails closed: a change that does not load, or that loads
+//! but would weaken what is in force (TLS off, a laxer client certificate
+//! rule or TLS version, basic auth off or fewer users), is refused and
+//! logged at error; the configuration in force stays. Restarting applies
+//! any configuration that loads.
+//!
+//! bcrypt runs off the async workers, one verification at a time (as
+//! exporter-toolkit serialises it), and every check against a password
+//! takes as long as one against the costliest hash configured, whether the
+//! user exists or not.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::SystemTime;
+use std::time::Duration;
 
 use base64::Engine as _;
 use rustls::pki_types::pem::PemObject;
@@ -71,10 +83,46 @@ pub struct Loaded {
     /// Authorization header values already verified (bcrypt is slow on
     /// purpose; a scrape every 15 s must not pay it each time).
     verified: Mutex<std::collections::HashSet<String>>,
+    /// What the configuration enforces, to refuse a weaker reload.
+    strength: Strength,
+    /// A hash of the costliest cost configured, checked for unknown users,
+    /// and how long one check at that cost takes here.
+    dummy: Option<(String, std::time::Duration)>,
+    /// The files the configuration reads (itself, certificates, keys, CAs).
+    files: Vec<PathBuf>,
 }
 
-/// A bcrypt hash (cost 10) checked against for unknown users.
-const DUMMY_HASH: &str = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi";
+/// What a configuration enforces, in the order a reload may not go down.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Strength {
+    tls: bool,
+    /// 0 none, 1 requested, 2 required (any issuer) or verified if given, 3 required and verified.
+    client_auth: u8,
+    min_tls: u8,
+    users: usize,
+}
+
+impl Strength {
+    /// Why `self` (the new configuration) is weaker than `old`, if it is.
+    fn weaker_than(&self, old: &Strength) -> Option<String> {
+        if old.tls && !self.tls {
+            return Some("it turns TLS off".into());
+        }
+        if self.client_auth < old.client_auth {
+            return Some("it relaxes the client certificate requirement".into());
+        }
+        if old.tls && self.min_tls < old.min_tls {
+            return Some(format!("it lowers the minimum TLS version to 1.{}", self.min_tls.saturating_sub(10)));
+        }
+        if old.users > 0 && self.users == 0 {
+            return Some("it turns basic authentication off".into());
+        }
+        if self.users < old.users {
+            return Some(format!("it has fewer users ({} instead of {})", self.users, old.users));
+        }
+        None
+    }
+}
 
 /// Whether a request may proceed.
 #[derive(Debug, PartialEq, Eq)]
@@ -83,39 +131,107 @@ pub enum Auth {
     Denied,
 }
 
+/// bcrypt verifications run one at a time (exporter-toolkit's rule), on a
+/// blocking thread.
+static BCRYPT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// A decoded `Authorization: Basic` header.
+struct Credentials {
+    user: String,
+    pass: String,
+}
+
+fn credentials(header: &str) -> Option<Credentials> {
+    let b64 = header.strip_prefix("Basic ").map(str::trim)?;
+    let raw = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b64).ok()?).ok()?;
+    let (user, pass) = raw.split_once(':')?;
+    Some(Credentials { user: user.to_string(), pass: pass.to_string() })
+}
+
 impl Loaded {
     pub fn none() -> Loaded {
-        Loaded { tls: None, users: BTreeMap::new(), headers: Vec::new(), verified: Mutex::new(Default::default()) }
+        Loaded {
+            tls: None,
+            users: BTreeMap::new(),
+            headers: Vec::new(),
+            verified: Mutex::new(Default::default()),
+            strength: Strength::default(),
+            dummy: None,
+            files: Vec::new(),
+        }
     }
 
-    /// Checks an `Authorization` header against `basic_auth_users`.
-    pub fn authorize(&self, header: Option<&str>) -> Auth {
+    /// Whether requests need credentials.
+    pub fn needs_auth(&self) -> bool {
+        !self.users.is_empty()
+    }
+
+    /// A header verified before, or no authentication configured.
+    pub fn authorized_without_bcrypt(&self, header: Option<&str>) -> Option<Auth> {
         if self.users.is_empty() {
-            return Auth::Allowed;
+            return Some(Auth::Allowed);
+        }
+        let h = header?;
+        if self.verified.lock().is_ok_and(|v| v.contains(h)) {
+            return Some(Auth::Allowed);
+        }
+        None
+    }
+
+    /// The bcrypt check of a header (blocking, slow on purpose): against the
+    /// user's hash, and one check at the costliest cost configured for every
+    /// request (the dummy hash, unless the user's hash is of that cost), so
+    /// that every check does the same heavy work whatever the load.
+    fn verify(&self, header: &str) -> Auth {
+        let Some(c) = credentials(header) else { return Auth::Denied };
+        let max_cost = self.dummy.as_ref().and_then(|(d, _)| bcrypt::HashParts::from_str(d).ok()).map(|p| p.get_cost());
+        let (ok, costliest) = match self.users.get(&c.user) {
+            Some(hash) => {
+                let cost = bcrypt::HashParts::from_str(hash).ok().map(|p| p.get_cost());
+                (bcrypt::verify(&c.pass, hash).unwrap_or(false), cost.is_some() && cost == max_cost)
+            }
+            None => (false, false),
+        };
+        if !costliest {
+            if let Some((dummy, _)) = &self.dummy {
+                let _ = bcrypt::verify(&c.pass, dummy);
+            }
+        }
+        if !ok {
+            return Auth::Denied;
+        }
+        if let Ok(mut v) = self.verified.lock() {
+            if v.len() < 1024 {
+                v.insert(header.to_string());
+            }
+        }
+        Auth::Allowed
+    }
+
+    /// Checks an `Authorization` header against `basic_auth_users`: cached
+    /// headers at once; others with bcrypt on a blocking thread, one at a
+    /// time, each padded to the time of the costliest check (no user name
+    /// or cost is told by timing).
+    pub async fn authorize(self: &Arc<Self>, header: Option<&str>) -> Auth {
+        if let Some(a) = self.authorized_without_bcrypt(header) {
+            return a;
         }
         let Some(h) = header else { return Auth::Denied };
-        if self.verified.lock().is_ok_and(|v| v.contains(h)) {
-            return Auth::Allowed;
-        }
-        let Some(b64) = h.strip_prefix("Basic ").map(str::trim) else { return Auth::Denied };
-        let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(b64) else { return Auth::Denied };
-        let Ok(raw) = String::from_utf8(raw) else { return Auth::Denied };
-        let Some((user, pass)) = raw.split_once(':') else { return Auth::Denied };
-        let Some(hash) = self.users.get(user) else {
-            // Spend the same time as for a known user (no user enumeration).
-            let _ = bcrypt::verify(pass, DUMMY_HASH);
+        if !h.starts_with("Basic ") {
             return Auth::Denied;
-        };
-        if bcrypt::verify(pass, hash).unwrap_or(false) {
-            if let Ok(mut v) = self.verified.lock() {
-                if v.len() < 1024 {
-                    v.insert(h.to_string());
-                }
-            }
-            Auth::Allowed
-        } else {
-            Auth::Denied
         }
+        let Ok(_permit) = BCRYPT.acquire().await else { return Auth::Denied };
+        let this = Arc::clone(self);
+        let header = h.to_string();
+        let started = std::time::Instant::now();
+        let auth = tokio::task::spawn_blocking(move || this.verify(&header)).await.unwrap_or(Auth::Denied);
+        drop(_permit);
+        if let Some((_, target)) = &self.dummy {
+            if let Some(rest) = target.checked_sub(started.elapsed()) {
+                tokio::time::sleep(rest).await;
+            }
+        }
+        auth
     }
 }
 
@@ -144,6 +260,7 @@ fn rank(v: &rustls::SupportedProtocolVersion) -> u8 {
 /// its directory, as exporter-toolkit resolves them).
 pub fn load(path: &Path) -> Result<Loaded, Error> {
     let text = std::fs::read_to_string(path).map_err(|e| err(path, e.to_string()))?;
+    let mut files = vec![path.to_path_buf()];
     let f: File = serde_yaml_ng::from_str(&text).map_err(|e| err(path, e.to_string()))?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let rel = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { dir.join(p) };
@@ -166,11 +283,12 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
             headers.push((name, value));
         }
     }
+    let mut max_cost = 0;
     for (user, hash) in &f.basic_auth_users {
-        if bcrypt::HashParts::from_str(hash).is_err() {
-            return Err(err(path, format!("basic_auth_users.{user}: not a bcrypt hash")));
-        }
+        let parts = bcrypt::HashParts::from_str(hash).map_err(|_| err(path, format!("basic_auth_users.{user}: not a bcrypt hash")))?;
+        max_cost = max_cost.max(parts.get_cost());
     }
+    let mut strength = Strength { users: f.basic_auth_users.len(), ..Strength::default() };
 
     let tls = match f.tls_server_config {
         None => None,
@@ -189,6 +307,9 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
             }
             let _ = t.prefer_server_cipher_suites;
             let min = tls_version(t.min_version.as_deref().unwrap_or("TLS12"), path, "min_version")?;
+            strength.tls = true;
+            strength.min_tls = rank(min);
+            files.extend([&t.cert_file, &t.key_file, &t.client_ca_file].into_iter().flatten().map(|p| rel(p)));
             let max = tls_version(t.max_version.as_deref().unwrap_or("TLS13"), path, "max_version")?;
 
             let certs: Vec<CertificateDer<'static>> = match (&t.cert_file, &t.cert) {
@@ -225,6 +346,12 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
                 .with_protocol_versions(&versions)
                 .map_err(|e| err(path, e.to_string()))?;
             let auth = t.client_auth_type.as_deref().unwrap_or("NoClientCert");
+            strength.client_auth = match auth {
+                "RequestClientCert" => 1,
+                "RequireAnyClientCert" | "VerifyClientCertIfGiven" => 2,
+                "RequireAndVerifyClientCert" => 3,
+                _ => 0,
+            };
             let roots = || -> Result<Arc<rustls::RootCertStore>, Error> {
                 let cas: Vec<CertificateDer<'static>> = match (&t.client_ca_file, &t.client_ca) {
                     (Some(p), _) => CertificateDer::pem_file_iter(rel(p))
@@ -263,7 +390,17 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
             Some(Arc::new(cfg))
         }
     };
-    Ok(Loaded { tls, users: f.basic_auth_users, headers, verified: Mutex::new(Default::default()) })
+    // Unknown users are checked against a hash of the costliest cost, and
+    // every check is padded to its time.
+    let dummy = if max_cost > 0 {
+        let hash = bcrypt::hash("node-agent: no such user", max_cost).map_err(|e| err(path, format!("basic_auth_users: {e}")))?;
+        let t = std::time::Instant::now();
+        let _ = bcrypt::verify("node-agent: timing", &hash);
+        Some((hash, t.elapsed()))
+    } else {
+        None
+    };
+    Ok(Loaded { tls, users: f.basic_auth_users, headers, verified: Mutex::new(Default::default()), strength, dummy, files })
 }
 
 /// Go's RequestClientCert / RequireAnyClientCert: any certificate, issuer
@@ -319,60 +456,144 @@ impl rustls::server::danger::ClientCertVerifier for AnyClientCert {
     }
 }
 
-/// A file's modification time and length: a change to either reloads it.
-type Stamp = Option<(SystemTime, u64)>;
-
-/// The configuration in force, re-read when its file changes.
-pub struct Handle {
-    path: Option<PathBuf>,
-    state: RwLock<(Stamp, Arc<Loaded>)>,
-}
+/// What identifies a file's content: device, inode, length, mtime and
+/// ctime (nanoseconds); `None` when it cannot be read.
+type Stamp = Option<(u64, u64, u64, i64, i64)>;
 
 fn stamp(path: &Path) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len()))
+    Some((m.dev(), m.ino(), m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec(), m.ctime() * 1_000_000_000 + m.ctime_nsec()))
+}
+
+fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
+    files.iter().map(|f| stamp(f)).collect()
+}
+
+/// How often the watcher looks at the files.
+pub const POLL: Duration = Duration::from_secs(1);
+
+/// The configuration in force, and its watcher.
+pub struct Handle {
+    state: Arc<RwLock<Arc<Loaded>>>,
+    stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Some(s) = &self.stop {
+            s.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// The result of looking at the files once.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Change {
+    None,
+    /// Changed since the last look: applied once stable.
+    Settling,
+    Applied,
+    /// Did not load, or would weaken what is in force.
+    Refused(String),
+}
+
+/// Decides over successive looks at the files (pure of time: the caller
+/// polls).
+pub struct Watcher {
+    path: PathBuf,
+    applied: Vec<Stamp>,
+    pending: Option<Vec<Stamp>>,
+    refused: Option<Vec<Stamp>>,
+}
+
+impl Watcher {
+    pub fn new(path: &Path, loaded: &Loaded) -> Watcher {
+        Watcher { path: path.to_path_buf(), applied: stamps(&loaded.files), pending: None, refused: None }
+    }
+
+    /// Looks once: a change is loaded when the files are as they were at
+    /// the previous look (settled), and applied unless it fails or weakens.
+    pub fn poll(&mut self, current: &RwLock<Arc<Loaded>>) -> Change {
+        let files = current.read().map(|c| c.files.clone()).unwrap_or_default();
+        let now = stamps(&files);
+        if now == self.applied {
+            self.pending = None;
+            return Change::None;
+        }
+        if self.refused.as_ref() == Some(&now) {
+            return Change::None;
+        }
+        if self.pending.as_ref() != Some(&now) {
+            self.pending = Some(now);
+            return Change::Settling;
+        }
+        self.pending = None;
+        let res = load(&self.path).and_then(|new| {
+            let old = current.read().map(|c| c.strength.clone()).unwrap_or_default();
+            match new.strength.weaker_than(&old) {
+                Some(why) => Err(err(
+                    &self.path,
+                    format!("refused: {why}; the configuration in force stays (restart node-agent to apply a weaker one)"),
+                )),
+                None => Ok(new),
+            }
+        });
+        match res {
+            Ok(new) => {
+                // The new configuration may name other files: watch those.
+                self.applied = stamps(&new.files);
+                if let Ok(mut c) = current.write() {
+                    *c = Arc::new(new);
+                }
+                self.refused = None;
+                Change::Applied
+            }
+            Err(e) => {
+                self.refused = Some(now);
+                Change::Refused(e.to_string())
+            }
+        }
+    }
 }
 
 impl Handle {
     /// No `--web.config.file`: plain HTTP, no authentication.
     pub fn none() -> Handle {
-        Handle { path: None, state: RwLock::new((None, Arc::new(Loaded::none()))) }
+        Handle { state: Arc::new(RwLock::new(Arc::new(Loaded::none()))), stop: None }
     }
 
-    /// Loads the file; an error here stops start-up.
+    /// Loads the file (an error here stops start-up) and starts watching it
+    /// and the files it names.
     pub fn open(path: &Path) -> Result<Handle, Error> {
-        let stamp = stamp(path);
         let loaded = load(path)?;
-        Ok(Handle { path: Some(path.to_path_buf()), state: RwLock::new((stamp, Arc::new(loaded))) })
+        let mut watcher = Watcher::new(path, &loaded);
+        let state = Arc::new(RwLock::new(Arc::new(loaded)));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (st, sp) = (Arc::clone(&state), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name("web-config".into())
+            .spawn(move || {
+                while !sp.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(POLL);
+                    match watcher.poll(&st) {
+                        Change::Applied => tracing::info!(file = %watcher.path.display(), "web configuration reloaded"),
+                        Change::Refused(e) => tracing::error!(error = %e, "web configuration change not applied"),
+                        Change::None | Change::Settling => {}
+                    }
+                }
+            })
+            .map_err(|e| err(path, format!("starting its watcher: {e}")))?;
+        Ok(Handle { state, stop: Some(stop) })
     }
 
-    /// The configuration for a new connection, reloading a changed file.
+    /// The configuration for a new connection.
     pub fn current(&self) -> Arc<Loaded> {
-        let Some(path) = &self.path else {
-            return self.state.read().map(|s| Arc::clone(&s.1)).unwrap_or_else(|_| Arc::new(Loaded::none()));
-        };
-        let now = stamp(path);
-        if let Ok(s) = self.state.read() {
-            if s.0 == now {
-                return Arc::clone(&s.1);
-            }
-        }
-        let Ok(mut s) = self.state.write() else { return Arc::new(Loaded::none()) };
-        if s.0 != now {
-            match load(path) {
-                Ok(l) => {
-                    tracing::info!(file = %path.display(), "web configuration reloaded");
-                    s.1 = Arc::new(l);
-                }
-                Err(e) => tracing::error!(error = %e, "web configuration change not applied; the previous one stays in force"),
-            }
-            s.0 = now;
-        }
-        Arc::clone(&s.1)
+        self.state.read().map(|s| Arc::clone(&s)).unwrap_or_else(|_| Arc::new(Loaded::none()))
     }
 
     pub fn tls(&self) -> bool {
-        self.state.read().is_ok_and(|s| s.1.tls.is_some())
+        self.state.read().is_ok_and(|s| s.tls.is_some())
     }
 }
 
@@ -380,10 +601,15 @@ impl Handle {
 mod tests {
     use super::*;
 
-    fn with_user(user: &str, pass: &str) -> Loaded {
+    fn with_user(user: &str, pass: &str) -> Arc<Loaded> {
         let mut l = Loaded::none();
         l.users.insert(user.into(), bcrypt::hash(pass, 4).unwrap());
-        l
+        l.dummy = Some((bcrypt::hash("x", 4).unwrap(), Duration::ZERO));
+        Arc::new(l)
+    }
+
+    fn auth(l: &Arc<Loaded>, h: Option<&str>) -> Auth {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(l.authorize(h))
     }
 
     fn basic(user: &str, pass: &str) -> String {
@@ -392,15 +618,49 @@ mod tests {
 
     #[test]
     fn basic_auth_checks_and_caches() {
-        assert!(bcrypt::HashParts::from_str(DUMMY_HASH).is_ok(), "the dummy hash is a real bcrypt hash");
         let l = with_user("prom", "pw");
-        assert_eq!(l.authorize(None), Auth::Denied);
-        assert_eq!(l.authorize(Some("Bearer x")), Auth::Denied);
-        assert_eq!(l.authorize(Some("Basic !!!")), Auth::Denied);
-        assert_eq!(l.authorize(Some(&basic("prom", "nope"))), Auth::Denied);
-        assert_eq!(l.authorize(Some(&basic("other", "pw"))), Auth::Denied);
-        assert_eq!(l.authorize(Some(&basic("prom", "pw"))), Auth::Allowed);
+        assert_eq!(auth(&l, None), Auth::Denied);
+        assert_eq!(auth(&l, Some("Bearer x")), Auth::Denied);
+        assert_eq!(auth(&l, Some("Basic !!!")), Auth::Denied);
+        assert_eq!(auth(&l, Some(&basic("prom", "nope"))), Auth::Denied);
+        assert_eq!(auth(&l, Some(&basic("other", "pw"))), Auth::Denied);
+        assert_eq!(auth(&l, Some(&basic("prom", "pw"))), Auth::Allowed);
         assert!(l.verified.lock().unwrap().contains(&basic("prom", "pw")), "cached");
-        assert_eq!(Loaded::none().authorize(None), Auth::Allowed, "no users: open");
+        assert_eq!(auth(&Arc::new(Loaded::none()), None), Auth::Allowed, "no users: open");
+    }
+
+    #[test]
+    fn a_reload_may_not_weaken_what_is_in_force() {
+        let full = Strength { tls: true, client_auth: 3, min_tls: 13, users: 2 };
+        assert_eq!(full.weaker_than(&full), None);
+        assert!(Strength { tls: false, ..full.clone() }.weaker_than(&full).unwrap().contains("TLS off"));
+        assert!(Strength { client_auth: 0, ..full.clone() }.weaker_than(&full).unwrap().contains("client certificate"));
+        assert!(Strength { min_tls: 12, ..full.clone() }.weaker_than(&full).unwrap().contains("minimum TLS"));
+        assert!(Strength { users: 0, ..full.clone() }.weaker_than(&full).unwrap().contains("basic authentication off"));
+        assert!(Strength { users: 1, ..full.clone() }.weaker_than(&full).unwrap().contains("fewer users"));
+        assert_eq!(full.weaker_than(&Strength::default()), None, "stronger is fine");
+        assert_eq!(Strength { users: 3, ..full.clone() }.weaker_than(&full), None, "more users is fine");
+    }
+
+    #[test]
+    fn the_watcher_refuses_an_empty_file_and_applies_a_settled_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("web.yml");
+        let h1 = bcrypt::hash("a", 4).unwrap();
+        std::fs::write(&p, format!("basic_auth_users:\n  u1: {h1}\n  u2: {h1}\n")).unwrap();
+        let loaded = load(&p).unwrap();
+        let mut w = Watcher::new(&p, &loaded);
+        let current = RwLock::new(Arc::new(loaded));
+        assert_eq!(w.poll(&current), Change::None);
+        for weaker in ["", "# only a comment\n", "{}\n", &format!("basic_auth_users:\n  u1: {h1}\n")] {
+            std::fs::write(&p, weaker).unwrap();
+            assert_eq!(w.poll(&current), Change::Settling, "{weaker:?}");
+            assert!(matches!(w.poll(&current), Change::Refused(_)), "{weaker:?} weakens auth");
+            assert_eq!(current.read().unwrap().users.len(), 2, "still in force");
+        }
+        std::fs::write(&p, format!("basic_auth_users:\n  u1: {h1}\n  u2: {h1}\n  u3: {h1}\n")).unwrap();
+        assert_eq!(w.poll(&current), Change::Settling);
+        assert_eq!(w.poll(&current), Change::Applied);
+        assert_eq!(current.read().unwrap().users.len(), 3);
     }
 }

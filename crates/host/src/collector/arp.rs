@@ -69,7 +69,7 @@ impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
         read_file(&self.path, &mut self.buf)?;
         let entries = parse(&self.buf).ok_or_else(|| Error::parse(&self.path, "malformed line"))?;
-        let f = sink.family("node_arp_entries", "ARP entries by device", Kind::Gauge);
+        let mut f = sink.family("node_arp_entries", "ARP entries by device", Kind::Gauge);
         for (dev, n) in entries {
             let dev = std::str::from_utf8(dev).map_err(|_| Error::parse(&self.path, "invalid UTF-8"))?;
             if !self.filter.ignored(dev) {

@@ -165,7 +165,7 @@ impl Collector {
     }
 
     fn update_info(&self, sink: &mut Sink) -> Result<(), Error> {
-        let file = std::fs::File::open(&self.cpuinfo).map_err(|e| Error::from_read(&self.cpuinfo, e))?;
+        let file = crate::io::open_nonblocking(&self.cpuinfo).map_err(|e| Error::from_read(&self.cpuinfo, e))?;
         let info = procfs_core::CpuInfo::from_read(file).map_err(|e| Error::parse(&self.cpuinfo, e.to_string()))?;
         for i in 0..info.num_cores() {
             let get = |k: &str| info.get_field(i, k).unwrap_or("").to_string();
@@ -249,7 +249,7 @@ impl crate::Collector for Collector {
         for (cpu, t) in cpus {
             let t = self.stabilise(cpu, t);
             let cpu = ib.format(cpu);
-            let f = sink.family("node_cpu_seconds_total", "Seconds the CPUs spent in each mode.", Kind::Counter);
+            let mut f = sink.family("node_cpu_seconds_total", "Seconds the CPUs spent in each mode.", Kind::Counter);
             for (mode, v) in MODES.iter().zip(t.modes) {
                 f.sample(&[("cpu", cpu), ("mode", mode)], v as f64 / USER_HZ);
             }

@@ -50,7 +50,7 @@ impl crate::Collector for Collector {
             }
             let current = read_trimmed(&dir.join("scaling_governor")).unwrap_or_default();
             if let Some(avail) = read_trimmed(&dir.join("scaling_available_governors")) {
-                let f = sink.family("node_cpu_scaling_governor", "Current enabled CPU frequency governor.", Kind::Gauge);
+                let mut f = sink.family("node_cpu_scaling_governor", "Current enabled CPU frequency governor.", Kind::Gauge);
                 for g in avail.split_whitespace() {
                     f.sample(&[("cpu", cpu), ("governor", g)], if g == current { 1.0 } else { 0.0 });
                 }

@@ -32,8 +32,7 @@ impl Options {
                 "collector.diskstats.device-exclude",
                 DEFAULT_EXCLUDE,
                 "Regexp of diskstats devices to exclude (mutually exclusive to device-include).",
-            )
-            .alias("collector.diskstats.ignored-devices"),
+            ),
             flags::string_arg(
                 "collector.diskstats.device-include",
                 "",
@@ -153,7 +152,7 @@ impl Collector {
             let udev = self
                 .udev_dir
                 .as_ref()
-                .and_then(|d| std::fs::read_to_string(d.join(format!("b{major}:{minor}"))).ok())
+                .and_then(|d| crate::io::read_text(&d.join(format!("b{major}:{minor}"))).ok())
                 .map(|s| parse_udev(&s))
                 .unwrap_or_default();
             let rotational = crate::io::read_u64(&self.sys_block.join(dev).join("queue/rotational"))

@@ -46,8 +46,7 @@ impl Options {
                 "collector.filesystem.mount-points-exclude",
                 DEFAULT_MOUNT_POINTS_EXCLUDE,
                 "Regexp of mount points to exclude for filesystem collector.",
-            )
-            .alias("collector.filesystem.ignored-mount-points"),
+            ),
             flags::string_arg(
                 "collector.filesystem.mount-points-include",
                 "",
@@ -57,8 +56,7 @@ impl Options {
                 "collector.filesystem.fs-types-exclude",
                 DEFAULT_FS_TYPES_EXCLUDE,
                 "Regexp of filesystem types to exclude for filesystem collector.",
-            )
-            .alias("collector.filesystem.ignored-fs-types"),
+            ),
             flags::string_arg(
                 "collector.filesystem.fs-types-include",
                 "",

@@ -121,7 +121,7 @@ fn collect_sensor_data(dir: &Path, data: &mut SensorData) {
 
 fn read_small(path: &Path) -> Option<String> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path).ok()?;
+    let mut f = crate::io::open_nonblocking(path).ok()?;
     let mut buf = [0u8; 128];
     let n = f.read(&mut buf).ok()?;
     Some(String::from_utf8_lossy(&buf[..n]).trim_end_matches('\n').to_string())
@@ -150,7 +150,7 @@ fn base_chip_name(dir: &Path) -> Option<String> {
 
 /// The cleaned content of the `name` file.
 fn human_name(dir: &Path) -> Option<String> {
-    let n = clean_name(&std::fs::read_to_string(dir.join("name")).ok()?);
+    let n = clean_name(&crate::io::read_text(&dir.join("name")).ok()?);
     (!n.is_empty()).then_some(n)
 }
 

@@ -27,14 +27,12 @@ impl Options {
                 "collector.netdev.device-include",
                 "",
                 "Regexp of net devices to include (mutually exclusive to device-exclude).",
-            )
-            .alias("collector.netdev.device-whitelist"),
+            ),
             flags::string_arg(
                 "collector.netdev.device-exclude",
                 "",
                 "Regexp of net devices to exclude (mutually exclusive to device-include).",
-            )
-            .alias("collector.netdev.device-blacklist"),
+            ),
         ];
         // Accepted for compatibility: node-agent reads /proc/net/dev.
         v.extend(flags::bool_args("collector.netdev.netlink", true, "Accepted for compatibility; counters are read from /proc/net/dev."));

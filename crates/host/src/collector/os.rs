@@ -52,7 +52,7 @@ impl crate::Collector for Collector {
         let mut last = None;
         let mut text = None;
         for c in &self.candidates {
-            match std::fs::read_to_string(c) {
+            match crate::io::read_text(c) {
                 Ok(t) => {
                     text = Some(t);
                     break;

@@ -35,7 +35,7 @@ impl crate::Collector for Collector {
             return Ok(());
         };
         sink.single("node_selinux_enabled", "SELinux is enabled, 1 is true, 0 is false", Kind::Gauge, 1.0);
-        if let Some(mode) = std::fs::read_to_string(&self.config).ok().as_deref().and_then(config_mode) {
+        if let Some(mode) = crate::io::read_text(&self.config).ok().as_deref().and_then(config_mode) {
             sink.single("node_selinux_config_mode", "Configured SELinux enforcement mode", Kind::Gauge, mode);
         }
         let cur = if current == "1" { 1.0 } else { 0.0 };

@@ -102,7 +102,7 @@ impl crate::Collector for Collector {
         }
         if self.softirq {
             if let Some(v) = s.softirq {
-                let f = sink.family("node_softirqs_total", "Number of softirq calls.", Kind::Counter);
+                let mut f = sink.family("node_softirqs_total", "Number of softirq calls.", Kind::Counter);
                 for (vector, v) in SOFTIRQ_VECTORS.iter().zip(v) {
                     f.sample(&[("vector", vector)], v as f64);
                 }

@@ -92,11 +92,38 @@ pub fn tracefs() -> Option<PathBuf> {
     ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"].iter().map(PathBuf::from).find(|p| p.join("events").is_dir())
 }
 
+/// Where tracefs is, as far as this process can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tracefs {
+    Found(PathBuf),
+    /// Mounted, but not readable with this process's privileges.
+    Denied(PathBuf),
+    Absent,
+}
+
+/// Looks for tracefs without mounting it.
+pub fn tracefs_status() -> Tracefs {
+    if let Some(p) = tracefs() {
+        return Tracefs::Found(p);
+    }
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| std::fs::read_dir(p.join("events")).is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied))
+        .map_or(Tracefs::Absent, Tracefs::Denied)
+}
+
 /// Mounts tracefs at /sys/kernel/tracing when it is nowhere to be found and
 /// we are permitted to.
 fn ensure_tracefs() -> Option<PathBuf> {
-    if let Some(p) = tracefs() {
-        return Some(p);
+    match tracefs_status() {
+        Tracefs::Found(p) => return Some(p),
+        // Mounted, but not ours to read: say so, and mount nothing.
+        Tracefs::Denied(p) => {
+            tracing::warn!(path = %p.display(), "tracefs is mounted but not readable without privileges: tracepoint programs will be down");
+            return None;
+        }
+        Tracefs::Absent => {}
     }
     let target = std::ffi::CString::new("/sys/kernel/tracing").ok()?;
     let fstype = std::ffi::CString::new("tracefs").ok()?;

@@ -307,29 +307,30 @@ fn emit(sink: &mut Sink, series: &BTreeMap<(String, String, String), PodCounters
     for ((ns, pod, _), c) in series {
         crate::pods::attrib::add(pods.entry((ns, pod)).or_default(), c);
     }
-    let f =
+    let mut f =
         sink.family("node_ebpf_pod_runqueue_wait_seconds_total", "Time the pod's tasks waited on a run queue for a CPU.", Kind::Counter);
     for ((ns, pod), c) in &pods {
         f.sample(&[("namespace", ns), ("pod", pod)], c.runq_wait_ns as f64 / 1e9);
     }
-    let f = sink.family("node_ebpf_pod_runqueue_waits_total", "Times the pod's tasks waited on a run queue.", Kind::Counter);
+    let mut f = sink.family("node_ebpf_pod_runqueue_waits_total", "Times the pod's tasks waited on a run queue.", Kind::Counter);
     for ((ns, pod), c) in &pods {
         f.sample(&[("namespace", ns), ("pod", pod)], c.runq_waits as f64);
     }
-    let f = sink.family("node_ebpf_pod_oom_kills_total", "Tasks of the pod's containers killed by the OOM killer.", Kind::Counter);
+    let mut f = sink.family("node_ebpf_pod_oom_kills_total", "Tasks of the pod's containers killed by the OOM killer.", Kind::Counter);
     for ((ns, pod, container), c) in series {
         f.sample(&[("namespace", ns), ("pod", pod), ("container", container)], c.oom_kills as f64);
     }
-    let f = sink.family("node_ebpf_pod_tcp_retransmits_total", "TCP segments retransmitted by the pod's sockets.", Kind::Counter);
+    let mut f = sink.family("node_ebpf_pod_tcp_retransmits_total", "TCP segments retransmitted by the pod's sockets.", Kind::Counter);
     for ((ns, pod), c) in &pods {
         f.sample(&[("namespace", ns), ("pod", pod)], c.tcp_retransmits as f64);
     }
-    let f = sink.family("node_ebpf_pod_block_io_bytes_total", "Bytes of block I/O requests submitted by the pod's tasks.", Kind::Counter);
+    let mut f =
+        sink.family("node_ebpf_pod_block_io_bytes_total", "Bytes of block I/O requests submitted by the pod's tasks.", Kind::Counter);
     for ((ns, pod), c) in &pods {
         f.sample(&[("namespace", ns), ("pod", pod), ("operation", "read")], c.read_bytes as f64);
         f.sample(&[("namespace", ns), ("pod", pod), ("operation", "write")], c.write_bytes as f64);
     }
-    let f = sink.family("node_ebpf_pod_syscall_errors_total", "System calls of the pod's tasks that returned an error.", Kind::Counter);
+    let mut f = sink.family("node_ebpf_pod_syscall_errors_total", "System calls of the pod's tasks that returned an error.", Kind::Counter);
     for ((ns, pod), c) in &pods {
         f.sample(&[("namespace", ns), ("pod", pod)], c.syscall_errors as f64);
     }

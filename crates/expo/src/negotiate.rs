@@ -1,0 +1,126 @@
+//! Content negotiation with q-values (RFC 9110 §12.5): which exposition
+//! format an `Accept` header prefers, and whether `Accept-Encoding` allows
+//! gzip.
+
+use crate::sink::Format;
+
+/// One element of an `Accept` or `Accept-Encoding` list: the value without
+/// parameters, its parameters, and its q-value (1 when absent, 0 when
+/// malformed).
+fn elements(header: &str) -> impl Iterator<Item = (&str, Vec<(&str, &str)>, f64)> {
+    header.split(',').filter_map(|el| {
+        let mut parts = el.split(';').map(str::trim);
+        let value = parts.next().filter(|v| !v.is_empty())?;
+        let mut q = 1.0;
+        let mut params = Vec::new();
+        for p in parts {
+            let (k, v) = p.split_once('=').map_or((p, ""), |(k, v)| (k.trim(), v.trim().trim_matches('"')));
+            if k.eq_ignore_ascii_case("q") {
+                q = v.parse::<f64>().ok().filter(|q| (0.0..=1.0).contains(q)).unwrap_or(0.0);
+            } else {
+                params.push((k, v));
+            }
+        }
+        Some((value, params, q))
+    })
+}
+
+/// The q-value `accept` gives `media_type` (`type/subtype`): that of the
+/// most specific matching range (exact, then `type/*`, then `*/*`); 0 when
+/// none matches. Ranges with a `version` parameter match only that version.
+fn quality(accept: &str, media_type: &str, version: &str) -> f64 {
+    let (ty, _) = media_type.split_once('/').unwrap_or((media_type, ""));
+    let mut best: Option<(u8, f64)> = None;
+    for (range, params, q) in elements(accept) {
+        let specificity = if range.eq_ignore_ascii_case(media_type) {
+            3
+        } else if range.strip_suffix("/*").is_some_and(|t| t.eq_ignore_ascii_case(ty)) {
+            2
+        } else if range == "*/*" {
+            1
+        } else {
+            continue;
+        };
+        if params.iter().any(|(k, v)| k.eq_ignore_ascii_case("version") && *v != version) {
+            continue;
+        }
+        if best.is_none_or(|(s, _)| specificity > s) {
+            best = Some((specificity, q));
+        }
+    }
+    best.map_or(0.0, |(_, q)| q)
+}
+
+/// The format `accept` prefers: OpenMetrics 1.0.0 when its q-value is above
+/// zero and not below text's; text otherwise (also when nothing matches, as
+/// Prometheus exporters answer anything).
+pub fn format(accept: Option<&str>) -> Format {
+    let Some(a) = accept else { return Format::Text };
+    let om = quality(a, "application/openmetrics-text", "1.0.0").max(quality(a, "application/openmetrics-text", "0.0.1"));
+    let text = quality(a, "text/plain", "0.0.4");
+    if om > 0.0 && om >= text && explicitly_openmetrics(a) {
+        Format::OpenMetrics
+    } else {
+        Format::Text
+    }
+}
+
+/// OpenMetrics only when asked for by name: `*/*` alone means text.
+fn explicitly_openmetrics(accept: &str) -> bool {
+    elements(accept).any(|(r, _, q)| q > 0.0 && (r.eq_ignore_ascii_case("application/openmetrics-text") || r == "application/*"))
+}
+
+/// Whether `Accept-Encoding` allows gzip: a `gzip` (or `x-gzip`) coding, or
+/// `*`, with a q-value above zero, unless gzip itself is refused (`gzip;q=0`).
+pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
+    let Some(h) = accept_encoding else { return false };
+    let mut gzip = None;
+    let mut star = None;
+    for (coding, _, q) in elements(h) {
+        if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+            gzip = Some(q);
+        } else if coding == "*" {
+            star = Some(q);
+        }
+    }
+    match (gzip, star) {
+        (Some(q), _) => q > 0.0,
+        (None, Some(q)) => q > 0.0,
+        (None, None) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_by_q_value() {
+        let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(format(Some(prom)), Format::OpenMetrics);
+        assert_eq!(format(Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")), Format::OpenMetrics);
+        assert_eq!(format(Some("text/plain")), Format::Text);
+        assert_eq!(format(None), Format::Text);
+        assert_eq!(format(Some("*/*")), Format::Text);
+        assert_eq!(format(Some("application/openmetrics-text;q=0")), Format::Text, "refused by q=0");
+        assert_eq!(format(Some("application/openmetrics-text;q=0.2,text/plain;q=0.9")), Format::Text, "text preferred");
+        assert_eq!(format(Some("application/openmetrics-text;version=9.9.9")), Format::Text, "a version we do not speak");
+        assert_eq!(format(Some("application/json")), Format::Text);
+    }
+
+    #[test]
+    fn gzip_by_q_value() {
+        assert!(accepts_gzip(Some("gzip")));
+        assert!(accepts_gzip(Some("deflate, gzip;q=0.8")));
+        assert!(accepts_gzip(Some("*")));
+        assert!(accepts_gzip(Some("x-gzip")));
+        assert!(!accepts_gzip(Some("gzip;q=0")));
+        assert!(!accepts_gzip(Some("gzip;q=0.000")));
+        assert!(!accepts_gzip(Some("gzipfoo")));
+        assert!(!accepts_gzip(Some("*;q=0")));
+        assert!(!accepts_gzip(Some("gzip;q=0, *")), "gzip refused by name");
+        assert!(!accepts_gzip(Some("identity")));
+        assert!(!accepts_gzip(None));
+        assert!(!accepts_gzip(Some("gzip;q=x")), "a malformed q is 0");
+    }
+}
