@@ -111,10 +111,52 @@ pub fn conformance_dir() -> Option<PathBuf> {
     None
 }
 
+/// The empty directories of node_exporter's fixture archives
+/// (`collector/fixtures/sys.ttar`, 1.12.1), which the copy in `../shared`
+/// lost (an empty directory does not survive it): dmmultipath's `slaves/`
+/// entries, a watchdog without attributes, nvme's `holders/`, ….
+const EMPTY_DIRS: &[&str] = &[
+    "sys/block/dm-5/slaves/sdi",
+    "sys/block/dm-5/slaves/sdj",
+    "sys/block/dm-5/slaves/sdk",
+    "sys/block/dm-5/slaves/sdl",
+    "sys/block/dm-6/slaves/sdm",
+    "sys/block/dm-6/slaves/sdn",
+    "sys/class/nvme-subsystem/nvme-subsys0/nvme0n1",
+    "sys/class/watchdog/watchdog1",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/link",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/holders",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/0/cpu0",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/0/cpu1",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/1/cpu2",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/1/cpu3",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/2/cpu4",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/2/cpu5",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/3/cpu6",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/3/cpu7",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/4/cpu8",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/4/cpu9",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/5/cpu10",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/5/cpu11",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/6/cpu12",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/6/cpu13",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/7/cpu14",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/mq/7/cpu15",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/nvme0n1p1/holders",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/nvme0n1p2/holders",
+    "sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/nvme0n1/slaves",
+    "sys/devices/pci0000:00/0000:00:02.1/link",
+    "sys/devices/pci0000:40/0000:40:01.3/0000:45:00.0/link",
+];
+
 /// Copies a fixture tree, restoring the symbolic links that the text-archive
-/// extraction flattened into small files holding their target path.
+/// extraction flattened into small files holding their target path, and
+/// the empty directories it lost ([`EMPTY_DIRS`]).
 pub fn materialize(src: &Path, dst: &Path) -> io::Result<usize> {
     copy_tree(src, dst)?;
+    for d in EMPTY_DIRS {
+        fs::create_dir_all(dst.join(d))?;
+    }
     let mut restored = 0;
     restore_links(dst, &mut restored)?;
     Ok(restored)
