@@ -6,6 +6,7 @@ pub mod compare;
 pub mod fuse;
 pub mod fuzz;
 pub mod host;
+pub mod netns;
 pub mod web;
 
 /// Bytes aligned for the ELF parser, as aya's `include_bytes_aligned!`.

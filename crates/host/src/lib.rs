@@ -18,6 +18,7 @@ pub mod collector;
 pub mod filter;
 pub mod flags;
 pub mod io;
+pub mod netlink;
 pub mod parse;
 pub mod registry;
 pub mod scrape;

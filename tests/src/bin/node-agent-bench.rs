@@ -4,6 +4,7 @@
 //! BENCHMARKS.md. Run as root (the eBPF part loads programs).
 //!
 //! Usage: node-agent-bench --agent PATH [--out FILE] [--quick]
+//!        node-agent-bench --only network [--quick]   (that section alone, printed)
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -523,6 +524,87 @@ fn planner(quick: bool) -> Vec<(usize, f64)> {
     out
 }
 
+/// One way of reading the network devices, measured.
+struct NetRead {
+    what: &'static str,
+    /// Median per-scrape user and kernel CPU of the collecting thread, µs.
+    user_us: f64,
+    sys_us: f64,
+    /// Min and max over rounds of this read's CPU over its counterpart's.
+    ratio_range: Option<(f64, f64)>,
+}
+
+fn thread_cpu_us() -> (f64, f64) {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage of the right size.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    (us(u.ru_utime), us(u.ru_stime))
+}
+
+/// netdev and netclass over rtnetlink against /proc/net/dev and
+/// /sys/class/net, in a namespace of `pairs` veth pairs, interleaved rounds.
+fn netlink_vs_files(quick: bool) -> Res<(usize, Vec<NetRead>)> {
+    use host::collector::{netclass, netdev};
+    use host::Collector as _;
+    use node_agent_tests::netns::{Netns, SysfsMount};
+    let pairs = 100;
+    let ns = Netns::new("bench");
+    let mut batch = String::from("link set lo up\n");
+    for i in 0..pairs {
+        let _ = writeln!(batch, "link add va{i} type veth peer name vb{i}\nlink set va{i} up\nlink set vb{i} up");
+    }
+    ns.batch(&batch);
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (rounds, per_round) = if quick { (5, 20) } else { (15, 50) };
+    let rows = ns.run(|paths| {
+        let _mount = SysfsMount::new(dir.path());
+        let paths = host::Paths { sysfs: dir.path().to_path_buf(), ..paths.clone() };
+        let dev =
+            |netlink| netdev::Options { filter: Default::default(), netlink, detailed: false, address_info: false, label_ifalias: false };
+        let class = |netlink| netclass::Options { ignored: None, ignore_invalid_speed: false, netlink, with_stats: false };
+        let mut cs: Vec<(&'static str, Box<dyn host::Collector>)> = vec![
+            ("netdev over rtnetlink", Box::new(netdev::Collector::new(dev(true), &paths).expect("netdev"))),
+            ("netdev from /proc/net/dev", Box::new(netdev::Collector::new(dev(false), &paths).expect("netdev"))),
+            ("netclass over rtnetlink + ethtool", Box::new(netclass::Collector::new(class(true), &paths).expect("netclass"))),
+            ("netclass from /sys/class/net", Box::new(netclass::Collector::new(class(false), &paths).expect("netclass"))),
+        ];
+        let mut per: Vec<Vec<(f64, f64)>> = vec![Vec::new(); cs.len()];
+        let mut sink = expo::Sink::new();
+        for _ in 0..rounds {
+            for (i, (_, c)) in cs.iter_mut().enumerate() {
+                let (u0, s0) = thread_cpu_us();
+                for _ in 0..per_round {
+                    sink.clear();
+                    c.update(&mut sink).expect("collector succeeds");
+                }
+                let (u1, s1) = thread_cpu_us();
+                per[i].push(((u1 - u0) / per_round as f64, (s1 - s0) / per_round as f64));
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            percentile(v, 0.5)
+        };
+        (0..cs.len())
+            .map(|i| {
+                let pair = i ^ 1;
+                let ratios: Vec<f64> = per[i].iter().zip(&per[pair]).map(|(a, b)| (a.0 + a.1) / (b.0 + b.1).max(1e-9)).collect();
+                let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = ratios.iter().copied().fold(0.0, f64::max);
+                NetRead {
+                    what: cs[i].0,
+                    user_us: median(&mut per[i].iter().map(|x| x.0).collect()),
+                    sys_us: median(&mut per[i].iter().map(|x| x.1).collect()),
+                    ratio_range: (i % 2 == 0).then_some((lo, hi)),
+                }
+            })
+            .collect()
+    });
+    Ok((2 * pairs + 1, rows))
+}
+
 fn ratio(a: f64, b: f64) -> String {
     if b == 0.0 {
         "-".into()
@@ -556,9 +638,16 @@ fn main() -> std::process::ExitCode {
 fn run() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
     let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
+    let quick = args.iter().any(|a| a == "--quick");
+    if get("--only").as_deref() == Some("network") {
+        let (devices, net) = netlink_vs_files(quick)?;
+        for r in &net {
+            println!("{devices} devices: {}: user {:.0} µs, kernel {:.0} µs, ratio {:?}", r.what, r.user_us, r.sys_us, r.ratio_range);
+        }
+        return Ok(());
+    }
     let agent = PathBuf::from(get("--agent").ok_or("--agent PATH is required")?);
     let out_path = PathBuf::from(get("--out").unwrap_or_else(|| "BENCHMARKS.md".into()));
-    let quick = args.iter().any(|a| a == "--quick");
     let ne = compare::which("prometheus-node-exporter").ok_or("prometheus-node-exporter is not installed")?;
     let ne_version = Command::new(&ne)
         .arg("--version")
@@ -575,6 +664,8 @@ fn run() -> Res<()> {
     let (ae, ne2) = scrape_phase(&agent, &ne, true, quick)?;
     eprintln!("bench: eBPF per-event costs");
     let costs = ebpf_costs(quick)?;
+    eprintln!("bench: network devices, rtnetlink vs /proc and /sys");
+    let (devices, net) = netlink_vs_files(quick)?;
     eprintln!("bench: planner");
     let plans = planner(quick);
 
@@ -643,6 +734,13 @@ fn run() -> Res<()> {
             c.with_ns - c.base_ns,
             c.kernel_ns.map(|k| format!("{k:.0} ns")).unwrap_or_else(|| "-".into())
         );
+    }
+    let _ = writeln!(md, "\n## Network devices: rtnetlink against /proc and /sys\n");
+    let _ = writeln!(md, "The netdev and netclass collectors alone, in a network namespace of {devices} devices (veth pairs and lo), CPU of the collecting thread (getrusage RUSAGE_THREAD) per scrape, median of interleaved rounds; the ratio is the rtnetlink read's CPU over the file read's, lowest and highest round. node_exporter 1.12 reads netdev over rtnetlink by default, netclass from sysfs (`--collector.netclass.netlink` switches).\n");
+    let _ = writeln!(md, "| read | user | kernel | CPU vs the file read (min–max) |\n|---|---|---|---|");
+    for r in &net {
+        let range = r.ratio_range.map(|(lo, hi)| format!("{lo:.2}×–{hi:.2}×")).unwrap_or_else(|| "-".into());
+        let _ = writeln!(md, "| {} | {:.0} µs | {:.0} µs | {range} |", r.what, r.user_us, r.sys_us);
     }
     let _ = writeln!(md, "\n## Planner\n\nOne `plan` (a full controller sync, mid-rollout, as many pods as nodes), median; `cargo bench -p node-agent --bench plan` runs the same with criterion.\n");
     let _ = writeln!(md, "| nodes | time |\n|---|---|");

@@ -1,0 +1,449 @@
+//! rtnetlink dumps: links, addresses and neighbours, as node_exporter 1.12
+//! reads them by default (`--collector.netdev.netlink`,
+//! `--collector.arp.netlink`, `--collector.netclass.netlink`).
+//!
+//! The socket and the buffer live in the collector between scrapes; a dump
+//! is one request and its multipart answer, decoded by
+//! `netlink-packet-route`. Netlink answers for the network namespace of
+//! the agent (the host's, with `hostNetwork: true`), whatever
+//! `--path.procfs` says, as node_exporter's does.
+
+use std::time::Duration;
+
+use ethtool::{EthtoolAttr, EthtoolHeader, EthtoolLinkModeAttr, EthtoolLinkModeDuplex, EthtoolMessage};
+use netlink_packet_core::{
+    NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
+};
+use netlink_packet_generic::ctrl::{nlas::GenlCtrlAttrs, GenlCtrl, GenlCtrlCmd};
+use netlink_packet_generic::{GenlFamily, GenlMessage};
+use netlink_packet_route::address::AddressMessage;
+use netlink_packet_route::link::LinkMessage;
+use netlink_packet_route::neighbour::NeighbourMessage;
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::protocols::{NETLINK_GENERIC, NETLINK_ROUTE};
+use netlink_sys::{Socket, SocketAddr};
+
+/// How long one `recv` may wait for the kernel's next part of a dump.
+const RECV_TIMEOUT: Duration = Duration::from_secs(5);
+/// The kernel sends dump parts of at most 32 KiB unless the reader's
+/// buffer is larger; twice that never truncates.
+const RECV_BUF: usize = 64 * 1024;
+/// A dump the kernel marks as interrupted (the table changed under it) is
+/// retried this many times, then returned as it is.
+const RETRIES: usize = 2;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("netlink socket: {0}")]
+    Socket(#[source] std::io::Error),
+    #[error("netlink: the kernel answered {request} with error {errno}")]
+    Kernel { request: &'static str, errno: i32 },
+    #[error("netlink: decoding the answer to {request}: {msg}")]
+    Decode { request: &'static str, msg: String },
+}
+
+impl From<Error> for crate::Error {
+    fn from(e: Error) -> Self {
+        crate::Error::Other(Box::new(e))
+    }
+}
+
+/// One netlink socket of one protocol, its receive buffer and its
+/// sequence numbers.
+struct Channel {
+    protocol: isize,
+    socket: Option<Socket>,
+    buf: Vec<u8>,
+    seq: u32,
+}
+
+impl Channel {
+    fn new(protocol: isize) -> Self {
+        Channel { protocol, socket: None, buf: Vec::new(), seq: 0 }
+    }
+
+    fn socket(&mut self) -> Result<&Socket, Error> {
+        if self.socket.is_none() {
+            let mut s = Socket::new(self.protocol).map_err(Error::Socket)?;
+            s.bind_auto().map_err(Error::Socket)?;
+            s.connect(&SocketAddr::new(0, 0)).map_err(Error::Socket)?;
+            set_recv_timeout(&s, RECV_TIMEOUT).map_err(Error::Socket)?;
+            self.socket = Some(s);
+        }
+        self.socket.as_ref().ok_or(Error::Socket(std::io::ErrorKind::NotConnected.into()))
+    }
+
+    /// Sends the request `make` builds (with `flags`) and collects every
+    /// answer message. A dump the kernel flags interrupted is asked again.
+    /// On any failure the socket is dropped, so a half-read answer never
+    /// reaches the next request.
+    fn request<I>(&mut self, request: &'static str, flags: u16, make: impl Fn() -> I) -> Result<Vec<I>, Error>
+    where
+        I: NetlinkSerializable + NetlinkDeserializable + std::fmt::Debug,
+    {
+        let mut out = Vec::new();
+        for attempt in 0..=RETRIES {
+            out.clear();
+            match self.once(request, flags, make(), &mut out) {
+                Ok(true) if attempt < RETRIES => continue,
+                Ok(_) => break,
+                Err(e) => {
+                    self.socket = None;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One request; `Ok(true)` when the kernel flagged the dump interrupted.
+    fn once<I>(&mut self, request: &'static str, flags: u16, payload: I, out: &mut Vec<I>) -> Result<bool, Error>
+    where
+        I: NetlinkSerializable + NetlinkDeserializable + std::fmt::Debug,
+    {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let mut packet = NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::InnerMessage(payload));
+        packet.header.flags = flags;
+        packet.header.sequence_number = seq;
+        packet.finalize();
+        let mut wire = vec![0; packet.buffer_len()];
+        packet.serialize(&mut wire);
+        self.socket()?.send(&wire, 0).map_err(Error::Socket)?;
+
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.resize(RECV_BUF, 0);
+        let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
+        let result = (|| {
+            let mut interrupted = false;
+            loop {
+                let n = self.socket()?.recv(&mut &mut buf[..], 0).map_err(Error::Socket)?;
+                let before = out.len();
+                match decode(request, &buf[..n], seq, out)? {
+                    Part::More(intr) => interrupted |= intr,
+                    Part::Done(intr) => return Ok(interrupted | intr),
+                }
+                // A request that is not a dump ends with its one answer.
+                if !dump && out.len() > before {
+                    return Ok(false);
+                }
+            }
+        })();
+        self.buf = buf;
+        result
+    }
+}
+
+/// A NETLINK_ROUTE socket: links, addresses, neighbours.
+pub struct Route(Channel);
+
+impl Default for Route {
+    fn default() -> Self {
+        Route::new()
+    }
+}
+
+impl Route {
+    /// Opens nothing yet: the socket is opened by the first dump, and
+    /// again after any failure.
+    pub fn new() -> Self {
+        Route(Channel::new(NETLINK_ROUTE))
+    }
+
+    /// Every link (RTM_GETLINK dump).
+    pub fn links(&mut self) -> Result<Vec<LinkMessage>, Error> {
+        let all = self.0.request("RTM_GETLINK", NLM_F_DUMP | NLM_F_REQUEST, || RouteNetlinkMessage::GetLink(LinkMessage::default()))?;
+        Ok(all
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => Some(l),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Every address of every link (RTM_GETADDR dump, all families).
+    pub fn addresses(&mut self) -> Result<Vec<AddressMessage>, Error> {
+        let all =
+            self.0.request("RTM_GETADDR", NLM_F_DUMP | NLM_F_REQUEST, || RouteNetlinkMessage::GetAddress(AddressMessage::default()))?;
+        Ok(all
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(a) => Some(a),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The neighbour table of one family (RTM_GETNEIGH dump).
+    pub fn neighbours(&mut self, family: AddressFamily) -> Result<Vec<NeighbourMessage>, Error> {
+        let all = self.0.request("RTM_GETNEIGH", NLM_F_DUMP | NLM_F_REQUEST, || {
+            let mut req = NeighbourMessage::default();
+            req.header.family = family;
+            RouteNetlinkMessage::GetNeighbour(req)
+        })?;
+        Ok(all
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewNeighbour(n) if n.header.family == family => Some(n),
+                _ => None,
+            })
+            .collect())
+    }
+}
+
+/// One device's link modes from the ethtool netlink family.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkMode {
+    pub index: u32,
+    pub name: String,
+    /// Mb/s; `None` when the device does not know (SPEED_UNKNOWN).
+    pub speed: Option<u32>,
+    pub duplex: Option<EthtoolLinkModeDuplex>,
+}
+
+/// The kernel's SPEED_UNKNOWN.
+const SPEED_UNKNOWN: u32 = u32::MAX;
+
+/// The link modes of one ETHTOOL_MSG_LINKMODES_GET answer.
+pub fn link_mode(m: &EthtoolMessage) -> Option<LinkMode> {
+    let mut lm = LinkMode { index: 0, name: String::new(), speed: None, duplex: None };
+    let mut named = false;
+    for a in &m.nlas {
+        let EthtoolAttr::LinkMode(a) = a else { continue };
+        match a {
+            EthtoolLinkModeAttr::Header(h) => {
+                for h in h {
+                    match h {
+                        EthtoolHeader::DevIndex(i) => lm.index = *i,
+                        EthtoolHeader::DevName(n) => {
+                            lm.name = n.clone();
+                            named = true;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            EthtoolLinkModeAttr::Speed(s) => lm.speed = (*s != SPEED_UNKNOWN).then_some(*s),
+            EthtoolLinkModeAttr::Duplex(d) => lm.duplex = Some(*d),
+            _ => {}
+        }
+    }
+    named.then_some(lm)
+}
+
+/// A NETLINK_GENERIC socket speaking the ethtool family.
+pub struct Ethtool {
+    ch: Channel,
+    family: Option<u16>,
+}
+
+impl Default for Ethtool {
+    fn default() -> Self {
+        Ethtool::new()
+    }
+}
+
+impl Ethtool {
+    pub fn new() -> Self {
+        Ethtool { ch: Channel::new(NETLINK_GENERIC), family: None }
+    }
+
+    /// The id of the "ethtool" generic netlink family (kernels since 5.6).
+    fn family(&mut self) -> Result<u16, Error> {
+        if let Some(id) = self.family {
+            return Ok(id);
+        }
+        let answer = self.ch.request("CTRL_CMD_GETFAMILY", NLM_F_REQUEST, || {
+            GenlMessage::from_payload(GenlCtrl {
+                cmd: GenlCtrlCmd::GetFamily,
+                nlas: vec![GenlCtrlAttrs::FamilyName(EthtoolMessage::family_name().to_string())],
+            })
+        })?;
+        let id = answer
+            .iter()
+            .flat_map(|m| &m.payload.nlas)
+            .find_map(|a| match a {
+                GenlCtrlAttrs::FamilyId(id) => Some(*id),
+                _ => None,
+            })
+            .ok_or(Error::Decode { request: "CTRL_CMD_GETFAMILY", msg: "no family id in the answer".into() })?;
+        self.family = Some(id);
+        Ok(id)
+    }
+
+    /// Every device's link modes (ETHTOOL_MSG_LINKMODES_GET dump); devices
+    /// whose driver has none are not in it.
+    pub fn link_modes(&mut self) -> Result<Vec<LinkMode>, Error> {
+        let id = self.family()?;
+        let answer = self.ch.request("ETHTOOL_MSG_LINKMODES_GET", NLM_F_DUMP | NLM_F_REQUEST, || {
+            let mut m = GenlMessage::from_payload(EthtoolMessage::new_link_mode_get(None));
+            m.set_resolved_family_id(id);
+            m
+        });
+        if answer.is_err() {
+            // The family id may have changed (module reloaded).
+            self.family = None;
+        }
+        Ok(answer?.iter().filter_map(|m| link_mode(&m.payload)).collect())
+    }
+}
+
+/// What one datagram of a dump said.
+#[derive(Debug, PartialEq)]
+enum Part {
+    /// More datagrams follow; `true` if one of its messages was flagged
+    /// NLM_F_DUMP_INTR.
+    More(bool),
+    /// NLMSG_DONE was in it.
+    Done(bool),
+}
+
+/// Decodes one datagram of the answer to dump `seq`. Messages of other
+/// sequence numbers (the leftovers of an earlier dump) are skipped.
+fn decode<I>(request: &'static str, mut data: &[u8], seq: u32, out: &mut Vec<I>) -> Result<Part, Error>
+where
+    I: NetlinkDeserializable + std::fmt::Debug,
+{
+    let mut interrupted = false;
+    while !data.is_empty() {
+        let msg = NetlinkMessage::<I>::deserialize(data).map_err(|e| Error::Decode { request, msg: e.to_string() })?;
+        let len = msg.header.length as usize;
+        if len == 0 || len > data.len() {
+            return Err(Error::Decode { request, msg: format!("message length {len} of a {} byte datagram", data.len()) });
+        }
+        // Messages are padded to 4 bytes.
+        data = &data[((len + 3) & !3).min(data.len())..];
+        if msg.header.sequence_number != seq {
+            continue;
+        }
+        interrupted |= msg.header.flags & NLM_F_DUMP_INTR != 0;
+        match msg.payload {
+            NetlinkPayload::Done(_) => return Ok(Part::Done(interrupted)),
+            NetlinkPayload::Error(e) => match e.code {
+                Some(code) => return Err(Error::Kernel { request, errno: -code.get() }),
+                None => continue,
+            },
+            NetlinkPayload::InnerMessage(m) => out.push(m),
+            _ => {}
+        }
+    }
+    Ok(Part::More(interrupted))
+}
+
+fn set_recv_timeout(s: &Socket, t: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let tv = libc::timeval { tv_sec: t.as_secs() as libc::time_t, tv_usec: t.subsec_micros() as libc::suseconds_t };
+    // SAFETY: the fd is the socket's own and open; `tv` is a valid timeval
+    // of the size passed, read by the kernel during the call only.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_core::{DoneMessage, ErrorMessage};
+
+    fn wire(seq: u32, flags: u16, payload: NetlinkPayload<RouteNetlinkMessage>) -> Vec<u8> {
+        let mut m = NetlinkMessage::new(NetlinkHeader::default(), payload);
+        m.header.sequence_number = seq;
+        m.header.flags = flags;
+        m.finalize();
+        let mut b = vec![0; m.buffer_len()];
+        m.serialize(&mut b);
+        b
+    }
+
+    fn link(index: u32) -> NetlinkPayload<RouteNetlinkMessage> {
+        let mut l = LinkMessage::default();
+        l.header.index = index;
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l))
+    }
+
+    #[test]
+    fn decodes_a_multipart_dump_and_skips_other_sequences() {
+        let mut d = wire(7, 0, link(1));
+        d.extend(wire(6, 0, link(99)));
+        d.extend(wire(7, NLM_F_DUMP_INTR, link(2)));
+        let mut out = Vec::new();
+        assert_eq!(decode("t", &d, 7, &mut out).unwrap(), Part::More(true));
+        let done = wire(7, 0, NetlinkPayload::Done(DoneMessage::default()));
+        assert_eq!(decode("t", &done, 7, &mut out).unwrap(), Part::Done(false));
+        let idx: Vec<u32> = out
+            .iter()
+            .map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => l.header.index,
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(idx, [1, 2]);
+    }
+
+    #[test]
+    fn kernel_errors_and_garbage_are_errors() {
+        let mut e = ErrorMessage::default();
+        e.code = std::num::NonZeroI32::new(-libc::EPERM);
+        let d = wire(3, 0, NetlinkPayload::Error(e));
+        match decode::<RouteNetlinkMessage>("RTM_GETLINK", &d, 3, &mut Vec::new()) {
+            Err(Error::Kernel { errno, .. }) => assert_eq!(errno, libc::EPERM),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(decode::<RouteNetlinkMessage>("t", &[1, 2, 3], 3, &mut Vec::new()), Err(Error::Decode { .. })));
+        let mut d = wire(3, 0, link(1));
+        d.truncate(d.len() - 4);
+        assert!(decode::<RouteNetlinkMessage>("t", &d, 3, &mut Vec::new()).is_err());
+    }
+
+    /// Against this kernel: the loopback link is in the dump.
+    #[test]
+    fn dumps_this_hosts_links() {
+        let mut r = Route::new();
+        let links = r.links().expect("link dump");
+        assert!(links.iter().any(|l| l.header.index == 1), "lo (ifindex 1) is in every network namespace");
+        // The socket is reused.
+        assert!(r.links().expect("second dump").len() >= 1);
+        assert!(r.addresses().is_ok());
+        assert!(r.neighbours(AddressFamily::Inet).is_ok());
+        // This kernel has the ethtool family; lo has no link modes.
+        let modes = Ethtool::new().link_modes().expect("ethtool link modes dump");
+        assert!(modes.iter().all(|m| m.name != "lo"), "{modes:?}");
+    }
+
+    #[test]
+    fn link_modes_of_an_ethtool_answer() {
+        let m = EthtoolMessage {
+            cmd: ethtool::EthtoolCmd::LinkModeGetReply,
+            nlas: vec![
+                EthtoolAttr::LinkMode(EthtoolLinkModeAttr::Header(vec![EthtoolHeader::DevIndex(2), EthtoolHeader::DevName("eth0".into())])),
+                EthtoolAttr::LinkMode(EthtoolLinkModeAttr::Speed(1000)),
+                EthtoolAttr::LinkMode(EthtoolLinkModeAttr::Duplex(EthtoolLinkModeDuplex::Full)),
+            ],
+        };
+        assert_eq!(
+            link_mode(&m),
+            Some(LinkMode { index: 2, name: "eth0".into(), speed: Some(1000), duplex: Some(EthtoolLinkModeDuplex::Full) })
+        );
+        let unknown = EthtoolMessage {
+            cmd: ethtool::EthtoolCmd::LinkModeGetReply,
+            nlas: vec![
+                EthtoolAttr::LinkMode(EthtoolLinkModeAttr::Header(vec![EthtoolHeader::DevName("veth0".into())])),
+                EthtoolAttr::LinkMode(EthtoolLinkModeAttr::Speed(u32::MAX)),
+            ],
+        };
+        assert_eq!(link_mode(&unknown).and_then(|m| m.speed), None);
+        assert_eq!(link_mode(&EthtoolMessage { cmd: ethtool::EthtoolCmd::LinkModeGetReply, nlas: vec![] }), None);
+    }
+}
