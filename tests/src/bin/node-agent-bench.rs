@@ -547,7 +547,6 @@ fn thread_cpu_us() -> (f64, f64) {
 /// /sys/class/net, in a namespace of `pairs` veth pairs, interleaved rounds.
 fn netlink_vs_files(quick: bool) -> Res<(usize, Vec<NetRead>)> {
     use host::collector::{netclass, netdev};
-    use host::Collector as _;
     use node_agent_tests::netns::{Netns, SysfsMount};
     let pairs = 100;
     let ns = Netns::new("bench");
