@@ -277,3 +277,62 @@ fn sigterm_exits_while_a_collector_is_stuck() {
     let took = sigterm_exits(&mut agent, Duration::from_secs(15));
     eprintln!("exited {took:?} after SIGTERM with a stuck collector");
 }
+
+/// The nfs collector's /proc/net/rpc/nfs on a mount that never answers (a
+/// FUSE mount at proc/net/rpc holding every request, as a wedged NFS client
+/// would): cut off at the deadline, skipped while stuck without piling up
+/// threads, and run again once the mount answers.
+#[test]
+fn a_hung_nfs_read_is_cut_off_skipped_and_recovered() {
+    if !root_with_fuse() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    write(root, "proc/loadavg", "0.21 0.37 0.39 1/719 19737\n");
+    std::fs::create_dir_all(root.join("proc/net/rpc")).expect("mkdir");
+    let fuse = Fuse::mount_holding(&root.join("proc/net/rpc"), Hold::Everything).expect("FUSE mount");
+    let timeout = Duration::from_millis(600);
+    let mut agent = start_reading(
+        &[
+            format!("--path.procfs={}", root.join("proc").display()),
+            format!("--path.sysfs={}", root.join("sys").display()),
+            "--collector.disable-defaults".into(),
+            "--collector.nfs".into(),
+            "--collector.loadavg".into(),
+            "--web.disable-exporter-metrics".into(),
+            format!("--collector.timeout={}ms", timeout.as_millis()),
+        ],
+        Some(fuse),
+    );
+    let pid = agent.child.id();
+    let t = Instant::now();
+    let (status, first) = get(agent.addr, "/metrics", Duration::from_secs(10)).expect("the first scrape answers");
+    let took = t.elapsed();
+    assert_eq!(status, 200);
+    assert!(took >= timeout && took < timeout + Duration::from_secs(2), "cut off at the deadline: {took:?}");
+    assert!(first.contains("node_scrape_collector_success{collector=\"nfs\"} 0"), "{first}");
+    assert!(first.contains("node_load1 0.21"), "the rest of the scrape is there: {first}");
+    assert!(agent.fuse().held() > 0, "the collector is inside a held FUSE request");
+    let before = threads(pid);
+    for i in 0..20 {
+        let t = Instant::now();
+        let (_, body) = get(agent.addr, "/metrics", Duration::from_secs(5)).unwrap_or_else(|| panic!("scrape {i}"));
+        assert!(t.elapsed() < Duration::from_millis(500), "scrape {i} skipped the stuck collector at once: {:?}", t.elapsed());
+        assert!(body.contains("node_scrape_collector_success{collector=\"nfs\"} 0") && body.contains("node_load1"), "{body}");
+    }
+    assert!(threads(pid) <= before + 1, "no thread piles up: {before} -> {}", threads(pid));
+    assert_eq!(agent.fuse().held(), 1, "one stuck read, not one per scrape");
+
+    // The mount answers (ENOENT: no NFS client statistics): the collector
+    // is no longer stuck and the agent is ready.
+    agent.fuse().release();
+    let t = Instant::now();
+    while get(agent.addr, "/readyz", Duration::from_secs(1)).map(|r| r.0) != Some(200) {
+        assert!(t.elapsed() < Duration::from_secs(10), "ready again within 10 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, body) = get(agent.addr, "/metrics", Duration::from_secs(5)).expect("scrape");
+    assert!(body.contains("node_scrape_collector_success{collector=\"nfs\"}") && body.contains("node_load1"), "{body}");
+    sigterm_exits(&mut agent, Duration::from_secs(5));
+}

@@ -110,7 +110,7 @@ impl Collector {
 
     fn update_netlink(&mut self, sink: &mut Sink) -> Result<(), Error> {
         let neighbours = self.route.neighbours(AddressFamily::Inet)?;
-        let links = self.route.links()?;
+        let links = self.route.links_with(&[crate::netlink::attr::IFNAME])?;
         let names: rustc_hash::FxHashMap<u32, &str> = links
             .iter()
             .filter_map(|l| {

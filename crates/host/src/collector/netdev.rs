@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap;
 use crate::filter::DeviceFilter;
 use crate::flags::{self, Flags};
 use crate::io::{read_file, read_text};
-use crate::netlink::Route;
+use crate::netlink::{attr, Route};
 use crate::parse::{fields, lines, parse_u64};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
@@ -333,7 +333,11 @@ impl Collector {
 
 impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
-        let links = if self.o.netlink || self.o.address_info { Some(self.route.links()?) } else { None };
+        let links = if self.o.netlink || self.o.address_info {
+            Some(self.route.links_with(&[attr::IFNAME, attr::IFALIAS, attr::STATS, attr::STATS64])?)
+        } else {
+            None
+        };
         let devices = self.devices(if self.o.netlink { links.as_deref() } else { None })?;
         for (dev, alias, mut counters) in devices {
             if !self.o.detailed {
