@@ -214,6 +214,53 @@ impl SysDir {
     }
 }
 
+/// How much procfs's `util.SysReadFile` reads of a sysfs attribute.
+pub const SYS_READ_MAX: usize = 128;
+
+/// Where [`sys_read_file`] failed: procfs's callers treat a failed open and
+/// a failed read apart.
+#[derive(Debug, thiserror::Error)]
+pub enum SysReadError {
+    #[error("open: {0}")]
+    Open(#[source] io::Error),
+    #[error("read: {0}")]
+    Read(#[source] io::Error),
+}
+
+impl SysReadError {
+    /// The I/O error, whichever step it came from.
+    pub fn into_io(self) -> io::Error {
+        match self {
+            SysReadError::Open(e) | SysReadError::Read(e) => e,
+        }
+    }
+}
+
+/// procfs's `util.SysReadFile`: opens `path` (see [`open_nonblocking`]) and
+/// reads it once, at most [`SYS_READ_MAX`] bytes, as they are (untrimmed,
+/// not decoded).
+pub fn sys_read_file(path: &Path) -> Result<Vec<u8>, SysReadError> {
+    let mut f = open_nonblocking(path).map_err(SysReadError::Open)?;
+    let mut buf = vec![0u8; SYS_READ_MAX];
+    let n = std::io::Read::read(&mut f, &mut buf).map_err(SysReadError::Read)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// The names in directory `path`, sorted (lossily made UTF-8); a missing
+/// directory is [`Error::NoData`], and any other failure of the listing an
+/// error.
+pub fn sorted_names(path: &Path) -> Result<Vec<String>, Error> {
+    let rd = std::fs::read_dir(path).map_err(|e| Error::from_read(path, e))?;
+    let mut names = Vec::new();
+    for e in rd {
+        let e = e.map_err(|e| Error::io(path, e))?;
+        names.push(e.file_name().to_string_lossy().into_owned());
+    }
+    names.sort_unstable();
+    Ok(names)
+}
+
 /// Reads `path` into `buf`; a missing file is [`Error::NoData`].
 pub fn read_file(path: &Path, buf: &mut Vec<u8>) -> Result<(), Error> {
     read_into(path, buf).map_err(|e| Error::from_read(path, e))
@@ -282,5 +329,31 @@ mod tests {
         assert!(after >= before + 10, "{before} -> {after}");
         assert_eq!(d.attrs.len(), 1, "the attribute stays open");
         assert_eq!(d.read("no_such_attribute"), None);
+    }
+
+    #[test]
+    fn sys_read_file_reads_once_and_tells_open_from_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("attr");
+        std::fs::write(&p, format!("{}\n", "x".repeat(200))).unwrap();
+        let b = super::sys_read_file(&p).unwrap();
+        assert_eq!(b.len(), super::SYS_READ_MAX);
+        std::fs::write(&p, "42\n").unwrap();
+        assert_eq!(super::sys_read_file(&p).unwrap(), b"42\n");
+        let missing = super::sys_read_file(&dir.path().join("none")).unwrap_err();
+        assert!(matches!(&missing, super::SysReadError::Open(e) if e.kind() == std::io::ErrorKind::NotFound), "{missing}");
+        // A directory opens but does not read (EISDIR).
+        assert!(matches!(super::sys_read_file(dir.path()), Err(super::SysReadError::Read(_))));
+    }
+
+    #[test]
+    fn sorted_names_lists_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in ["b", "a", "c"] {
+            std::fs::write(dir.path().join(n), "").unwrap();
+        }
+        assert_eq!(super::sorted_names(dir.path()).unwrap(), ["a", "b", "c"]);
+        assert!(super::sorted_names(&dir.path().join("none")).unwrap_err().is_no_data());
+        assert!(matches!(super::sorted_names(&dir.path().join("a")), Err(crate::Error::Io { .. })));
     }
 }

@@ -6,8 +6,9 @@
 //!
 //! Shared helpers live in named modules, never in a collector: [`io`]
 //! (kept procfs/sysfs files), [`parse`] (bytes to numbers), [`flags`]
-//! (kingpin-style flags), [`filter`] (include/exclude patterns) and [`sys`]
-//! (system calls). Collectors never import each other.
+//! (kingpin-style flags), [`filter`] (include/exclude patterns), [`rpc`]
+//! (the /proc/net/rpc files of NFS) and [`sys`] (system calls). Collectors
+//! never import each other.
 
 use std::path::{Path, PathBuf};
 
@@ -21,8 +22,11 @@ pub mod io;
 pub mod netlink;
 pub mod parse;
 pub mod registry;
+pub mod rpc;
 pub mod scrape;
 pub mod sys;
+#[cfg(test)]
+pub mod testutil;
 
 /// Why a collector failed in one scrape.
 #[derive(Debug, thiserror::Error)]

@@ -34,6 +34,105 @@ pub fn lines(buf: &[u8]) -> impl Iterator<Item = &[u8]> {
     buf.split(|&c| c == b'\n').filter(|l| !l.is_empty())
 }
 
+/// Parses an unsigned integer as Go's `strconv.ParseUint(s, 0, 64)`
+/// (procfs's value parser): decimal, `0x` hex, `0o`/leading-`0` octal, `0b`
+/// binary, `_` between digits.
+pub fn parse_go_uint(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    let (base, digits): (u32, &[u8]) = match b {
+        [] => return None,
+        [b'0', p, _, ..] if matches!(p.to_ascii_lowercase(), b'x' | b'o' | b'b') => (
+            match p.to_ascii_lowercase() {
+                b'x' => 16,
+                b'o' => 8,
+                _ => 2,
+            },
+            &b[2..],
+        ),
+        [b'0', rest @ ..] => (8, rest),
+        _ => (10, b),
+    };
+    let mut v: u64 = 0;
+    let mut underscores = false;
+    for &ch in digits {
+        if ch == b'_' {
+            underscores = true;
+            continue;
+        }
+        let d = (ch as char).to_digit(base)?;
+        v = v.checked_mul(base as u64)?.checked_add(d as u64)?;
+    }
+    if underscores && !underscores_ok(b) {
+        return None;
+    }
+    Some(v)
+}
+
+/// Go's `strconv.ParseInt(s, 0, 64)`: an optional sign, then what
+/// [`parse_go_uint`] reads, within the range of an `i64`.
+pub fn parse_go_int(s: &str) -> Option<i64> {
+    let (neg, body) = match s.as_bytes().first()? {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let n = parse_go_uint(body)?;
+    if neg {
+        if n > 1 << 63 {
+            return None;
+        }
+        Some((n as i64).wrapping_neg())
+    } else {
+        i64::try_from(n).ok()
+    }
+}
+
+/// Go's rule for `_` in a number literal: only between digits (a base
+/// prefix counts as a digit), never at either end.
+fn underscores_ok(s: &[u8]) -> bool {
+    let (mut i, mut saw, mut hex) = (0, b'^', false);
+    if s.len() >= 2 && s[0] == b'0' && matches!(s[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
+        i = 2;
+        saw = b'0';
+        hex = s[1].eq_ignore_ascii_case(&b'x');
+    }
+    for &ch in &s[i..] {
+        if ch.is_ascii_digit() || (hex && ch.is_ascii_hexdigit()) {
+            saw = b'0';
+        } else if ch == b'_' {
+            if saw != b'0' {
+                return false;
+            }
+            saw = b'_';
+        } else if saw == b'_' {
+            return false;
+        } else {
+            saw = b'!';
+        }
+    }
+    saw != b'_'
+}
+
+/// Go's `strings.ToValidUTF8(s, "\u{FFFD}")`: each run of invalid bytes
+/// becomes one replacement character.
+pub fn to_valid_utf8(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    let mut bad = false;
+    for chunk in b.utf8_chunks() {
+        if !chunk.valid().is_empty() {
+            out.push_str(chunk.valid());
+            bad = false;
+        }
+        if !chunk.invalid().is_empty() {
+            if !bad {
+                out.push('\u{FFFD}');
+            }
+            bad = true;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +152,111 @@ mod tests {
     fn splits_fields() {
         let f: Vec<&[u8]> = fields(b"  a \t bb  c\n").collect();
         assert_eq!(f, vec![&b"a"[..], b"bb", b"c"]);
+    }
+
+    #[test]
+    fn go_unsigned_integers() {
+        for (s, v) in [
+            ("0", 0),
+            ("19", 19),
+            ("4294967295", 4294967295),
+            ("0x0", 0),
+            ("0x13", 19),
+            ("0xffffffffffffffff", u64::MAX),
+            ("010", 8),
+            ("0b11", 3),
+            ("0b101", 5),
+            ("0o17", 15),
+            ("1_000", 1000),
+            ("0x_1f", 31),
+            ("0x_ff_ff", 0xffff),
+            ("9247011087720", 9247011087720),
+            ("18446744073709551615", u64::MAX),
+            ("0X1F", 31),
+            ("017", 15),
+            ("0_17", 15),
+        ] {
+            assert_eq!(parse_go_uint(s), Some(v), "{s}");
+        }
+        for bad in [
+            "",
+            "-1",
+            "+1",
+            "0x",
+            "08",
+            "1_",
+            "_1",
+            "1__0",
+            "0x1_",
+            "0x__1",
+            "18446744073709551616",
+            "0x10000000000000000",
+            "N/A (no PMA)",
+            "zero",
+            "1.5",
+            " 1",
+            "0x13 ",
+            "1a",
+            "0x1g",
+            "0x_",
+            "0x1__f",
+            "0x1f_",
+        ] {
+            assert_eq!(parse_go_uint(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn go_integers() {
+        for (s, v) in [
+            ("81", 81),
+            ("1", 1),
+            ("-2", -2),
+            ("-1234", -1234),
+            ("+7", 7),
+            ("0", 0),
+            ("010", 8),
+            ("0x10", 16),
+            ("0x1F", 31),
+            ("0o17", 15),
+            ("0b101", 5),
+            ("1_0", 10),
+            ("1_000", 1000),
+            ("0x_ff", 255),
+            ("9223372036854775807", i64::MAX),
+            ("-9223372036854775808", i64::MIN),
+        ] {
+            assert_eq!(parse_go_int(s), Some(v), "{s:?}");
+        }
+        for s in [
+            "",
+            "x",
+            "-",
+            "+",
+            "0x",
+            "0b",
+            "08",
+            "09",
+            "1__0",
+            "_1",
+            "1_",
+            "abc",
+            "1.5",
+            "+-1",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "99999999999999999999",
+            " 1",
+        ] {
+            assert_eq!(parse_go_int(s), None, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_runs_become_one_replacement() {
+        assert_eq!(to_valid_utf8(b"LNV-45N1\xef\xbf\xbd\xef\xbf\xbd"), "LNV-45N1\u{FFFD}\u{FFFD}");
+        assert_eq!(to_valid_utf8(b"a\xff\xfeb\xffc"), "a\u{FFFD}b\u{FFFD}c");
+        assert_eq!(to_valid_utf8(b"a\xff\xfeb"), "a\u{FFFD}b");
+        assert_eq!(to_valid_utf8(b"\xe2\x82"), "\u{FFFD}");
     }
 }

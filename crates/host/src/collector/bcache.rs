@@ -376,6 +376,7 @@ impl crate::Collector for Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::{paths, write};
     use crate::Collector as _;
 
     #[test]
@@ -436,16 +437,6 @@ mod tests {
     fn names() {
         assert!(numbered("bdev0", "bdev") && numbered("cache12", "cache") && numbered("bdev1x", "bdev"));
         assert!(!numbered("bdev", "bdev") && !numbered("bdevx", "bdev") && !numbered("xcache0", "cache"));
-    }
-
-    fn write(root: &Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-
-    fn paths(root: &Path) -> Paths {
-        Paths { procfs: root.join("proc"), sysfs: root.join("sys"), rootfs: root.to_path_buf(), udev_data: root.join("udev") }
     }
 
     fn samples(sink: &Sink, name: &str) -> Vec<(Vec<(String, String)>, f64)> {

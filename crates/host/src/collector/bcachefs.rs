@@ -209,21 +209,36 @@ pub struct Compression {
 /// not exported). Lines of fewer than three fields are skipped.
 pub fn parse_compression_stats(text: &str) -> Result<BTreeMap<&str, Compression>, String> {
     let mut out = BTreeMap::new();
+    table_rows(text, |alg, c, u, mut rest| {
+        let compressed = parse_human_bytes(c)?;
+        let uncompressed = parse_human_bytes(u)?;
+        if let Some(avg) = rest.next() {
+            parse_human_bytes(avg)?;
+        }
+        out.insert(alg, Compression { compressed, uncompressed });
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// The rows of a table file (compression_stats, btree_write_stats): after
+/// a header line, `<name>[:] <a> <b> [...]`, handed to `row` as the name
+/// (without its `:`), `a`, `b` and the fields after them. Lines of fewer
+/// than three fields are skipped.
+fn table_rows<'a>(
+    text: &'a str,
+    mut row: impl FnMut(&'a str, &'a str, &'a str, std::str::SplitWhitespace<'a>) -> Result<(), String>,
+) -> Result<(), String> {
     for (n, line) in scan(text, SCAN_MAX_LARGE).enumerate() {
         let line = line?;
         if n == 0 {
             continue;
         }
         let mut f = line.split_whitespace();
-        let (Some(alg), Some(c), Some(u)) = (f.next(), f.next(), f.next()) else { continue };
-        let compressed = parse_human_bytes(c)?;
-        let uncompressed = parse_human_bytes(u)?;
-        if let Some(avg) = f.next() {
-            parse_human_bytes(avg)?;
-        }
-        out.insert(alg.strip_suffix(':').unwrap_or(alg), Compression { compressed, uncompressed });
+        let (Some(name), Some(a), Some(b)) = (f.next(), f.next(), f.next()) else { continue };
+        row(name.strip_suffix(':').unwrap_or(name), a, b, f)?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// errors: `<error type> <count> [<last time>]`; lines of fewer than two
@@ -275,17 +290,12 @@ pub struct BtreeWrites {
 /// size>`; lines of fewer than three fields are skipped.
 pub fn parse_btree_write_stats(text: &str) -> Result<BTreeMap<&str, BtreeWrites>, String> {
     let mut out = BTreeMap::new();
-    for (n, line) in scan(text, SCAN_MAX_LARGE).enumerate() {
-        let line = line?;
-        if n == 0 {
-            continue;
-        }
-        let mut f = line.split_whitespace();
-        let (Some(ty), Some(count), Some(size)) = (f.next(), f.next(), f.next()) else { continue };
+    table_rows(text, |ty, count, size, _| {
         let count = parse_uint(count)?;
         let size_bytes = parse_human_bytes(size)?;
-        out.insert(ty.strip_suffix(':').unwrap_or(ty), BtreeWrites { count, size_bytes });
-    }
+        out.insert(ty, BtreeWrites { count, size_bytes });
+        Ok(())
+    })?;
     Ok(out)
 }
 
@@ -593,6 +603,7 @@ impl crate::Collector for Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::{paths, write};
     use crate::Collector as _;
 
     const COMPRESSION: &str = "\
@@ -789,16 +800,6 @@ IO errors since 8 y ago
         assert_eq!(parse_compression_stats(&big).unwrap().len(), 0, "compression_stats allows 1 MiB lines");
         let lines: Vec<_> = scan("a\r\nb\n\nc", 10).collect();
         assert_eq!(lines, vec![Ok("a"), Ok("b"), Ok(""), Ok("c")]);
-    }
-
-    fn write(root: &Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-
-    fn paths(root: &Path) -> Paths {
-        Paths { procfs: root.join("proc"), sysfs: root.join("sys"), rootfs: root.to_path_buf(), udev_data: root.join("udev") }
     }
 
     /// A family as written: name, type and (labels as "k=v,...", value) samples.

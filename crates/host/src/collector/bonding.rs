@@ -120,16 +120,11 @@ impl crate::Collector for Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::write;
     use crate::Collector as _;
 
     fn paths(sys: &Path) -> Paths {
         Paths { procfs: "/nonexistent".into(), sysfs: sys.into(), rootfs: "/".into(), udev_data: "/nonexistent".into() }
-    }
-
-    fn write(root: &Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
     }
 
     fn values(sink: &Sink, name: &str) -> Vec<(String, f64)> {

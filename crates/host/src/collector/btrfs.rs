@@ -647,6 +647,7 @@ impl crate::Collector for Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::write;
 
     /// node_exporter's fixture sys/fs/btrfs/0abb23a9-.../commit_stats.
     const COMMIT_STATS: &str = "commits 258051\nlast_commit_ms 1000\nmax_commit_ms 51462\ntotal_commit_ms 47836090\n";
@@ -714,12 +715,6 @@ mod tests {
         assert_eq!(under_rootfs(Path::new("/"), "/home"), PathBuf::from("/home"));
         assert_eq!(under_rootfs(Path::new("/host"), "/home"), PathBuf::from("/host/home"));
         assert_eq!(under_rootfs(Path::new("/host"), "/host/home"), PathBuf::from("/host/home"));
-    }
-
-    fn write(root: &Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
     }
 
     /// A filesystem laid out as node_exporter's first fixture.

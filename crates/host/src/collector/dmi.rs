@@ -6,7 +6,7 @@
 //! without DMI.
 
 use std::collections::BTreeMap;
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use clap::Arg;
@@ -47,26 +47,6 @@ pub fn label_of(file: &str) -> Option<&'static str> {
     })
 }
 
-/// Go's `strings.ToValidUTF8(s, "\u{FFFD}")`: each run of invalid bytes
-/// becomes one replacement character.
-pub fn to_valid_utf8(b: &[u8]) -> String {
-    let mut out = String::with_capacity(b.len());
-    let mut bad = false;
-    for chunk in b.utf8_chunks() {
-        if !chunk.valid().is_empty() {
-            out.push_str(chunk.valid());
-            bad = false;
-        }
-        if !chunk.invalid().is_empty() {
-            if !bad {
-                out.push('\u{FFFD}');
-            }
-            bad = true;
-        }
-    }
-    out
-}
-
 /// Why the DMI files could not be read.
 enum ReadError {
     /// Something is absent: node_exporter then treats the host as having no DMI.
@@ -82,14 +62,9 @@ fn read_attr(path: &Path) -> Result<Option<String>, ReadError> {
         ErrorKind::NotFound => Err(ReadError::Absent),
         _ => Err(ReadError::Failed(Error::io(path, e))),
     };
-    let mut f = match crate::io::open_nonblocking(path) {
-        Ok(f) => f,
-        Err(e) => return fail(e),
-    };
-    let mut buf = [0u8; 128];
-    match f.read(&mut buf) {
-        Ok(n) => Ok(Some(to_valid_utf8(&buf[..n]).trim().to_string())),
-        Err(e) => fail(e),
+    match crate::io::sys_read_file(path) {
+        Ok(b) => Ok(Some(crate::parse::to_valid_utf8(&b).trim().to_string())),
+        Err(e) => fail(e.into_io()),
     }
 }
 
@@ -244,7 +219,6 @@ mod tests {
 
     #[test]
     fn utf8() {
-        assert_eq!(to_valid_utf8(b"a\xff\xfeb"), "a\u{FFFD}b");
         assert_eq!(label_of("sys_vendor"), Some("system_vendor"));
         assert_eq!(label_of("chassis_type"), None);
     }

@@ -188,6 +188,7 @@ impl crate::Collector for Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::paths;
     use crate::Collector as _;
 
     #[test]
@@ -211,10 +212,6 @@ mod tests {
         let p = root.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
-    }
-
-    fn paths(root: &Path) -> Paths {
-        Paths { procfs: root.join("proc"), sysfs: root.join("sys"), rootfs: root.to_path_buf(), udev_data: root.join("udev") }
     }
 
     fn get(sink: &Sink, name: &str) -> Vec<(Vec<(String, String)>, f64)> {

@@ -158,8 +158,7 @@ impl crate::Collector for Collector {
 mod tests {
     use super::*;
 
-    /// A sample: family, labels, value.
-    type Row = (String, Vec<(String, String)>, f64);
+    use crate::testutil::Row;
 
     #[test]
     fn names() {
@@ -191,13 +190,7 @@ mod tests {
         let mut c = Collector::new(Options, &p).unwrap();
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink)?;
-        let mut out = Vec::new();
-        for f in sink.families() {
-            for (l, v) in f.samples() {
-                out.push((f.name().to_string(), l.into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(), v));
-            }
-        }
-        Ok(out)
+        Ok(crate::testutil::rows(&sink))
     }
 
     #[test]

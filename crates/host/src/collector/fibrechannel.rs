@@ -78,66 +78,6 @@ const COUNTERS: [(&str, &str, &str); 14] = [
 /// The value of a counter the HBA firmware does not implement.
 const UNIMPLEMENTED: u64 = u64::MAX;
 
-/// Parses an unsigned integer as Go's `strconv.ParseUint(s, 0, 64)`
-/// (procfs's value parser): decimal, `0x` hex, `0o`/leading-`0` octal, `0b`
-/// binary, `_` between digits.
-pub fn parse_go_uint(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    let (base, digits): (u32, &[u8]) = match b {
-        [] => return None,
-        [b'0', p, _, ..] if matches!(p.to_ascii_lowercase(), b'x' | b'o' | b'b') => (
-            match p.to_ascii_lowercase() {
-                b'x' => 16,
-                b'o' => 8,
-                _ => 2,
-            },
-            &b[2..],
-        ),
-        [b'0', rest @ ..] => (8, rest),
-        _ => (10, b),
-    };
-    let mut v: u64 = 0;
-    let mut underscores = false;
-    for &ch in digits {
-        if ch == b'_' {
-            underscores = true;
-            continue;
-        }
-        let d = (ch as char).to_digit(base)?;
-        v = v.checked_mul(base as u64)?.checked_add(d as u64)?;
-    }
-    if underscores && !underscores_ok(b) {
-        return None;
-    }
-    Some(v)
-}
-
-/// Go's rule for `_` in a number literal: only between digits (a base
-/// prefix counts as a digit), never at either end.
-fn underscores_ok(s: &[u8]) -> bool {
-    let (mut i, mut saw, mut hex) = (0, b'^', false);
-    if s.len() >= 2 && s[0] == b'0' && matches!(s[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
-        i = 2;
-        saw = b'0';
-        hex = s[1].eq_ignore_ascii_case(&b'x');
-    }
-    for &ch in &s[i..] {
-        if ch.is_ascii_digit() || (hex && ch.is_ascii_hexdigit()) {
-            saw = b'0';
-        } else if ch == b'_' {
-            if saw != b'0' {
-                return false;
-            }
-            saw = b'_';
-        } else if saw == b'_' {
-            return false;
-        } else {
-            saw = b'!';
-        }
-    }
-    saw != b'_'
-}
-
 /// An attribute as procfs keeps it: the first 128 bytes of the file,
 /// trimmed, with the first two characters (`0x`) of hexadecimal ones cut
 /// when there is more.
@@ -220,7 +160,7 @@ impl Collector {
             }
             let Some(i) = COUNTERS.iter().position(|(f, _, _)| *f == file) else { continue };
             let value = attr_value(&self.buf, false);
-            let v = parse_go_uint(&value).ok_or_else(|| Error::parse(&path, format!("invalid counter value {value:?}")))?;
+            let v = crate::parse::parse_go_uint(&value).ok_or_else(|| Error::parse(&path, format!("invalid counter value {value:?}")))?;
             host.counters[i] = Some(v);
         }
         Ok(())
@@ -273,17 +213,6 @@ impl crate::Collector for Collector {
 mod tests {
     use super::*;
     use crate::Collector as _;
-
-    #[test]
-    fn go_unsigned_integers() {
-        for (s, v) in [("0x0", 0), ("0x13", 19), ("0xffffffffffffffff", u64::MAX), ("19", 19), ("010", 8), ("0b11", 3), ("0o17", 15)] {
-            assert_eq!(parse_go_uint(s), Some(v), "{s}");
-        }
-        assert_eq!(parse_go_uint("0x_ff_ff"), Some(0xffff));
-        for bad in ["", "0x", "0x1_", "0x__1", "-1", "+1", "0x10000000000000000", "zero", "0x13 "] {
-            assert_eq!(parse_go_uint(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn attribute_values() {

@@ -323,66 +323,6 @@ pub fn counter_index(dir: Dir, file: &str) -> Option<usize> {
     COUNTERS.iter().position(|c| c.dir == dir && c.file == file)
 }
 
-/// Parses an unsigned integer as Go's `strconv.ParseUint(s, 0, 64)`
-/// (procfs's value parser): decimal, `0x` hex, `0o`/leading-`0` octal, `0b`
-/// binary, `_` between digits.
-pub fn parse_go_uint(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    let (base, digits): (u32, &[u8]) = match b {
-        [] => return None,
-        [b'0', p, _, ..] if matches!(p.to_ascii_lowercase(), b'x' | b'o' | b'b') => (
-            match p.to_ascii_lowercase() {
-                b'x' => 16,
-                b'o' => 8,
-                _ => 2,
-            },
-            &b[2..],
-        ),
-        [b'0', rest @ ..] => (8, rest),
-        _ => (10, b),
-    };
-    let mut v: u64 = 0;
-    let mut underscores = false;
-    for &ch in digits {
-        if ch == b'_' {
-            underscores = true;
-            continue;
-        }
-        let d = (ch as char).to_digit(base)?;
-        v = v.checked_mul(base as u64)?.checked_add(d as u64)?;
-    }
-    if underscores && !underscores_ok(b) {
-        return None;
-    }
-    Some(v)
-}
-
-/// Go's rule for `_` in a number literal: only between digits (a base
-/// prefix counts as a digit), never at either end.
-fn underscores_ok(s: &[u8]) -> bool {
-    let (mut i, mut saw, mut hex) = (0, b'^', false);
-    if s.len() >= 2 && s[0] == b'0' && matches!(s[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
-        i = 2;
-        saw = b'0';
-        hex = s[1].eq_ignore_ascii_case(&b'x');
-    }
-    for &ch in &s[i..] {
-        if ch.is_ascii_digit() || (hex && ch.is_ascii_hexdigit()) {
-            saw = b'0';
-        } else if ch == b'_' {
-            if saw != b'0' {
-                return false;
-            }
-            saw = b'_';
-        } else if saw == b'_' {
-            return false;
-        } else {
-            saw = b'!';
-        }
-    }
-    saw != b'_'
-}
-
 /// Parses a port's `state` or `phys_state` (`4: ACTIVE`) into its id.
 pub fn parse_state(s: &str) -> Result<u32, String> {
     let mut parts = s.split(':');
@@ -547,7 +487,7 @@ impl Collector {
                 Err(e) => return Err(Error::io(&path, e)),
             };
             let Some(i) = counter_index(kind, &file) else { continue };
-            match parse_go_uint(&value) {
+            match crate::parse::parse_go_uint(&value) {
                 Some(v) => out[i] = Some(if COUNTERS[i].conv == Conv::Lanes { v.wrapping_mul(4) } else { v }),
                 // Drivers without a performance management agent.
                 None if value.contains("N/A (no PMA)") => {}
@@ -614,18 +554,6 @@ impl crate::Collector for Collector {
 mod tests {
     use super::*;
     use crate::Collector as _;
-
-    #[test]
-    fn go_unsigned_integers() {
-        for (s, v) in [("0", 0), ("4294967295", 4294967295), ("0x13", 19), ("0xffffffffffffffff", u64::MAX), ("010", 8), ("0b101", 5)] {
-            assert_eq!(parse_go_uint(s), Some(v), "{s}");
-        }
-        assert_eq!(parse_go_uint("1_000"), Some(1000));
-        assert_eq!(parse_go_uint("0x_1f"), Some(31));
-        for bad in ["", "-1", "+1", "0x", "08", "1_", "_1", "1__0", "18446744073709551616", "N/A (no PMA)", "1.5", " 1"] {
-            assert_eq!(parse_go_uint(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn states_and_rates() {

@@ -10,6 +10,7 @@ use clap::Arg;
 
 use crate::flags::Flags;
 use crate::io::read_file;
+use crate::rpc::{self, exact, first, parse_lines, V2_PROCEDURES, V3_PROCEDURES};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
@@ -73,38 +74,6 @@ impl Default for ClientStats {
         ClientStats { network: Network::default(), rpc: ClientRpc::default(), v2: [0; 18], v3: [0; 22], v4: [0; 59] }
     }
 }
-
-/// The `method` labels of the `proc2` counters, in the file's order.
-pub const V2_PROCEDURES: [&str; 18] = [
-    "Null", "GetAttr", "SetAttr", "Root", "Lookup", "ReadLink", "Read", "WrCache", "Write", "Create", "Remove", "Rename", "Link",
-    "SymLink", "MkDir", "RmDir", "ReadDir", "FsStat",
-];
-
-/// The `method` labels of the `proc3` counters, in the file's order.
-pub const V3_PROCEDURES: [&str; 22] = [
-    "Null",
-    "GetAttr",
-    "SetAttr",
-    "Lookup",
-    "Access",
-    "ReadLink",
-    "Read",
-    "Write",
-    "Create",
-    "MkDir",
-    "SymLink",
-    "MkNod",
-    "Remove",
-    "RmDir",
-    "Rename",
-    "Link",
-    "ReadDir",
-    "ReadDirPlus",
-    "FsStat",
-    "FsInfo",
-    "PathConf",
-    "Commit",
-];
 
 /// The `method` labels of the client's `proc4` counters, in the file's
 /// order (node_exporter names them after procfs's struct fields).
@@ -170,34 +139,14 @@ pub const V4_PROCEDURES: [&str; 59] = [
     "Clone",
 ];
 
-/// The longest line Go's line scanner (which procfs reads the file with)
-/// accepts; a longer one is an error there.
-const MAX_LINE: usize = 64 * 1024 - 1;
-
-/// A decimal unsigned integer as Go's `strconv.ParseUint(s, 10, 64)` reads
-/// it: digits only (no sign), any number of leading zeros, no overflow.
-fn uint(s: &str) -> Option<u64> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
-}
-
-/// Exactly `N` values.
-fn exact<const N: usize>(key: &str, v: &[u64]) -> Result<[u64; N], String> {
-    v.try_into().map_err(|_| format!("invalid {key} line: {} values, want {N}", v.len()))
-}
-
 /// A `procN` line: a count, then that many values, at least `N` of them,
 /// of which the first `N` are kept.
-fn counted<const N: usize>(key: &str, v: &[u64]) -> Result<[u64; N], String> {
+fn at_least<const N: usize>(key: &str, v: &[u64]) -> Result<[u64; N], String> {
     let (&n, rest) = v.split_first().ok_or_else(|| format!("invalid {key} line: no values"))?;
     if n != rest.len() as u64 || rest.len() < N {
         return Err(format!("invalid {key} line: count {n}, {} values, want at least {N}", rest.len()));
     }
-    let mut out = [0; N];
-    out.copy_from_slice(&rest[..N]);
-    Ok(out)
+    Ok(first(rest))
 }
 
 /// Parses /proc/net/rpc/nfs as procfs does: every line is a known key and
@@ -205,43 +154,28 @@ fn counted<const N: usize>(key: &str, v: &[u64]) -> Result<[u64; N], String> {
 /// the procedures an older kernel lacks stay zero).
 pub fn parse_client_stats(text: &str) -> Result<ClientStats, String> {
     let mut stats = ClientStats::default();
-    let mut values = Vec::with_capacity(64);
-    for line in text.split_terminator('\n') {
-        if line.len() > MAX_LINE {
-            return Err("line too long".into());
-        }
-        let mut parts = line.split_whitespace();
-        let key = parts.next().unwrap_or("");
-        values.clear();
-        for p in parts {
-            values.push(uint(p).ok_or_else(|| format!("invalid number {p:?} in line {line:?}"))?);
-        }
-        if values.is_empty() {
-            return Err(format!("invalid NFS metric line {line:?}"));
-        }
-        match key {
-            "net" => {
-                let [packets, udp, tcp, tcp_connections] = exact(key, &values)?;
-                stats.network = Network { packets, udp, tcp, tcp_connections };
-            }
-            "rpc" => {
-                let [calls, retransmissions, auth_refreshes] = exact(key, &values)?;
-                stats.rpc = ClientRpc { calls, retransmissions, auth_refreshes };
-            }
-            "proc2" => stats.v2 = counted(key, &values)?,
-            "proc3" => stats.v3 = counted(key, &values)?,
-            "proc4" => {
-                let (&n, rest) = values.split_first().ok_or("invalid proc4 line")?;
-                if n != rest.len() as u64 {
-                    return Err(format!("invalid proc4 line: count {n}, {} values", rest.len()));
+    parse_lines(
+        text,
+        "NFS",
+        |_| None,
+        |key, values| {
+            match key {
+                "net" => {
+                    let [packets, udp, tcp, tcp_connections] = exact(key, values)?;
+                    stats.network = Network { packets, udp, tcp, tcp_connections };
                 }
-                let kept = rest.len().min(stats.v4.len());
-                stats.v4 = [0; 59];
-                stats.v4[..kept].copy_from_slice(&rest[..kept]);
+                "rpc" => {
+                    let [calls, retransmissions, auth_refreshes] = exact(key, values)?;
+                    stats.rpc = ClientRpc { calls, retransmissions, auth_refreshes };
+                }
+                "proc2" => stats.v2 = at_least(key, values)?,
+                "proc3" => stats.v3 = at_least(key, values)?,
+                "proc4" => stats.v4 = first(rpc::counted(key, values, 0, usize::MAX)?),
+                _ => return Err(format!("unknown NFS metric line {key:?}")),
             }
-            _ => return Err(format!("unknown NFS metric line {key:?}")),
-        }
-    }
+            Ok(())
+        },
+    )?;
     Ok(stats)
 }
 
@@ -351,16 +285,7 @@ proc4 48 98 51 54 83 85 23 24 1 28 73 68 83 12 84 39 68 59 58 88 29 74 69 96 21 
         ] {
             assert!(parse_client_stats(bad).is_err(), "{bad:?} must not parse");
         }
-        assert!(parse_client_stats(&format!("net {}1 2 3 4", "0".repeat(MAX_LINE))).is_err());
-    }
-
-    #[test]
-    fn go_number_syntax() {
-        assert_eq!(uint("007"), Some(7));
-        assert_eq!(uint(&format!("{}1", "0".repeat(40))), Some(1));
-        assert_eq!(uint("18446744073709551615"), Some(u64::MAX));
-        assert_eq!(uint("+1"), None);
-        assert_eq!(uint(""), None);
+        assert!(parse_client_stats(&format!("net {}1 2 3 4", "0".repeat(rpc::MAX_LINE))).is_err());
     }
 
     #[test]

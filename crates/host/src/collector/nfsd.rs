@@ -11,6 +11,7 @@ use clap::Arg;
 
 use crate::flags::Flags;
 use crate::io::read_file;
+use crate::rpc::{counted, exact, first, parse_lines, V2_PROCEDURES, V3_PROCEDURES};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
@@ -87,38 +88,6 @@ impl Default for ServerStats {
     }
 }
 
-/// The `proc2` procedures in the file's order; node_exporter skips Null.
-pub const V2_PROCEDURES: [&str; 18] = [
-    "Null", "GetAttr", "SetAttr", "Root", "Lookup", "ReadLink", "Read", "WrCache", "Write", "Create", "Remove", "Rename", "Link",
-    "SymLink", "MkDir", "RmDir", "ReadDir", "FsStat",
-];
-
-/// The `proc3` procedures in the file's order; node_exporter skips Null.
-pub const V3_PROCEDURES: [&str; 22] = [
-    "Null",
-    "GetAttr",
-    "SetAttr",
-    "Lookup",
-    "Access",
-    "ReadLink",
-    "Read",
-    "Write",
-    "Create",
-    "MkDir",
-    "SymLink",
-    "MkNod",
-    "Remove",
-    "RmDir",
-    "Rename",
-    "Link",
-    "ReadDir",
-    "ReadDirPlus",
-    "FsStat",
-    "FsInfo",
-    "PathConf",
-    "Commit",
-];
-
 /// The NFSv4 operations node_exporter exports, with their index in
 /// `proc4ops` after the count (0-2 are unused, PutPubFH and PutRootFH are
 /// not exported).
@@ -160,85 +129,40 @@ pub const V4_OPERATIONS: [(&str, usize); 35] = [
     ("RelLockOwner", 39),
 ];
 
-/// The longest line Go's line scanner (which procfs reads the file with)
-/// accepts; a longer one is an error there.
-const MAX_LINE: usize = 64 * 1024 - 1;
-
-/// A decimal unsigned integer as Go's `strconv.ParseUint(s, 10, 64)` reads
-/// it: digits only (no sign), any number of leading zeros, no overflow.
-fn uint(s: &str) -> Option<u64> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
-}
-
-/// Exactly `N` values.
-fn exact<const N: usize>(key: &str, v: &[u64]) -> Result<[u64; N], String> {
-    v.try_into().map_err(|_| format!("invalid {key} line: {} values, want {N}", v.len()))
-}
-
-/// A count, then that many values; the values when the count agrees and
-/// lies in `min..=max`.
-fn counted<'a>(key: &str, v: &'a [u64], min: usize, max: usize) -> Result<&'a [u64], String> {
-    let (&n, rest) = v.split_first().ok_or_else(|| format!("invalid {key} line: no values"))?;
-    if n != rest.len() as u64 || rest.len() < min || rest.len() > max {
-        return Err(format!("invalid {key} line: count {n}, {} values", rest.len()));
-    }
-    Ok(rest)
-}
-
-/// The first `N` of `v`, zero-padded when it has fewer.
-fn first<const N: usize>(v: &[u64]) -> [u64; N] {
-    let mut out = [0; N];
-    let n = v.len().min(N);
-    out[..n].copy_from_slice(&v[..n]);
-    out
-}
-
 /// Parses /proc/net/rpc/nfsd as procfs does: every line is a known key and
 /// unsigned integers, with the counts it requires (of `th` only the first
 /// two values are read: older kernels follow them with a histogram of
 /// floats).
 pub fn parse_server_stats(text: &str) -> Result<ServerStats, String> {
     let mut stats = ServerStats::default();
-    let mut values = Vec::with_capacity(80);
-    for line in text.split_terminator('\n') {
-        if line.len() > MAX_LINE {
-            return Err("line too long".into());
-        }
-        let mut parts = line.split_whitespace();
-        let key = parts.next().unwrap_or("");
-        let parts: Vec<&str> = parts.collect();
-        if parts.is_empty() {
-            return Err(format!("invalid NFSd metric line {line:?}"));
-        }
-        let numbers = if key == "th" { parts.get(..2).ok_or_else(|| format!("invalid NFSd th metric line {line:?}"))? } else { &parts[..] };
-        values.clear();
-        for p in numbers {
-            values.push(uint(p).ok_or_else(|| format!("invalid number {p:?} in line {line:?}"))?);
-        }
-        match key {
-            "rc" => stats.reply_cache = exact(key, &values)?,
-            "fh" => stats.file_handles = exact(key, &values)?,
-            "io" => stats.io = exact(key, &values)?,
-            "th" => stats.threads = exact(key, &values)?,
-            "ra" => {
-                let ra: [u64; 12] = exact(key, &values)?;
-                (stats.read_ahead_size, stats.read_ahead_not_found) = (ra[0], ra[11]);
+    parse_lines(
+        text,
+        "NFSd",
+        |key| (key == "th").then_some(2),
+        |key, values| {
+            match key {
+                "rc" => stats.reply_cache = exact(key, values)?,
+                "fh" => stats.file_handles = exact(key, values)?,
+                "io" => stats.io = exact(key, values)?,
+                "th" => stats.threads = exact(key, values)?,
+                "ra" => {
+                    let ra: [u64; 12] = exact(key, values)?;
+                    (stats.read_ahead_size, stats.read_ahead_not_found) = (ra[0], ra[11]);
+                }
+                "net" => stats.network = exact(key, values)?,
+                "rpc" => stats.rpc = exact(key, values)?,
+                "proc2" => stats.v2 = first(counted(key, values, 18, usize::MAX)?),
+                "proc3" => stats.v3 = first(counted(key, values, 22, usize::MAX)?),
+                "proc4" => {
+                    counted(key, values, 2, 2)?;
+                }
+                "proc4ops" => stats.v4_ops = first(counted(key, values, 39, usize::MAX)?),
+                "wdeleg_getattr" => stats.wdeleg_getattr = values.first().copied().unwrap_or(0),
+                _ => return Err(format!("unknown NFSd metric line {key:?}")),
             }
-            "net" => stats.network = exact(key, &values)?,
-            "rpc" => stats.rpc = exact(key, &values)?,
-            "proc2" => stats.v2 = first(counted(key, &values, 18, usize::MAX)?),
-            "proc3" => stats.v3 = first(counted(key, &values, 22, usize::MAX)?),
-            "proc4" => {
-                counted(key, &values, 2, 2)?;
-            }
-            "proc4ops" => stats.v4_ops = first(counted(key, &values, 39, usize::MAX)?),
-            "wdeleg_getattr" => stats.wdeleg_getattr = values.first().copied().unwrap_or(0),
-            _ => return Err(format!("unknown NFSd metric line {key:?}")),
-        }
-    }
+            Ok(())
+        },
+    )?;
     Ok(stats)
 }
 
@@ -303,6 +227,7 @@ impl crate::Collector for Collector {
 
         let mut f = sink.new_family("node_nfsd_requests_total", "Total number NFSd Requests by method and protocol.", Kind::Counter);
         f.reserve(V2_PROCEDURES.len() + V3_PROCEDURES.len() + V4_OPERATIONS.len());
+        // node_exporter skips the Null procedures.
         for (method, &v) in V2_PROCEDURES.iter().zip(&s.v2).skip(1) {
             f.sample(&[("method", method), ("proto", "2")], v as f64);
         }
@@ -406,7 +331,7 @@ wdeleg_getattr 15
         ] {
             assert!(parse_server_stats(bad).is_err(), "{bad:?} must not parse");
         }
-        assert!(parse_server_stats(&format!("io 1 {}2", "0".repeat(MAX_LINE))).is_err());
+        assert!(parse_server_stats(&format!("io 1 {}2", "0".repeat(crate::rpc::MAX_LINE))).is_err());
     }
 
     #[test]

@@ -81,28 +81,6 @@ pub fn namespace_id(entry: &str) -> Option<&str> {
     None
 }
 
-/// node_exporter reports no data when a file it needs is missing (its
-/// errors wrap `ErrNotExist`); other I/O errors fail the scrape.
-fn read_error(path: &Path, e: io::Error) -> Error {
-    if e.kind() == io::ErrorKind::NotFound {
-        Error::NoData(format!("{} does not exist", path.display()))
-    } else {
-        Error::io(path, e)
-    }
-}
-
-/// The names in directory `path`, sorted.
-fn sorted_names(path: &Path) -> Result<Vec<String>, Error> {
-    let rd = std::fs::read_dir(path).map_err(|e| read_error(path, e))?;
-    let mut names = Vec::new();
-    for e in rd {
-        let e = e.map_err(|e| Error::io(path, e))?;
-        names.push(e.file_name().to_string_lossy().into_owned());
-    }
-    names.sort_unstable();
-    Ok(names)
-}
-
 pub struct Collector {
     dir: PathBuf,
     buf: Vec<u8>,
@@ -122,7 +100,7 @@ impl Collector {
     fn namespace(&mut self, dir: &Path, id: &str) -> Result<Namespace, Error> {
         let mut read = |name: &str| {
             let path = dir.join(name);
-            self.attr(&path).map(|t| parse_count(&t)).map_err(|e| read_error(&path, e))
+            self.attr(&path).map(|t| parse_count(&t)).map_err(|e| Error::from_read(&path, e))
         };
         let used_blocks = read("nuse")?;
         let size_blocks = read("size")?;
@@ -135,16 +113,16 @@ impl Collector {
 
 impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
-        let devices = sorted_names(&self.dir)?;
+        let devices = crate::io::sorted_names(&self.dir)?;
         for device in &devices {
             let ddir = self.dir.join(device);
             let mut info = [String::new(), String::new(), String::new(), String::new(), String::new()];
             for (slot, file) in info.iter_mut().zip(["cntlid", "firmware_rev", "model", "serial", "state"]) {
                 let path = ddir.join(file);
-                *slot = self.attr(&path).map_err(|e| read_error(&path, e))?;
+                *slot = self.attr(&path).map_err(|e| Error::from_read(&path, e))?;
             }
             let mut namespaces = Vec::new();
-            for entry in sorted_names(&ddir)? {
+            for entry in crate::io::sorted_names(&ddir)? {
                 let Some(id) = namespace_id(&entry) else { continue };
                 let id = id.to_string();
                 namespaces.push(self.namespace(&ddir.join(&entry), &id)?);
@@ -199,6 +177,7 @@ impl crate::Collector for Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::{paths, write};
     use crate::Collector as _;
 
     #[test]
@@ -229,16 +208,6 @@ mod tests {
         };
         assert_eq!(ns.size_bytes(), 16_000_000_000_000);
         assert_eq!(ns.used_bytes(), 2_000_000_000_000);
-    }
-
-    fn write(root: &Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-
-    fn paths(root: &Path) -> Paths {
-        Paths { procfs: root.join("proc"), sysfs: root.join("sys"), rootfs: root.to_path_buf(), udev_data: root.join("udev") }
     }
 
     fn owned(v: Vec<(Vec<(&str, &str)>, f64)>) -> Vec<(Vec<(String, String)>, f64)> {

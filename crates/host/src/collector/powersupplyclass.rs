@@ -7,13 +7,13 @@
 //! `--collector.powersupply.ignored-supplies` are left out.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use clap::Arg;
 use regex::Regex;
 
 use crate::flags::{self, Flags};
+use crate::io::SysReadError;
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
@@ -114,99 +114,6 @@ const ATTRIBUTES: &[(&str, Use)] = &[
     ("usb_type", Use::Info),
 ];
 
-/// Go's `strconv.ParseInt(s, 0, 64)`: an optional sign, a `0x`/`0o`/`0b`
-/// or leading-`0` (octal) base prefix, and `_` between digits.
-pub fn parse_go_int(s: &str) -> Option<i64> {
-    let (neg, body) = match s.as_bytes().first()? {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let b = body.as_bytes();
-    if b.is_empty() {
-        return None;
-    }
-    let (radix, digits) = match b {
-        [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'x') => (16, &b[2..]),
-        [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'o') => (8, &b[2..]),
-        [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'b') => (2, &b[2..]),
-        [b'0', ..] => (8, &b[1..]),
-        _ => (10, b),
-    };
-    let mut n: u64 = 0;
-    let mut underscores = false;
-    for &c in digits {
-        if c == b'_' {
-            underscores = true;
-            continue;
-        }
-        let d = (c as char).to_digit(36)?;
-        if d >= radix {
-            return None;
-        }
-        n = n.checked_mul(radix as u64)?.checked_add(d as u64)?;
-    }
-    if underscores && !underscores_ok(b) {
-        return None;
-    }
-    if neg {
-        if n > 1 << 63 {
-            return None;
-        }
-        Some((n as i64).wrapping_neg())
-    } else {
-        i64::try_from(n).ok()
-    }
-}
-
-/// Go's rule for `_` in a base-0 number: only between digits, or between
-/// the base prefix and a digit.
-fn underscores_ok(s: &[u8]) -> bool {
-    let mut saw = b'^';
-    let mut i = 0;
-    let hex = s.len() >= 2 && s[0] == b'0' && s[1].eq_ignore_ascii_case(&b'x');
-    if s.len() >= 2 && s[0] == b'0' && matches!(s[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
-        i = 2;
-        saw = b'0';
-    }
-    for &c in &s[i..] {
-        if c.is_ascii_digit() || (hex && c.is_ascii_hexdigit()) {
-            saw = b'0';
-        } else if c == b'_' {
-            if saw != b'0' {
-                return false;
-            }
-            saw = b'_';
-        } else {
-            if saw == b'_' {
-                return false;
-            }
-            saw = b'!';
-        }
-    }
-    saw != b'_'
-}
-
-/// Go's `strings.ToValidUTF8(s, "\u{FFFD}")`: each run of invalid bytes
-/// becomes one replacement character.
-pub fn to_valid_utf8(b: &[u8]) -> String {
-    let mut out = String::with_capacity(b.len());
-    let mut bad = false;
-    for chunk in b.utf8_chunks() {
-        if !chunk.valid().is_empty() {
-            out.push_str(chunk.valid());
-            bad = false;
-        }
-        if !chunk.invalid().is_empty() {
-            if !bad {
-                out.push('\u{FFFD}');
-            }
-            bad = true;
-        }
-    }
-    out
-}
-
 /// One power supply: its exported numbers and its info labels.
 #[derive(Debug, Default, PartialEq)]
 pub struct Supply {
@@ -223,11 +130,11 @@ impl Supply {
         let Some((name, u)) = ATTRIBUTES.iter().find(|(f, _)| *f == file) else { return Ok(()) };
         match *u {
             Use::Gauge(family, help, scale) => {
-                let v = parse_go_int(value).ok_or_else(|| format!("{file}: invalid integer {value:?}"))?;
+                let v = crate::parse::parse_go_int(value).ok_or_else(|| format!("{file}: invalid integer {value:?}"))?;
                 self.gauges.push((family, help, v as f64 / scale));
             }
             Use::Parsed => {
-                parse_go_int(value).ok_or_else(|| format!("{file}: invalid integer {value:?}"))?;
+                crate::parse::parse_go_int(value).ok_or_else(|| format!("{file}: invalid integer {value:?}"))?;
             }
             Use::Info => {
                 if !value.is_empty() {
@@ -272,16 +179,11 @@ impl Collector {
 /// for the failures procfs skips: a missing file, or a read refused with
 /// EOPNOTSUPP or ENODEV.
 fn read_attr(path: &Path) -> Result<Option<String>, Error> {
-    let mut f = match crate::io::open_nonblocking(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let mut buf = [0u8; 128];
-    match f.read(&mut buf) {
-        Ok(n) => Ok(Some(to_valid_utf8(&buf[..n]).trim().to_string())),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV)) => Ok(None),
-        Err(e) => Err(Error::io(path, e)),
+    match crate::io::sys_read_file(path) {
+        Ok(b) => Ok(Some(crate::parse::to_valid_utf8(&b).trim().to_string())),
+        Err(SysReadError::Open(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(SysReadError::Read(e)) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV)) => Ok(None),
+        Err(e) => Err(Error::io(path, e.into_io())),
     }
 }
 
@@ -317,7 +219,7 @@ impl crate::Collector for Collector {
         let mut supplies = Vec::with_capacity(names.len());
         for n in &names {
             let supply = read_supply(&self.dir.join(n))?;
-            let name = to_valid_utf8(n.as_bytes());
+            let name = crate::parse::to_valid_utf8(n.as_bytes());
             if !self.ignored.is_match(&name) {
                 supplies.push((name, supply));
             }
@@ -340,38 +242,6 @@ impl crate::Collector for Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_integers() {
-        for (s, v) in [
-            ("81", 81),
-            ("-1234", -1234),
-            ("+7", 7),
-            ("0", 0),
-            ("010", 8),
-            ("0x1F", 31),
-            ("0o17", 15),
-            ("0b101", 5),
-            ("1_000", 1000),
-            ("0x_ff", 255),
-            ("9223372036854775807", i64::MAX),
-            ("-9223372036854775808", i64::MIN),
-        ] {
-            assert_eq!(parse_go_int(s), Some(v), "{s:?}");
-        }
-        for s in
-            ["", "-", "+", "0x", "0b", "08", "1__0", "_1", "1_", "abc", "1.5", "+-1", "9223372036854775808", "-9223372036854775809", " 1"]
-        {
-            assert_eq!(parse_go_int(s), None, "{s:?}");
-        }
-    }
-
-    #[test]
-    fn invalid_utf8_runs_become_one_replacement() {
-        assert_eq!(to_valid_utf8(b"LNV-45N1\xef\xbf\xbd\xef\xbf\xbd"), "LNV-45N1\u{FFFD}\u{FFFD}");
-        assert_eq!(to_valid_utf8(b"a\xff\xfeb\xffc"), "a\u{FFFD}b\u{FFFD}c");
-        assert_eq!(to_valid_utf8(b"\xe2\x82"), "\u{FFFD}");
-    }
 
     #[test]
     fn attributes_scale_and_label() {

@@ -193,8 +193,7 @@ impl crate::Collector for Collector {
 mod tests {
     use super::*;
 
-    /// A sample: family, labels, value.
-    type Row = (String, Vec<(String, String)>, f64);
+    use crate::testutil::Row;
 
     #[test]
     fn indices_and_names() {
@@ -250,13 +249,7 @@ mod tests {
         let mut c = Collector::new(Options { zone_label }, &p).unwrap();
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink)?;
-        let mut out = Vec::new();
-        for f in sink.families() {
-            for (l, v) in f.samples() {
-                out.push((f.name().to_string(), l.into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(), v));
-            }
-        }
-        Ok(out)
+        Ok(crate::testutil::rows(&sink))
     }
 
     #[test]

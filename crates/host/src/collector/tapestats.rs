@@ -5,7 +5,7 @@
 //! `--collector.tapestats.ignored-devices` drops devices by name. Without
 //! the class directory the collector has no data.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Arg;
 use regex::Regex;
@@ -71,7 +71,7 @@ impl Counters {
     /// Sets the counter of `file` from its text; unknown files are ignored.
     pub fn set(&mut self, file: &str, text: &str) -> Result<(), String> {
         if let Some(slot) = self.slot(file) {
-            *slot = parse_uint_base0(text.trim()).ok_or_else(|| format!("invalid value {:?}", text.trim()))?;
+            *slot = crate::parse::parse_go_uint(text.trim()).ok_or_else(|| format!("invalid value {:?}", text.trim()))?;
         }
         Ok(())
     }
@@ -81,63 +81,6 @@ impl Counters {
 /// `nst*` no-rewind nodes nor the `st<N>[alm]` mode nodes).
 pub fn is_tape(name: &str) -> bool {
     name.strip_prefix("st").is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
-}
-
-/// Parses an unsigned integer as Go's `strconv.ParseUint(s, 0, 64)` does:
-/// a `0x`, `0o` or `0b` prefix, or a leading `0` for octal, and `_` only
-/// between digits (a prefix counts as a digit), as in Go literals.
-pub fn parse_uint_base0(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    if b.is_empty() {
-        return None;
-    }
-    let (radix, digits, prefixed) = match b {
-        [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'x') => (16, &b[2..], true),
-        [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'o') => (8, &b[2..], true),
-        [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'b') => (2, &b[2..], true),
-        [b'0', rest @ ..] => (8, rest, !rest.is_empty()),
-        _ => (10, b, false),
-    };
-    // `_` must follow a digit (or a prefix; the implicit octal prefix `0`
-    // is a digit too) and precede one.
-    let mut prev_digit = prefixed;
-    let mut n: u64 = 0;
-    for (i, &c) in digits.iter().enumerate() {
-        if c == b'_' {
-            let next_digit = digits.get(i + 1).is_some_and(|d| (*d as char).is_digit(radix));
-            if !prev_digit || !next_digit {
-                return None;
-            }
-            prev_digit = false;
-            continue;
-        }
-        let d = (c as char).to_digit(radix)?;
-        n = n.checked_mul(radix as u64)?.checked_add(d as u64)?;
-        prev_digit = true;
-    }
-    Some(n)
-}
-
-/// An I/O error of a listing as node_exporter reports it: a missing
-/// directory means the host has no tapes.
-fn listing_error(path: &Path, e: std::io::Error) -> Error {
-    if e.kind() == std::io::ErrorKind::NotFound {
-        Error::NoData(format!("{} does not exist", path.display()))
-    } else {
-        Error::io(path, e)
-    }
-}
-
-/// The names in directory `path`, sorted.
-fn sorted_names(path: &Path) -> Result<Vec<String>, Error> {
-    let rd = std::fs::read_dir(path).map_err(|e| listing_error(path, e))?;
-    let mut names = Vec::new();
-    for e in rd {
-        let e = e.map_err(|e| Error::io(path, e))?;
-        names.push(e.file_name().to_string_lossy().into_owned());
-    }
-    names.sort_unstable();
-    Ok(names)
 }
 
 pub struct Collector {
@@ -156,7 +99,7 @@ impl Collector {
     fn counters(&mut self, tape: &str) -> Result<Counters, Error> {
         let stats = self.dir.join(tape).join("stats");
         let mut c = Counters::default();
-        for file in sorted_names(&stats)? {
+        for file in crate::io::sorted_names(&stats)? {
             let path = stats.join(&file);
             crate::io::read_into(&path, &mut self.buf).map_err(|e| Error::io(&path, e))?;
             let text = String::from_utf8_lossy(&self.buf);
@@ -170,7 +113,7 @@ const NS: f64 = 0.000000001;
 
 impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
-        let names = sorted_names(&self.dir)?;
+        let names = crate::io::sorted_names(&self.dir)?;
         for name in names.iter().filter(|n| is_tape(n)) {
             let c = self.counters(name)?;
             if self.ignored.is_match(name) {
@@ -218,6 +161,7 @@ impl crate::Collector for Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::paths;
     use crate::Collector as _;
 
     #[test]
@@ -227,25 +171,6 @@ mod tests {
         }
         for no in ["st", "nst0", "st0a", "st0l", "st0m", "sta", "xst0"] {
             assert!(!is_tape(no), "{no}");
-        }
-    }
-
-    #[test]
-    fn go_base0_integers() {
-        assert_eq!(parse_uint_base0("0"), Some(0));
-        assert_eq!(parse_uint_base0("9247011087720"), Some(9247011087720));
-        assert_eq!(parse_uint_base0("18446744073709551615"), Some(u64::MAX));
-        assert_eq!(parse_uint_base0("0x1f"), Some(31));
-        assert_eq!(parse_uint_base0("0X1F"), Some(31));
-        assert_eq!(parse_uint_base0("017"), Some(15));
-        assert_eq!(parse_uint_base0("0o17"), Some(15));
-        assert_eq!(parse_uint_base0("0b101"), Some(5));
-        assert_eq!(parse_uint_base0("1_000"), Some(1000), "underscores between digits, as in Go literals");
-        assert_eq!(parse_uint_base0("_1"), None);
-        assert_eq!(parse_uint_base0("0x_1f"), Some(31));
-        assert_eq!(parse_uint_base0("0_17"), Some(15));
-        for bad in ["", "-1", "+1", "0x", "08", "1a", "0x1g", "18446744073709551616", "0x_", "0x1__f", "0x1f_", " 1"] {
-            assert_eq!(parse_uint_base0(bad), None, "{bad:?}");
         }
     }
 
@@ -274,10 +199,6 @@ mod tests {
         assert_eq!(c.write_ns as f64 * NS, 5233.597394395);
         assert!(c.set("read_cnt", "lots").is_err());
         assert!(c.set("read_cnt", "").is_err());
-    }
-
-    fn paths(root: &Path) -> Paths {
-        Paths { procfs: root.join("proc"), sysfs: root.join("sys"), rootfs: root.to_path_buf(), udev_data: root.join("udev") }
     }
 
     fn options(pattern: &str) -> Options {

@@ -4,7 +4,7 @@
 //! attributes (options, identity, state, status, pretimeout_governor, empty
 //! when absent) the labels of `node_watchdog_info`, as node_exporter does.
 
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use clap::Arg;
@@ -32,79 +32,6 @@ const ATTRIBUTES: [(&str, Option<Family>); 12] = [
     ("access_cs0", Some(("node_watchdog_access_cs0", "Value of /sys/class/watchdog/<watchdog>/access_cs0"))),
 ];
 
-/// Go's `strconv.ParseInt(s, 0, 64)`: an optional sign, a `0x`/`0o`/`0b`
-/// or leading-`0` (octal) base prefix, and `_` between digits.
-pub fn parse_go_int(s: &str) -> Option<i64> {
-    let (neg, body) = match s.as_bytes().first()? {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let b = body.as_bytes();
-    if b.is_empty() {
-        return None;
-    }
-    let (radix, digits) = match b {
-        [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'x') => (16, &b[2..]),
-        [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'o') => (8, &b[2..]),
-        [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'b') => (2, &b[2..]),
-        [b'0', ..] => (8, &b[1..]),
-        _ => (10, b),
-    };
-    let mut n: u64 = 0;
-    let mut underscores = false;
-    for &c in digits {
-        if c == b'_' {
-            underscores = true;
-            continue;
-        }
-        let d = (c as char).to_digit(36)?;
-        if d >= radix {
-            return None;
-        }
-        n = n.checked_mul(radix as u64)?.checked_add(d as u64)?;
-    }
-    if underscores && !underscores_ok(b) {
-        return None;
-    }
-    if neg {
-        if n > 1 << 63 {
-            return None;
-        }
-        Some((n as i64).wrapping_neg())
-    } else {
-        i64::try_from(n).ok()
-    }
-}
-
-/// Go's rule for `_` in a base-0 number: only between digits, or between
-/// the base prefix and a digit.
-fn underscores_ok(s: &[u8]) -> bool {
-    let mut saw = b'^';
-    let mut i = 0;
-    let hex = s.len() >= 2 && s[0] == b'0' && s[1].eq_ignore_ascii_case(&b'x');
-    if s.len() >= 2 && s[0] == b'0' && matches!(s[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
-        i = 2;
-        saw = b'0';
-    }
-    for &c in &s[i..] {
-        if c.is_ascii_digit() || (hex && c.is_ascii_hexdigit()) {
-            saw = b'0';
-        } else if c == b'_' {
-            if saw != b'0' {
-                return false;
-            }
-            saw = b'_';
-        } else {
-            if saw == b'_' {
-                return false;
-            }
-            saw = b'!';
-        }
-    }
-    saw != b'_'
-}
-
 /// One watchdog device.
 #[derive(Debug, Default, PartialEq)]
 pub struct Watchdog {
@@ -123,7 +50,7 @@ impl Watchdog {
     pub fn add(&mut self, file: &str, value: &str) -> Result<(), String> {
         let Some((_, family)) = ATTRIBUTES.iter().find(|(f, _)| *f == file) else { return Ok(()) };
         if let Some((name, help)) = family {
-            let v = parse_go_int(value).ok_or_else(|| format!("{file}: invalid integer {value:?}"))?;
+            let v = crate::parse::parse_go_int(value).ok_or_else(|| format!("{file}: invalid integer {value:?}"))?;
             self.gauges.push((name, help, v as f64));
             return Ok(());
         }
@@ -174,14 +101,8 @@ fn failure(path: &Path, e: std::io::Error) -> Error {
 /// One read of at most 128 bytes, trimmed, as procfs's SysReadFile; `None`
 /// when the file does not exist.
 fn read_attr(path: &Path) -> Result<Option<String>, Error> {
-    let mut f = match crate::io::open_nonblocking(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(failure(path, e)),
-    };
-    let mut buf = [0u8; 128];
-    match f.read(&mut buf) {
-        Ok(n) => Ok(Some(String::from_utf8_lossy(&buf[..n]).trim().to_string())),
+    match crate::io::sys_read_file(path).map_err(crate::io::SysReadError::into_io) {
+        Ok(b) => Ok(Some(String::from_utf8_lossy(&b).trim().to_string())),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
         Err(e) => Err(failure(path, e)),
     }
@@ -232,18 +153,7 @@ impl crate::Collector for Collector {
 mod tests {
     use super::*;
 
-    /// A sample: family, labels, value.
-    type Row = (String, Vec<(String, String)>, f64);
-
-    #[test]
-    fn go_integers() {
-        for (s, v) in [("1", 1), ("-2", -2), ("0x10", 16), ("010", 8), ("0", 0), ("1_0", 10)] {
-            assert_eq!(parse_go_int(s), Some(v), "{s:?}");
-        }
-        for s in ["", "x", "0x", "09", "1_", "99999999999999999999", "-"] {
-            assert_eq!(parse_go_int(s), None, "{s:?}");
-        }
-    }
+    use crate::testutil::Row;
 
     #[test]
     fn attributes() {
@@ -267,13 +177,7 @@ mod tests {
         let mut c = Collector::new(Options, &p).unwrap();
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink)?;
-        let mut out = Vec::new();
-        for f in sink.families() {
-            for (l, v) in f.samples() {
-                out.push((f.name().to_string(), l.into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(), v));
-            }
-        }
-        Ok(out)
+        Ok(crate::testutil::rows(&sink))
     }
 
     #[test]

@@ -149,6 +149,23 @@ fn is_header(parts: &[&str]) -> bool {
 /// calls `f(name, value)` for each signed or unsigned 64-bit integer row;
 /// other types are skipped. A file without the header is an error.
 pub fn parse_kstat<'a>(text: &'a str, mut f: impl FnMut(&'a str, f64)) -> Result<(), String> {
+    kstat_rows(text, |_, parts| {
+        let value = match parts[1] {
+            KSTAT_DATA_UINT64 => {
+                parse_u64(parts[2].as_bytes()).ok_or_else(|| format!("invalid unsigned integer for {:?}", parts[0]))? as f64
+            }
+            KSTAT_DATA_INT64 => parts[2].parse::<i64>().map_err(|_| format!("invalid signed integer for {:?}", parts[0]))? as f64,
+            _ => return Ok(()),
+        };
+        f(parts[0], value);
+        Ok(())
+    })
+}
+
+/// The rows of a named kstat file after its `name type data` header: calls
+/// `row(line, fields)` for each line of at least three fields. A file
+/// without the header is an error.
+fn kstat_rows<'a>(text: &'a str, mut row: impl FnMut(&'a str, &[&'a str]) -> Result<(), String>) -> Result<(), String> {
     let mut started = false;
     let mut parts: Vec<&str> = Vec::with_capacity(4);
     for line in scan_lines(text) {
@@ -161,14 +178,7 @@ pub fn parse_kstat<'a>(text: &'a str, mut f: impl FnMut(&'a str, f64)) -> Result
         if parts.len() < 3 {
             continue;
         }
-        let value = match parts[1] {
-            KSTAT_DATA_UINT64 => {
-                parse_u64(parts[2].as_bytes()).ok_or_else(|| format!("invalid unsigned integer for {:?}", parts[0]))? as f64
-            }
-            KSTAT_DATA_INT64 => parts[2].parse::<i64>().map_err(|_| format!("invalid signed integer for {:?}", parts[0]))? as f64,
-            _ => continue,
-        };
-        f(parts[0], value);
+        row(line, &parts)?;
     }
     if started {
         Ok(())
@@ -208,34 +218,17 @@ pub fn parse_pool_io<'a>(text: &'a str, mut f: impl FnMut(&'a str, f64)) -> Resu
 /// seen so far (the rest of its line, spaces and all), if any. A file
 /// without the header is an error.
 pub fn parse_objset<'a>(text: &'a str, mut f: impl FnMut(Option<&'a str>, &'a str, f64)) -> Result<(), String> {
-    let mut started = false;
     let mut dataset = None;
-    let mut parts: Vec<&str> = Vec::with_capacity(4);
-    for line in scan_lines(text) {
-        parts.clear();
-        parts.extend(line.split_whitespace());
-        if !started {
-            started = is_header(&parts);
-            continue;
-        }
-        if parts.len() < 3 {
-            continue;
-        }
+    kstat_rows(text, |line, parts| {
         if parts[0] == "dataset_name" {
             // node_exporter takes the line from the first occurrence of the value.
             dataset = line.find(parts[2]).map(|i| &line[i..]);
-            continue;
-        }
-        if parts[1] == KSTAT_DATA_UINT64 {
+        } else if parts[1] == KSTAT_DATA_UINT64 {
             let v = parse_u64(parts[2].as_bytes()).ok_or_else(|| format!("invalid unsigned integer for {:?}", parts[0]))?;
             f(dataset, parts[0], v as f64);
         }
-    }
-    if started {
         Ok(())
-    } else {
-        Err("no `name type data` header".into())
-    }
+    })
 }
 
 /// A pool's `state` file: its first line, lower-cased (not trimmed).
