@@ -283,9 +283,33 @@ pub fn read_i64(path: &Path) -> Option<i64> {
     read_trimmed(path)?.parse().ok()
 }
 
+/// Reads a sysfs attribute as a number, as procfs's `ReadUintFromFile`
+/// callers do: an absent or forbidden file is `None`, any other read
+/// error and a value that is not a number are errors.
+pub fn read_number<T: std::str::FromStr>(path: &Path) -> Result<Option<T>, crate::Error> {
+    let mut buf = Vec::with_capacity(64);
+    match read_into(path, &mut buf) {
+        Ok(_) => {}
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied) => return Ok(None),
+        Err(e) => return Err(crate::Error::from_read(path, e)),
+    }
+    let text = String::from_utf8_lossy(&buf);
+    text.trim().parse().map(Some).map_err(|_| crate::Error::parse(path, format!("not a number: {:?}", text.trim())))
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+
+    #[test]
+    fn numbers_absent_present_and_malformed() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("ok"), "42\n").unwrap();
+        std::fs::write(d.path().join("bad"), "x\n").unwrap();
+        assert_eq!(super::read_number::<u64>(&d.path().join("ok")).unwrap(), Some(42));
+        assert_eq!(super::read_number::<u64>(&d.path().join("absent")).unwrap(), None);
+        assert!(super::read_number::<u64>(&d.path().join("bad")).is_err());
+    }
 
     #[test]
     fn kept_proc_files_are_regenerated_on_every_read() {

@@ -133,9 +133,39 @@ pub fn to_valid_utf8(b: &[u8]) -> String {
     out
 }
 
+/// One `cpu` line of /proc/stat, as prometheus/procfs's `parseCPUStat`
+/// reads it: `cpu` (the total: `None`) or `cpuN`, then up to ten counters
+/// in ticks. Missing trailing counters are 0 (Go's `Sscanf` stops at the
+/// end of the line); a counter that is not a number fails the line, which
+/// fails node_exporter's cpu and stat collectors alike. Decimal counters
+/// (Go's `%f`) are taken whole.
+pub fn proc_stat_cpu(line: &[u8]) -> Option<(Option<u32>, [u64; 10])> {
+    let mut f = fields(line);
+    let name = f.next()?.strip_prefix(b"cpu")?;
+    let cpu = if name.is_empty() { None } else { Some(u32::try_from(parse_u64(name)?).ok()?) };
+    let mut vals = [0u64; 10];
+    for (slot, v) in vals.iter_mut().zip(f) {
+        *slot = match parse_u64(v) {
+            Some(n) => n,
+            None => parse_f64(v).filter(|x| x.is_finite() && *x >= 0.0)? as u64,
+        };
+    }
+    Some((cpu, vals))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_stat_cpu_lines_as_procfs_reads_them() {
+        assert_eq!(proc_stat_cpu(b"cpu  1 2 3 4 5 6 7 8 9 10"), Some((None, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10])));
+        assert_eq!(proc_stat_cpu(b"cpu3 1 2"), Some((Some(3), [1, 2, 0, 0, 0, 0, 0, 0, 0, 0])), "short lines are zero-filled");
+        assert_eq!(proc_stat_cpu(b"cpu0 1.5 2 3 4").map(|c| c.1[0]), Some(1));
+        assert_eq!(proc_stat_cpu(b"cpu  1 2 x"), None, "a malformed counter fails the line");
+        assert_eq!(proc_stat_cpu(b"cpux 1 2 3 4"), None);
+        assert_eq!(proc_stat_cpu(b"intr 1 2"), None);
+    }
 
     #[test]
     fn parses_numbers() {

@@ -12,7 +12,7 @@ use procfs_core::FromRead;
 use regex::Regex;
 
 use crate::io::read_file;
-use crate::parse::{fields, lines, parse_u64};
+use crate::parse::{lines, proc_stat_cpu};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
@@ -69,21 +69,12 @@ pub struct CpuTimes {
 pub fn parse_stat(buf: &[u8]) -> Option<Vec<(u32, CpuTimes)>> {
     let mut out = Vec::new();
     for line in lines(buf) {
-        let Some(rest) = line.strip_prefix(b"cpu") else { continue };
-        if rest.first() == Some(&b' ') {
+        if !line.starts_with(b"cpu") {
             continue;
         }
-        let mut f = fields(rest);
-        let cpu = parse_u64(f.next()?)? as u32;
-        let mut vals = [0u64; 10];
-        let mut n = 0;
-        for (slot, v) in vals.iter_mut().zip(&mut f) {
-            *slot = parse_u64(v)?;
-            n += 1;
-        }
-        if n < 4 {
-            return None;
-        }
+        // The total line is checked too: node_exporter fails on it.
+        let (cpu, vals) = proc_stat_cpu(line)?;
+        let Some(cpu) = cpu else { continue };
         let mut t = CpuTimes::default();
         t.modes.copy_from_slice(&vals[..8]);
         t.guest = vals[8];
@@ -292,7 +283,8 @@ mod tests {
         // Old kernels: only four columns.
         let v = parse_stat(b"cpu3 1 2 3 4\n").unwrap();
         assert_eq!(v[0].1.modes[3], 4);
-        assert!(parse_stat(b"cpu0 1 2\n").is_none());
+        assert_eq!(parse_stat(b"cpu0 1 2\n").map(|v| v[0].1.modes[1]), Some(2), "short lines are zero-filled, as procfs does");
+        assert!(parse_stat(b"cpu  1 2 x\n").is_none(), "a malformed total fails, as in node_exporter");
         assert!(parse_stat(b"cpu0 1 x 3 4\n").is_none());
     }
 

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::io::{read_trimmed, read_u64};
+use crate::io::{read_number, read_trimmed};
 use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
@@ -36,15 +36,16 @@ impl crate::Collector for Collector {
                 p.is_dir().then_some((n, p))
             })
             .collect();
-        if cpus.is_empty() {
-            return Err(Error::NoData("no cpufreq directories".into()));
-        }
+        // No cpufreq at all (a VM, a container) is a success with no
+        // samples, as in node_exporter 1.12.
         cpus.sort();
         let mut ib = itoa::Buffer::new();
         for (n, dir) in &cpus {
             let cpu = ib.format(*n);
             for (file, name, help) in KHZ {
-                if let Some(khz) = read_u64(&dir.join(file)) {
+                // Absent or root-only files are skipped; a malformed one
+                // fails the collector, as procfs's parseCpufreqCpuinfo does.
+                if let Some(khz) = read_number::<u64>(&dir.join(file))? {
                     sink.family(name, help, Kind::Gauge).sample(&[("cpu", cpu)], khz as f64 * 1000.0);
                 }
             }

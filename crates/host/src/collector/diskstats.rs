@@ -64,9 +64,10 @@ pub fn parse(buf: &[u8]) -> Option<Vec<DiskStat<'_>>> {
         let major = parse_u64(f.next()?)? as u32;
         let minor = parse_u64(f.next()?)? as u32;
         let name = f.next()?;
-        let stats: Vec<u64> = f.map(parse_u64).collect::<Option<_>>()?;
+        let mut stats: Vec<u64> = f.map(parse_u64).collect::<Option<_>>()?;
+        // A short line's missing columns are 0, as procfs's Sscanf leaves them.
         if stats.len() < 11 {
-            return None;
+            stats.resize(11, 0);
         }
         out.push(DiskStat { major, minor, name, stats });
     }
@@ -253,7 +254,12 @@ mod tests {
         assert_eq!(d[0].name, b"sda");
         assert_eq!(d[0].stats.len(), 11);
         assert_eq!(d[1].stats.len(), 17);
-        assert!(super::parse(b"8 0 sda 1 2 3\n").is_none());
+        assert_eq!(
+            super::parse(b"8 0 sda 1 2 3\n").map(|d| d[0].stats.clone()),
+            Some(vec![1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0]),
+            "short: zero-filled, as procfs"
+        );
+        assert!(super::parse(b"8 0 sda 1 x 3\n").is_none());
         assert!(super::parse(b"8 0 sda 1 2 3 4 5 6 7 8 9 10 x\n").is_none());
     }
 

@@ -110,12 +110,14 @@ impl Collector {
             key.push_str(p);
             key.push('_');
             key.push_str(n);
-            if !cache.matches(re, &key["node_netstat_".len()..]) {
+            // Every value is checked, selected or not, as node_exporter
+            // parses before it filters.
+            let Some(v) = parse_f64(value) else {
+                bad = Some(format!("invalid value for {p}{n}"));
                 return;
-            }
-            match parse_f64(value) {
-                Some(v) => sink.single(key, "Statistic from /proc/net/netstat, snmp or snmp6.", Kind::Untyped, v),
-                None => bad = Some(format!("invalid value for {p}{n}")),
+            };
+            if cache.matches(re, &key["node_netstat_".len()..]) {
+                sink.single(key, "Statistic from /proc/net/netstat, snmp or snmp6.", Kind::Untyped, v);
             }
         };
         if which == 2 { parse_snmp6(&self.buf, cb) } else { parse_pairs(&self.buf, cb) }.map_err(|e| Error::parse(path, e))?;

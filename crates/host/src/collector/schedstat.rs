@@ -32,11 +32,14 @@ pub fn parse(buf: &[u8]) -> Option<Vec<CpuSched<'_>>> {
     let mut out = Vec::new();
     for line in lines(buf) {
         let Some(cpu) = line.strip_prefix(b"cpu") else { continue };
+        // A line that is not ten numbers is skipped, as procfs's
+        // Schedstat does (its line pattern does not match it).
         let f: Vec<&[u8]> = fields(cpu).collect();
-        if f.len() < 10 {
-            return None;
+        if f.len() < 10 || f[..10].iter().any(|x| parse_u64(x).is_none()) {
+            continue;
         }
-        out.push(CpuSched { cpu: f[0], running_ns: parse_u64(f[7])?, waiting_ns: parse_u64(f[8])?, timeslices: parse_u64(f[9])? });
+        let n = |i: usize| parse_u64(f[i]).unwrap_or_default();
+        out.push(CpuSched { cpu: f[0], running_ns: n(7), waiting_ns: n(8), timeslices: n(9) });
     }
     Some(out)
 }
@@ -72,6 +75,6 @@ mod tests {
         assert_eq!(v[0].cpu, b"0");
         assert_eq!(v[0].running_ns, 2045936778163039);
         assert_eq!(v[0].timeslices, 4767485306);
-        assert!(super::parse(b"cpu0 1 2 3\n").is_none());
+        assert_eq!(super::parse(b"cpu0 1 2 3\ncpu1 1 2 3 4 5 6 7 8 9\n").map(|v| v.len()), Some(1), "short lines are skipped");
     }
 }

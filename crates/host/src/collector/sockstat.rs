@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::io::{read_file, read_into};
+use crate::io::read_into;
 use crate::parse::{fields, lines, parse_u64};
 use crate::{Error, Paths};
 use expo::{Kind, Sink};
@@ -77,8 +77,13 @@ impl Collector {
 
 impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
-        read_file(&self.v4, &mut self.buf)?;
-        self.emit(sink, false)?;
+        // Either file may be absent (no IPv4 or no IPv6 in this network
+        // namespace); node_exporter skips it and succeeds.
+        match read_into(&self.v4, &mut self.buf) {
+            Ok(()) => self.emit(sink, false)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&self.v4, e)),
+        }
         match read_into(&self.v6, &mut self.buf) {
             Ok(()) => self.emit(sink, true),
             // IPv6 disabled: no sockstat6.

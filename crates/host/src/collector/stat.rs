@@ -9,7 +9,7 @@ use clap::Arg;
 use crate::flags::{self, Flags};
 
 use crate::io::read_file;
-use crate::parse::{fields, lines, parse_u64};
+use crate::parse::{fields, lines, parse_u64, proc_stat_cpu};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
@@ -42,14 +42,26 @@ pub struct Stat {
     pub softirq: Option<[u64; 10]>,
 }
 
-/// Parses /proc/stat's totals.
+/// Parses /proc/stat's totals as prometheus/procfs's `parseStat` does:
+/// a line of one field is skipped; every `cpu` line, every `intr` column,
+/// a `softirq` line of fewer than eleven numbers and a malformed value of
+/// a known key fail the file (and so the collector, as in node_exporter).
 pub fn parse(buf: &[u8]) -> Option<Stat> {
     let mut s = Stat::default();
     for line in lines(buf) {
-        let mut f = fields(line);
-        let key = f.next()?;
+        let mut f = fields(line).peekable();
+        let Some(key) = f.next() else { continue };
+        if f.peek().is_none() {
+            continue;
+        }
         let slot = match key {
-            b"intr" => &mut s.intr,
+            b"intr" => {
+                s.intr = Some(parse_u64(f.next()?)?);
+                for x in f {
+                    parse_u64(x)?;
+                }
+                continue;
+            }
             b"ctxt" => &mut s.ctxt,
             b"btime" => &mut s.btime,
             b"processes" => &mut s.processes,
@@ -58,10 +70,14 @@ pub fn parse(buf: &[u8]) -> Option<Stat> {
             b"softirq" => {
                 let _total = parse_u64(f.next()?)?;
                 let mut v = [0u64; 10];
-                for (slot, x) in v.iter_mut().zip(f) {
-                    *slot = parse_u64(x)?;
+                for slot in v.iter_mut() {
+                    *slot = parse_u64(f.next()?)?;
                 }
                 s.softirq = Some(v);
+                continue;
+            }
+            k if k.starts_with(b"cpu") => {
+                proc_stat_cpu(line)?;
                 continue;
             }
             _ => continue,
@@ -122,5 +138,11 @@ mod tests {
         assert_eq!(s.btime, Some(1418183276));
         assert_eq!(s.softirq.unwrap()[4], 186066);
         assert!(super::parse(b"ctxt x\n").is_none());
+        // node_exporter 1.12 (procfs parseStat) fails on each of these.
+        for bad in ["cpu  1 2 x\n", "intr 5 x\n", "softirq 1 2\n", "cpu7 1 y\n"] {
+            assert!(super::parse(bad.as_bytes()).is_none(), "{bad:?}");
+        }
+        // ... and skips a key without a value.
+        assert_eq!(super::parse(b"ctxt\nbtime 7\n").map(|s| s.btime), Some(Some(7)));
     }
 }

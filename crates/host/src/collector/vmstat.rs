@@ -61,10 +61,12 @@ impl crate::Collector for Collector {
                 return Err(Error::parse(&self.path, "expected `name value`"));
             };
             let key = std::str::from_utf8(k).map_err(|_| Error::parse(&self.path, "invalid UTF-8"))?;
+            // Every value is checked, selected or not, as node_exporter
+            // parses before it filters.
+            let v = parse_f64(v).ok_or_else(|| Error::parse(&self.path, format!("invalid value for {key}")))?;
             if !self.cache.matches(self.fields.as_ref(), key) {
                 continue;
             }
-            let v = parse_f64(v).ok_or_else(|| Error::parse(&self.path, format!("invalid value for {key}")))?;
             self.name.clear();
             self.name.push_str("node_vmstat_");
             self.name.push_str(key);
