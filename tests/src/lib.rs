@@ -47,6 +47,20 @@ pub fn start_exporter<S: AsRef<std::ffi::OsStr>>(bin: &Path, flags: &[S]) -> Res
 
 /// The node-agent binary of this build (built first if need be), beside the
 /// running test executable: target/<profile>/deps/<test> → target/<profile>/node-agent.
+/// `GET path` on a fresh connection: (status, body), or `None` when there
+/// is no whole answer within `timeout`.
+pub fn http_get(addr: std::net::SocketAddr, path: &str, timeout: std::time::Duration) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout).ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, text.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default()))
+}
+
 pub fn agent_binary() -> PathBuf {
     let status = std::process::Command::new(env!("CARGO")).args(["build", "-q", "-p", "node-agent", "--bin", "node-agent"]).status();
     assert!(status.is_ok_and(|s| s.success()), "cargo build -p node-agent failed");

@@ -5,8 +5,7 @@
 //! host mounts: here a directory of links to this machine's /proc, /sys
 //! and /).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::time::{Duration, Instant};
 
 /// kube-prometheus (jsonnet, main) node-exporter DaemonSet.
@@ -43,17 +42,6 @@ const KUBE_PROMETHEUS_STACK: &[&str] = &[
     "--collector.filesystem.fs-types-exclude=^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|sysfs|tracefs)$",
 ];
 
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, text.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default()))
-}
-
 fn serves(name: &str, args: &[&str]) {
     let host = tempfile::tempdir().expect("tempdir");
     for (link, target) in [("proc", "/proc"), ("sys", "/sys"), ("root", "/")] {
@@ -82,7 +70,7 @@ fn serves(name: &str, args: &[&str]) {
             let _ = guard.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
             panic!("{name}: node-agent exited at start-up ({status}) with {args:?}:\n{err}");
         }
-        if let Some((200, body)) = get(port, "/metrics") {
+        if let Some((200, body)) = node_agent_tests::http_get(([127, 0, 0, 1], port).into(), "/metrics", Duration::from_secs(30)) {
             break body;
         }
         assert!(t.elapsed() < Duration::from_secs(30), "{name}: not serving after 30 s");

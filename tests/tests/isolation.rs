@@ -10,8 +10,7 @@
 //! The agent runs as its own process (the release of a stuck thread, the
 //! exit on SIGTERM and the thread count are the process's).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -61,16 +60,8 @@ fn start_reading(flags: &[String], fuse: Option<Fuse>) -> Agent {
     Agent { child, addr, fuse }
 }
 
-/// (status, body), or `None` when there is no answer within `timeout`.
 fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout).ok()?;
-    s.set_read_timeout(Some(timeout)).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, text.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default()))
+    node_agent_tests::http_get(addr, path, timeout)
 }
 
 fn threads(pid: u32) -> usize {
@@ -166,6 +157,33 @@ fn root_with_fuse() -> bool {
     true
 }
 
+/// The first scrape is cut off at `timeout` with `collector` failed and
+/// loadavg served; the next `scrapes` skip the stuck collector at once,
+/// and no thread piles up.
+fn cut_off_then_skipped(agent: &mut Agent, collector: &str, timeout: Duration, scrapes: usize) {
+    let failed = format!("node_scrape_collector_success{{collector=\"{collector}\"}} 0");
+    let t = Instant::now();
+    let (status, first) = get(agent.addr, "/metrics", Duration::from_secs(10)).expect("the first scrape answers");
+    let took = t.elapsed();
+    assert_eq!(status, 200);
+    assert!(took >= timeout && took < timeout + Duration::from_secs(2), "cut off at the deadline: {took:?}");
+    assert!(first.contains(&failed), "{first}");
+    assert!(first.contains("node_scrape_collector_success{collector=\"loadavg\"} 1") && first.contains("node_load1 0.21"), "{first}");
+    assert!(agent.fuse().held() > 0, "the collector is inside a held FUSE request");
+    let pid = agent.child.id();
+    let before = threads(pid);
+    for i in 0..scrapes {
+        let t = Instant::now();
+        let (_, body) = get(agent.addr, "/metrics", Duration::from_secs(5)).unwrap_or_else(|| panic!("scrape {i}"));
+        assert!(t.elapsed() < Duration::from_millis(500), "scrape {i} skipped the stuck collector at once: {:?}", t.elapsed());
+        assert!(body.contains(&failed) && body.contains("node_load1"), "{body}");
+        let t = Instant::now();
+        assert_eq!(get(agent.addr, "/healthz", Duration::from_secs(1)).map(|r| r.0), Some(200));
+        assert!(t.elapsed() < Duration::from_millis(200), "/healthz is never delayed");
+    }
+    assert!(threads(pid) <= before + 1, "no thread piles up: {before} -> {}", threads(pid));
+}
+
 /// A hwmon chip whose files never answer (a FUSE mount holding every
 /// request): cut off at the deadline, then skipped, one thread held, ready
 /// fails after three deadlines, and it runs again once it answers.
@@ -194,28 +212,8 @@ fn a_hung_hwmon_read_is_cut_off_skipped_and_recovered() {
         ],
         Some(fuse),
     );
-    let pid = agent.child.id();
-
+    cut_off_then_skipped(&mut agent, "hwmon", timeout, 30);
     let t = Instant::now();
-    let (status, first) = get(agent.addr, "/metrics", Duration::from_secs(10)).expect("the first scrape answers");
-    let took = t.elapsed();
-    assert_eq!(status, 200);
-    assert!(took >= timeout && took < timeout + Duration::from_secs(2), "cut off at the deadline: {took:?}");
-    assert!(first.contains("node_scrape_collector_success{collector=\"hwmon\"} 0"), "{first}");
-    assert!(first.contains("node_scrape_collector_success{collector=\"loadavg\"} 1") && first.contains("node_load1 0.21"), "{first}");
-    assert!(agent.fuse().held() > 0, "the collector is inside a held FUSE request");
-
-    let before = threads(pid);
-    for i in 0..30 {
-        let t = Instant::now();
-        let (_, body) = get(agent.addr, "/metrics", Duration::from_secs(5)).unwrap_or_else(|| panic!("scrape {i}"));
-        assert!(t.elapsed() < Duration::from_millis(500), "scrape {i} skipped the stuck collector at once: {:?}", t.elapsed());
-        assert!(body.contains("node_scrape_collector_success{collector=\"hwmon\"} 0"), "{body}");
-        let t = Instant::now();
-        assert_eq!(get(agent.addr, "/healthz", Duration::from_secs(1)).map(|r| r.0), Some(200));
-        assert!(t.elapsed() < Duration::from_millis(200), "/healthz is never delayed");
-    }
-    assert!(threads(pid) <= before + 1, "no thread piles up: {before} -> {}", threads(pid));
     let (status, body) = get(agent.addr, "/metrics?collect[]=loadavg", Duration::from_secs(2)).expect("collect[]");
     assert!(status == 200 && body.contains("node_load1"), "{body}");
 
@@ -305,23 +303,7 @@ fn a_hung_nfs_read_is_cut_off_skipped_and_recovered() {
         ],
         Some(fuse),
     );
-    let pid = agent.child.id();
-    let t = Instant::now();
-    let (status, first) = get(agent.addr, "/metrics", Duration::from_secs(10)).expect("the first scrape answers");
-    let took = t.elapsed();
-    assert_eq!(status, 200);
-    assert!(took >= timeout && took < timeout + Duration::from_secs(2), "cut off at the deadline: {took:?}");
-    assert!(first.contains("node_scrape_collector_success{collector=\"nfs\"} 0"), "{first}");
-    assert!(first.contains("node_load1 0.21"), "the rest of the scrape is there: {first}");
-    assert!(agent.fuse().held() > 0, "the collector is inside a held FUSE request");
-    let before = threads(pid);
-    for i in 0..20 {
-        let t = Instant::now();
-        let (_, body) = get(agent.addr, "/metrics", Duration::from_secs(5)).unwrap_or_else(|| panic!("scrape {i}"));
-        assert!(t.elapsed() < Duration::from_millis(500), "scrape {i} skipped the stuck collector at once: {:?}", t.elapsed());
-        assert!(body.contains("node_scrape_collector_success{collector=\"nfs\"} 0") && body.contains("node_load1"), "{body}");
-    }
-    assert!(threads(pid) <= before + 1, "no thread piles up: {before} -> {}", threads(pid));
+    cut_off_then_skipped(&mut agent, "nfs", timeout, 20);
     assert_eq!(agent.fuse().held(), 1, "one stuck read, not one per scrape");
 
     // The mount answers (ENOENT: no NFS client statistics): the collector
