@@ -48,26 +48,7 @@ const LIVE: &[&str] = &[
 /// node_exporter collectors node-agent does not have yet, with the family
 /// prefixes they own. Their families are not compared, and they are counted
 /// as not matched.
-const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[
-    ("buddyinfo", &["node_buddyinfo_"]),
-    ("cgroups", &["node_cgroups_"]),
-    ("cpu_vulnerabilities", &["node_cpu_vulnerabilities_"]),
-    ("drbd", &["node_drbd_"]),
-    ("interrupts", &["node_interrupts_"]),
-    ("ksmd", &["node_ksmd_"]),
-    ("lnstat", &["node_lnstat_"]),
-    ("meminfo_numa", &["node_memory_numa_"]),
-    ("mountstats", &["node_mountstats_"]),
-    ("pcidevice", &["node_pcidevice_"]),
-    ("processes", &["node_processes_"]),
-    ("qdisc", &["node_qdisc_"]),
-    ("slabinfo", &["node_slabinfo_"]),
-    ("softirqs", &["node_softirqs_functions_total"]),
-    ("sysctl", &["node_sysctl_"]),
-    ("wifi", &["node_wifi_"]),
-    ("xfrm", &["node_xfrm_"]),
-    ("zoneinfo", &["node_zoneinfo_"]),
-];
+const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[("qdisc", &["node_qdisc_"]), ("wifi", &["node_wifi_"])];
 
 type SampleSet = BTreeSet<(Vec<(String, String)>, String)>;
 
