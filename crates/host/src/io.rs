@@ -266,6 +266,12 @@ pub fn read_file(path: &Path, buf: &mut Vec<u8>) -> Result<(), Error> {
     read_into(path, buf).map_err(|e| Error::from_read(path, e))
 }
 
+/// Reads `path` into `buf`; unlike [`read_file`], a missing file is an
+/// [`Error::Io`], not no data (node_exporter fails the collector).
+pub fn read_required(path: &Path, buf: &mut Vec<u8>) -> Result<(), Error> {
+    read_into(path, buf).map_err(|e| Error::io(path, e))
+}
+
 /// Reads a small sysfs attribute, trimmed. `None` when it can't be read.
 pub fn read_trimmed(path: &Path) -> Option<String> {
     let mut buf = Vec::with_capacity(256);
@@ -368,6 +374,18 @@ mod tests {
         assert!(matches!(&missing, super::SysReadError::Open(e) if e.kind() == std::io::ErrorKind::NotFound), "{missing}");
         // A directory opens but does not read (EISDIR).
         assert!(matches!(super::sys_read_file(dir.path()), Err(super::SysReadError::Read(_))));
+    }
+
+    #[test]
+    fn read_required_fails_on_a_missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let mut buf = Vec::new();
+        assert!(matches!(super::read_required(&p, &mut buf), Err(crate::Error::Io { .. })));
+        assert!(super::read_file(&p, &mut buf).unwrap_err().is_no_data(), "read_file: no data");
+        std::fs::write(&p, "x").unwrap();
+        super::read_required(&p, &mut buf).unwrap();
+        assert_eq!(buf, b"x");
     }
 
     #[test]

@@ -113,6 +113,106 @@ fn underscores_ok(s: &[u8]) -> bool {
     saw != b'_'
 }
 
+/// The longest line Go's `bufio.Scanner` accepts with its default buffer
+/// (`bufio.MaxScanTokenSize`, 64 KiB, less one byte); a longer one is its
+/// `ErrTooLong`.
+pub const GO_MAX_LINE: usize = 64 * 1024 - 1;
+
+/// A line longer than [`GO_MAX_LINE`] (Go's `bufio.ErrTooLong`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("line too long")]
+pub struct LineTooLong;
+
+impl From<LineTooLong> for String {
+    fn from(e: LineTooLong) -> String {
+        e.to_string()
+    }
+}
+
+/// Lines as Go's `bufio.Scanner` yields them: split at `\n`, a trailing
+/// `\r` dropped, no empty last line after a final newline. No length
+/// limit: see [`go_scan_lines`] for the scanner's.
+pub fn go_lines(text: &str) -> impl Iterator<Item = &str> {
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    let lines = (!text.is_empty()).then(|| body.split('\n'));
+    lines.into_iter().flatten().map(|l| l.strip_suffix('\r').unwrap_or(l))
+}
+
+/// [`go_lines`] with the scanner's limit: a line longer than
+/// [`GO_MAX_LINE`] (counting a trailing `\r`) is [`LineTooLong`]. Go's
+/// scanner stops there: a caller that returns the error stops with it, and
+/// one whose Go original ignores the scanner's error ends silently with
+/// `.map_while(Result::ok)`.
+pub fn go_scan_lines(text: &str) -> impl Iterator<Item = Result<&str, LineTooLong>> {
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    let lines = (!text.is_empty()).then(|| body.split('\n'));
+    lines.into_iter().flatten().map(|l| if l.len() > GO_MAX_LINE { Err(LineTooLong) } else { Ok(l.strip_suffix('\r').unwrap_or(l)) })
+}
+
+/// Why Go's `strconv.ParseUint` rejected a string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GoNumError {
+    /// `strconv.ErrSyntax`.
+    #[error("invalid syntax")]
+    Syntax,
+    /// `strconv.ErrRange`.
+    #[error("value out of range")]
+    Range,
+}
+
+/// Go's `strconv.ParseUint(s, 10, 64)`: ASCII digits only (no sign, no
+/// `_`, no base prefix, any number of leading zeros), within 64 bits.
+/// Unlike [`parse_u64`] (at most 20 bytes) a long run of leading zeros is
+/// fine; unlike [`parse_go_uint`] (base 0) there are no prefixes.
+pub fn parse_go_dec_uint(s: &str) -> Result<u64, GoNumError> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(GoNumError::Syntax);
+    }
+    s.parse().map_err(|_| GoNumError::Range)
+}
+
+/// Go's `strconv.ParseFloat(s, 64)` for decimal numbers: an optional sign,
+/// digits with `_` between them, a fraction and an exponent; `inf` and
+/// `infinity` (optionally signed) and `nan` (unsigned) in any case. A value
+/// out of range is an error, not ±Inf. Hexadecimal floats are not accepted.
+pub fn parse_go_float(s: &str) -> Option<f64> {
+    let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if unsigned.eq_ignore_ascii_case("inf") || unsigned.eq_ignore_ascii_case("infinity") {
+        return Some(if s.starts_with('-') { f64::NEG_INFINITY } else { f64::INFINITY });
+    }
+    if s.eq_ignore_ascii_case("nan") {
+        return Some(f64::NAN);
+    }
+    if !unsigned.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-' | b'_')) {
+        return None;
+    }
+    let v = if s.contains('_') {
+        if !underscores_between_digits(unsigned) {
+            return None;
+        }
+        s.replace('_', "").parse::<f64>().ok()?
+    } else {
+        s.parse::<f64>().ok()?
+    };
+    v.is_finite().then_some(v)
+}
+
+/// Go's rule for `_` in a decimal literal (`strconv.underscoreOK`, after
+/// the sign): each one between two digits.
+fn underscores_between_digits(s: &str) -> bool {
+    let mut prev = b'^';
+    for c in s.bytes() {
+        match c {
+            b'0'..=b'9' => prev = b'0',
+            b'_' if prev != b'0' => return false,
+            b'_' => prev = b'_',
+            _ if prev == b'_' => return false,
+            _ => prev = b'!',
+        }
+    }
+    prev != b'_'
+}
+
 /// Go's `strings.ToValidUTF8(s, "\u{FFFD}")`: each run of invalid bytes
 /// becomes one replacement character.
 pub fn to_valid_utf8(b: &[u8]) -> String {
@@ -279,6 +379,62 @@ mod tests {
             " 1",
         ] {
             assert_eq!(parse_go_int(s), None, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn go_scanner_lines() {
+        let all = |t| go_lines(t).collect::<Vec<_>>();
+        assert_eq!(all(""), Vec::<&str>::new());
+        assert_eq!(all("\n"), [""]);
+        assert_eq!(all("a\r\nb\n\nc"), ["a", "b", "", "c"]);
+        assert_eq!(all("a\nb\n"), ["a", "b"]);
+        let long = format!("a\n{}\nb\n", "x".repeat(GO_MAX_LINE + 1));
+        assert_eq!(go_lines(&long).count(), 3, "go_lines has no limit");
+        let scanned: Vec<_> = go_scan_lines(&long).collect();
+        assert_eq!(scanned, [Ok("a"), Err(LineTooLong), Ok("b")]);
+        assert_eq!(go_scan_lines(&long).map_while(Result::ok).collect::<Vec<_>>(), ["a"]);
+        let fits = format!("{}\r\n", "x".repeat(GO_MAX_LINE - 1));
+        assert_eq!(go_scan_lines(&fits).collect::<Vec<_>>(), [Ok(&fits[..GO_MAX_LINE - 1])]);
+        assert_eq!(go_scan_lines(&format!("{}\r", "x".repeat(GO_MAX_LINE))).next(), Some(Err(LineTooLong)), "the \\r counts");
+        assert_eq!(go_scan_lines("a\r\n\n").collect::<Vec<_>>(), [Ok("a"), Ok("")]);
+        assert_eq!(String::from(LineTooLong), "line too long");
+    }
+
+    #[test]
+    fn go_decimal_unsigned_integers() {
+        assert_eq!(parse_go_dec_uint("0"), Ok(0));
+        assert_eq!(parse_go_dec_uint("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(parse_go_dec_uint("000000000000000000000042"), Ok(42), "leading zeros, past parse_u64's 20 bytes");
+        assert_eq!(parse_go_dec_uint("18446744073709551616"), Err(GoNumError::Range));
+        for bad in ["", "+1", "-1", "0x10", "1_0", " 1", "1 ", "1.0", "a"] {
+            assert_eq!(parse_go_dec_uint(bad), Err(GoNumError::Syntax), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn go_floats() {
+        for (s, v) in [
+            ("1", 1.0),
+            ("+2", 2.0),
+            ("-2.5", -2.5),
+            ("1_000", 1000.0),
+            ("-1_0.5", -10.5),
+            ("1e3", 1000.0),
+            (".5", 0.5),
+            ("0.25", 0.25),
+            ("031", 31.0),
+        ] {
+            assert_eq!(parse_go_float(s), Some(v), "{s:?}");
+        }
+        assert_eq!(parse_go_float("inf"), Some(f64::INFINITY));
+        assert_eq!(parse_go_float("-Infinity"), Some(f64::NEG_INFINITY));
+        assert_eq!(parse_go_float("+INF"), Some(f64::INFINITY));
+        assert!(parse_go_float("NaN").is_some_and(f64::is_nan));
+        for bad in
+            ["", "+nan", "-nan", "_1", "1_", "1__0", "-_1", "1_.5", "1e_5", "1e999", "-1e999", "0x1p3", "1 ", "x", "infx", "0x10", "1 2"]
+        {
+            assert_eq!(parse_go_float(bad), None, "{bad:?}");
         }
     }
 

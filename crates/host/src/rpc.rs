@@ -35,19 +35,6 @@ pub const V3_PROCEDURES: [&str; 22] = [
     "Commit",
 ];
 
-/// The longest line Go's line scanner (which procfs reads the files with)
-/// accepts; a longer one is an error there.
-pub const MAX_LINE: usize = 64 * 1024 - 1;
-
-/// A decimal unsigned integer as Go's `strconv.ParseUint(s, 10, 64)` reads
-/// it: digits only (no sign), any number of leading zeros, no overflow.
-pub fn uint(s: &str) -> Option<u64> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
-}
-
 /// Reads `text` line by line as procfs does: every line a key and at least
 /// one unsigned integer (of a key `leading` gives a count for, only that
 /// many first fields are read, and it must have them), handed to `line`.
@@ -60,10 +47,8 @@ pub fn parse_lines(
 ) -> Result<(), String> {
     let mut fields = Vec::with_capacity(80);
     let mut values = Vec::with_capacity(80);
-    for l in text.split_terminator('\n') {
-        if l.len() > MAX_LINE {
-            return Err("line too long".into());
-        }
+    for l in crate::parse::go_scan_lines(text) {
+        let l = l?;
         let mut parts = l.split_whitespace();
         let key = parts.next().unwrap_or("");
         fields.clear();
@@ -77,7 +62,7 @@ pub fn parse_lines(
         };
         values.clear();
         for p in numbers {
-            values.push(uint(p).ok_or_else(|| format!("invalid number {p:?} in line {l:?}"))?);
+            values.push(crate::parse::parse_go_dec_uint(p).map_err(|_| format!("invalid number {p:?} in line {l:?}"))?);
         }
         line(key, &values)?;
     }
@@ -121,17 +106,6 @@ mod tests {
     }
 
     #[test]
-    fn go_number_syntax() {
-        assert_eq!(uint("007"), Some(7));
-        assert_eq!(uint(&format!("{}1", "0".repeat(40))), Some(1));
-        assert_eq!(uint("18446744073709551615"), Some(u64::MAX));
-        assert_eq!(uint("18446744073709551616"), None);
-        assert_eq!(uint("+1"), None);
-        assert_eq!(uint("-1"), None);
-        assert_eq!(uint(""), None);
-    }
-
-    #[test]
     fn lines_are_a_key_and_numbers() {
         let got = lines("net 1 2\nth 8 0 0.000 x\n", |k| (k == "th").then_some(2)).unwrap();
         assert_eq!(got, vec![("net".to_string(), vec![1, 2]), ("th".to_string(), vec![8, 0])]);
@@ -139,8 +113,9 @@ mod tests {
         assert_eq!(lines("th 8\n", |k| (k == "th").then_some(2)), Err("invalid NFS th metric line \"th 8\"".into()));
         assert_eq!(lines("net\n", |_| None), Err("invalid NFS metric line \"net\"".into()));
         assert!(lines("\n", |_| None).is_err());
+        assert_eq!(lines("net 1\r\n", |_| None), Ok(vec![("net".to_string(), vec![1])]), "a \\r ends the line, as in Go's scanner");
         assert!(lines("net 1 x\n", |_| None).is_err());
-        assert!(lines(&format!("net {}1", "0".repeat(MAX_LINE)), |_| None).is_err());
+        assert!(lines(&format!("net {}1", "0".repeat(crate::parse::GO_MAX_LINE)), |_| None).is_err());
         let err = parse_lines("a 1\nb 2\n", "NFS", |_| None, |k, _| if k == "b" { Err("no b".into()) } else { Ok(()) });
         assert_eq!(err, Err("no b".into()));
     }

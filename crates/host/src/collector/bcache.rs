@@ -178,7 +178,7 @@ struct Reader {
 impl Reader {
     /// The whole file as text; any failure to read it is an error.
     fn text(&mut self, path: &Path) -> Result<String, Error> {
-        crate::io::read_into(path, &mut self.buf).map_err(|e| Error::io(path, e))?;
+        crate::io::read_required(path, &mut self.buf)?;
         Ok(String::from_utf8_lossy(&self.buf).into_owned())
     }
 

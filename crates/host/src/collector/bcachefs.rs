@@ -19,6 +19,7 @@ use clap::Arg;
 use rustc_hash::FxHashMap;
 
 use crate::flags::Flags;
+use crate::parse::GoNumError;
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
@@ -66,12 +67,10 @@ const FIXED_COUNTER_FAMILIES: [&str; 4] = [ERRORS, BTREE_WRITES, DEV_IO_DONE, DE
 
 /// Go's `strconv.ParseUint(s, 10, 64)`: ASCII digits only, no sign.
 pub fn parse_uint(s: &str) -> Result<u64, String> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("invalid unsigned integer {s:?}"));
-    }
-    s.bytes()
-        .try_fold(0u64, |v, b| v.checked_mul(10)?.checked_add(u64::from(b - b'0')))
-        .ok_or_else(|| format!("unsigned integer {s:?} out of range"))
+    crate::parse::parse_go_dec_uint(s).map_err(|e| match e {
+        GoNumError::Syntax => format!("invalid unsigned integer {s:?}"),
+        GoNumError::Range => format!("unsigned integer {s:?} out of range"),
+    })
 }
 
 /// Go's `strconv.ParseFloat(s, 64)` for the decimal forms (hexadecimal

@@ -24,63 +24,13 @@ pub struct Zone<'a> {
     pub sizes: Vec<f64>,
 }
 
-/// Lines as Go's `bufio.Scanner` yields them: split at `\n`, a trailing `\r`
-/// dropped, no empty last line after a final newline.
-fn scan_lines(text: &str) -> impl Iterator<Item = &str> {
-    let body = text.strip_suffix('\n').unwrap_or(text);
-    let empty = text.is_empty();
-    body.split('\n').filter(move |_| !empty).map(|l| l.strip_suffix('\r').unwrap_or(l))
-}
-
-/// Go's `strconv.ParseFloat(s, 64)` for decimal numbers: an optional sign,
-/// digits with `_` between them, a fraction and an exponent; `inf` and
-/// `infinity` (optionally signed) and `nan` in any case. A value out of
-/// range is an error, not ±Inf. Hexadecimal floats are not accepted.
-fn go_float(s: &str) -> Option<f64> {
-    let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if unsigned.eq_ignore_ascii_case("inf") || unsigned.eq_ignore_ascii_case("infinity") {
-        return Some(if s.starts_with('-') { f64::NEG_INFINITY } else { f64::INFINITY });
-    }
-    if s.eq_ignore_ascii_case("nan") {
-        return Some(f64::NAN);
-    }
-    if !unsigned.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-' | b'_')) {
-        return None;
-    }
-    let v = if s.contains('_') {
-        if !underscores_between_digits(s) {
-            return None;
-        }
-        s.replace('_', "").parse::<f64>().ok()?
-    } else {
-        s.parse::<f64>().ok()?
-    };
-    v.is_finite().then_some(v)
-}
-
-/// Go's rule for `_` in a decimal literal (`strconv.underscoreOK`): each
-/// one between two digits.
-fn underscores_between_digits(s: &str) -> bool {
-    let mut prev = b'^';
-    for c in s.bytes() {
-        match c {
-            b'0'..=b'9' => prev = b'0',
-            b'_' if prev != b'0' => return false,
-            b'_' => prev = b'_',
-            _ if prev == b'_' => return false,
-            _ => prev = b'!',
-        }
-    }
-    prev != b'_'
-}
-
 /// Parses /proc/buddyinfo as prometheus/procfs does: each line is
 /// `Node <n>, zone <name> <count>...`; every line needs at least four
 /// fields and all lines the same number of counts.
 pub fn parse_buddyinfo(text: &str) -> Result<Vec<Zone<'_>>, String> {
     let mut zones = Vec::new();
     let mut buckets: Option<usize> = None;
-    for line in scan_lines(text) {
+    for line in crate::parse::go_lines(text) {
         let parts: Vec<&str> = line.split_whitespace().collect();
         if parts.len() < 4 {
             return Err(format!("invalid number of fields, found: {parts:?}"));
@@ -95,8 +45,10 @@ pub fn parse_buddyinfo(text: &str) -> Result<Vec<Zone<'_>>, String> {
             }
             Some(_) => {}
         }
-        let sizes =
-            counts.iter().map(|c| go_float(c).ok_or_else(|| format!("invalid value in buddyinfo: {c:?}"))).collect::<Result<_, _>>()?;
+        let sizes = counts
+            .iter()
+            .map(|c| crate::parse::parse_go_float(c).ok_or_else(|| format!("invalid value in buddyinfo: {c:?}")))
+            .collect::<Result<_, _>>()?;
         zones.push(Zone { node, zone, sizes });
     }
     Ok(zones)
@@ -131,7 +83,7 @@ impl Collector {
 impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
         // node_exporter fails (not "no data") when the file is missing.
-        crate::io::read_into(&self.path, &mut self.buf).map_err(|e| Error::io(&self.path, e))?;
+        crate::io::read_required(&self.path, &mut self.buf)?;
         let text = String::from_utf8_lossy(&self.buf);
         let zones = parse_buddyinfo(&text).map_err(|m| Error::parse(&self.path, m))?;
         let longest = zones.iter().map(|z| z.sizes.len()).max().unwrap_or(0);
@@ -184,7 +136,6 @@ Node 0, zone   Normal   4381   1093    185   1530    567    102      4      0   
         let z = parse_buddyinfo("Node 0, zone DMA 1_000 +2 nan\r\n").unwrap();
         assert_eq!(z[0].sizes[..2], [1000., 2.]);
         assert!(z[0].sizes[2].is_nan());
-        assert!(go_float("_1").is_none() && go_float("1_").is_none() && go_float("1__0").is_none() && go_float("+nan").is_none());
     }
 
     #[test]

@@ -73,7 +73,7 @@ impl Collector {
 impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
         // node_exporter fails (rather than reporting no data) without the file.
-        crate::io::read_into(&self.path, &mut self.buf).map_err(|e| Error::io(&self.path, e))?;
+        crate::io::read_required(&self.path, &mut self.buf)?;
         let text = String::from_utf8_lossy(&self.buf);
         let rows = parse_cgroups(&text).map_err(|m| Error::parse(&self.path, m))?;
         if rows.is_empty() {

@@ -79,7 +79,7 @@ impl Collector {
 
     /// Reads a required counter: any failure fails the scrape, as in node_exporter.
     fn count(&mut self, path: &Path) -> Result<u64, Error> {
-        crate::io::read_into(path, &mut self.buf).map_err(|e| Error::io(path, e))?;
+        crate::io::read_required(path, &mut self.buf)?;
         let text = String::from_utf8_lossy(&self.buf);
         parse_count(&text).ok_or_else(|| Error::parse(path, format!("invalid count {:?}", text.trim())))
     }

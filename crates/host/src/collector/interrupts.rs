@@ -23,9 +23,6 @@ const INCLUDE_ZEROS: &str = "collector.interrupts.include-zeros";
 const NAME_EXCLUDE: &str = "collector.interrupts.name-exclude";
 const NAME_INCLUDE: &str = "collector.interrupts.name-include";
 
-/// The longest line Go's `bufio.Scanner` accepts (a longer one is an error).
-const MAX_LINE: usize = 64 * 1024 - 1;
-
 /// One row of /proc/interrupts, borrowed from the file's text: its counts
 /// per CPU, unparsed (node_exporter parses them after filtering).
 #[derive(Debug, PartialEq)]
@@ -36,20 +33,6 @@ pub struct Interrupt<'a> {
     pub values: Vec<&'a str>,
 }
 
-/// Lines as Go's `bufio.Scanner` yields them: split at `\n`, a trailing `\r`
-/// dropped, no empty last line after a final newline; a line longer than
-/// the scanner's limit is an error.
-fn scan_lines(text: &str) -> impl Iterator<Item = Result<&str, String>> {
-    let body = text.strip_suffix('\n').unwrap_or(text);
-    let empty = text.is_empty();
-    body.split('\n').filter(move |_| !empty).map(|l| {
-        if l.len() > MAX_LINE {
-            return Err("line too long".to_string());
-        }
-        Ok(l.strip_suffix('\r').unwrap_or(l))
-    })
-}
-
 /// Parses /proc/interrupts as node_exporter's `parseInterrupts` does: the
 /// header's field count is the number of CPUs; a row is `name:` then the
 /// fields (aarch64 may put no space after the colon), and needs more fields
@@ -58,7 +41,7 @@ fn scan_lines(text: &str) -> impl Iterator<Item = Result<&str, String>> {
 /// fields are all its `info`. A repeated name keeps its last row. Sorted by
 /// name.
 pub fn parse_interrupts(text: &str) -> Result<Vec<Interrupt<'_>>, String> {
-    let mut lines = scan_lines(text);
+    let mut lines = crate::parse::go_scan_lines(text);
     let cpus = match lines.next() {
         None => return Err("interrupts empty".to_string()),
         Some(header) => header?.split_whitespace().count(),
@@ -88,48 +71,6 @@ pub fn parse_interrupts(text: &str) -> Result<Vec<Interrupt<'_>>, String> {
         }
     }
     Ok(out)
-}
-
-/// Go's `strconv.ParseFloat(s, 64)` for decimal numbers: an optional sign,
-/// digits with `_` between them, a fraction and an exponent; `inf` and
-/// `infinity` (optionally signed) and `nan` in any case. A value out of
-/// range is an error, not ±Inf. Hexadecimal floats are not accepted.
-pub fn go_float(s: &str) -> Option<f64> {
-    let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if unsigned.eq_ignore_ascii_case("inf") || unsigned.eq_ignore_ascii_case("infinity") {
-        return Some(if s.starts_with('-') { f64::NEG_INFINITY } else { f64::INFINITY });
-    }
-    if s.eq_ignore_ascii_case("nan") {
-        return Some(f64::NAN);
-    }
-    if !unsigned.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-' | b'_')) {
-        return None;
-    }
-    let v = if s.contains('_') {
-        if !underscores_between_digits(unsigned) {
-            return None;
-        }
-        s.replace('_', "").parse::<f64>().ok()?
-    } else {
-        s.parse::<f64>().ok()?
-    };
-    v.is_finite().then_some(v)
-}
-
-/// Go's rule for `_` in a decimal literal (`strconv.underscoreOK`): each
-/// one between two digits.
-fn underscores_between_digits(s: &str) -> bool {
-    let mut prev = b'^';
-    for c in s.bytes() {
-        match c {
-            b'0'..=b'9' => prev = b'0',
-            b'_' if prev != b'0' => return false,
-            b'_' => prev = b'_',
-            _ if prev == b'_' => return false,
-            _ => prev = b'!',
-        }
-    }
-    prev != b'_'
 }
 
 /// The collector's flags, parsed once.
@@ -189,7 +130,7 @@ impl Collector {
 impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
         // node_exporter fails (not "no data") when the file is missing.
-        crate::io::read_into(&self.path, &mut self.buf).map_err(|e| Error::io(&self.path, e))?;
+        crate::io::read_required(&self.path, &mut self.buf)?;
         let text = String::from_utf8_lossy(&self.buf);
         let rows = parse_interrupts(&text).map_err(|m| Error::parse(&self.path, m))?;
         let widest = rows.iter().map(|r| r.values.len()).max().unwrap_or(0);
@@ -207,7 +148,8 @@ impl crate::Collector for Collector {
                 continue;
             }
             for (value, cpu) in row.values.iter().zip(&self.cpus) {
-                let v = go_float(value).ok_or_else(|| Error::parse(&self.path, format!("invalid value {value} in interrupts")))?;
+                let v = crate::parse::parse_go_float(value)
+                    .ok_or_else(|| Error::parse(&self.path, format!("invalid value {value} in interrupts")))?;
                 if !self.include_zeros && v == 0.0 {
                     continue;
                 }
@@ -259,24 +201,13 @@ IPI0:     13      17       Rescheduling interrupts
     #[test]
     fn edge_cases_follow_node_exporter() {
         assert!(parse_interrupts("").unwrap_err().contains("empty"));
-        assert!(parse_interrupts(&format!("CPU0\n{}\n", "x".repeat(MAX_LINE + 1))).unwrap_err().contains("too long"));
+        assert!(parse_interrupts(&format!("CPU0\n{}\n", "x".repeat(crate::parse::GO_MAX_LINE + 1))).unwrap_err().contains("too long"));
         // No colon, too few fields: skipped. A repeated name keeps its last row.
         let rows = parse_interrupts("CPU0 CPU1\nfoo 1 2 3\nX: 1 2\nA: 1 2 a\nA: 3 4 b c\n").unwrap();
         assert_eq!(rows, vec![Interrupt { name: "A", info: "b c".into(), devices: String::new(), values: vec!["3", "4"] }]);
         // No space after the colon, spaces only trimmed on the left.
         let rows = parse_interrupts("CPU0\n 7:5 edge dev\n").unwrap();
         assert_eq!((rows[0].name, rows[0].values[0], rows[0].devices.as_str()), ("7", "5", "dev"));
-    }
-
-    #[test]
-    fn go_float_is_strict() {
-        assert_eq!(go_float("031"), Some(31.0));
-        assert_eq!(go_float("1_000"), Some(1000.0));
-        assert_eq!(go_float("-Inf"), Some(f64::NEG_INFINITY));
-        assert!(go_float("NaN").unwrap().is_nan());
-        for bad in ["", "x", "1e999", "_1", "1_", "+nan", "0x10", "1 2"] {
-            assert!(go_float(bad).is_none(), "{bad}");
-        }
     }
 
     fn scrape(o: Options, text: &str) -> Result<Vec<crate::testutil::Row>, Error> {

@@ -290,7 +290,7 @@ impl crate::Collector for Collector {
         sink.single("node_ipvs_outgoing_bytes_total", "The total amount of outgoing data.", Kind::Counter, stats.outgoing_bytes as f64);
 
         // With the totals present, a missing table is an error, as in node_exporter.
-        crate::io::read_into(&self.table_path, &mut self.buf).map_err(|e| Error::io(&self.table_path, e))?;
+        crate::io::read_required(&self.table_path, &mut self.buf)?;
         let backends = parse_backends(&String::from_utf8_lossy(&self.buf)).map_err(|m| Error::parse(&self.table_path, m))?;
         let mut sums: BTreeMap<Vec<String>, Sums> = BTreeMap::new();
         for b in &backends {

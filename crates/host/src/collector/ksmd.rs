@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use clap::Arg;
 
 use crate::flags::Flags;
+use crate::parse::GoNumError;
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
@@ -65,10 +66,10 @@ const FILES: [File; 10] = [
 /// no sign, within 64 bits).
 pub fn parse_value(text: &str) -> Result<u64, String> {
     let s = text.trim();
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("invalid unsigned integer {s:?}"));
-    }
-    s.bytes().try_fold(0u64, |v, b| v.checked_mul(10)?.checked_add(u64::from(b - b'0'))).ok_or_else(|| format!("value {s:?} out of range"))
+    crate::parse::parse_go_dec_uint(s).map_err(|e| match e {
+        GoNumError::Syntax => format!("invalid unsigned integer {s:?}"),
+        GoNumError::Range => format!("value {s:?} out of range"),
+    })
 }
 
 /// The collector has no flags of its own.

@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Arg;
 
@@ -30,56 +30,6 @@ pub struct MeminfoField<'a> {
     pub value: f64,
 }
 
-/// Lines as Go's `bufio.Scanner` yields them: split at `\n`, a trailing `\r`
-/// dropped, no empty last line after a final newline.
-fn scan_lines(text: &str) -> impl Iterator<Item = &str> {
-    let body = text.strip_suffix('\n').unwrap_or(text);
-    let empty = text.is_empty();
-    body.split('\n').filter(move |_| !empty).map(|l| l.strip_suffix('\r').unwrap_or(l))
-}
-
-/// Go's `strconv.ParseFloat(s, 64)` for decimal numbers: an optional sign,
-/// digits with `_` between them, a fraction and an exponent; `inf` and
-/// `infinity` (optionally signed) and `nan` in any case. A value out of
-/// range is an error, not ±Inf. Hexadecimal floats are not accepted.
-fn go_float(s: &str) -> Option<f64> {
-    let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if unsigned.eq_ignore_ascii_case("inf") || unsigned.eq_ignore_ascii_case("infinity") {
-        return Some(if s.starts_with('-') { f64::NEG_INFINITY } else { f64::INFINITY });
-    }
-    if s.eq_ignore_ascii_case("nan") {
-        return Some(f64::NAN);
-    }
-    if !unsigned.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-' | b'_')) {
-        return None;
-    }
-    let v = if s.contains('_') {
-        if !underscores_between_digits(s) {
-            return None;
-        }
-        s.replace('_', "").parse::<f64>().ok()?
-    } else {
-        s.parse::<f64>().ok()?
-    };
-    v.is_finite().then_some(v)
-}
-
-/// Go's rule for `_` in a decimal literal (`strconv.underscoreOK`): each
-/// one between two digits.
-fn underscores_between_digits(s: &str) -> bool {
-    let mut prev = b'^';
-    for c in s.bytes() {
-        match c {
-            b'0'..=b'9' => prev = b'0',
-            b'_' if prev != b'0' => return false,
-            b'_' => prev = b'_',
-            _ if prev == b'_' => return false,
-            _ => prev = b'!',
-        }
-    }
-    prev != b'_'
-}
-
 /// node_exporter's field name: trailing `:` removed, then its regexp
 /// `\((.*)\)` replaced by `_$1` (from the first `(` to the last `)`).
 fn field_name(raw: &str) -> Cow<'_, str> {
@@ -97,7 +47,7 @@ fn field_name(raw: &str) -> Cow<'_, str> {
 /// fields, or five with the unit `kB`.
 pub fn parse_meminfo(text: &str) -> Result<Vec<MeminfoField<'_>>, String> {
     let mut fields = Vec::new();
-    for line in scan_lines(text) {
+    for line in crate::parse::go_lines(text) {
         let line = line.trim();
         if line.is_empty() {
             continue;
@@ -106,7 +56,7 @@ pub fn parse_meminfo(text: &str) -> Result<Vec<MeminfoField<'_>>, String> {
         if parts.len() < 4 {
             return Err(format!("invalid line in meminfo: {line}"));
         }
-        let mut value = go_float(parts[3]).ok_or_else(|| format!("invalid value in meminfo: {:?}", parts[3]))?;
+        let mut value = crate::parse::parse_go_float(parts[3]).ok_or_else(|| format!("invalid value in meminfo: {:?}", parts[3]))?;
         match parts.len() {
             4 => {}
             5 if parts[4] == "kB" => value *= 1024.0,
@@ -121,14 +71,14 @@ pub fn parse_meminfo(text: &str) -> Result<Vec<MeminfoField<'_>>, String> {
 /// blank lines are skipped, any other line needs exactly two fields.
 pub fn parse_numastat(text: &str) -> Result<Vec<(&str, f64)>, String> {
     let mut counters = Vec::new();
-    for line in scan_lines(text) {
+    for line in crate::parse::go_lines(text) {
         let line = line.trim();
         if line.is_empty() {
             continue;
         }
         let parts: Vec<&str> = line.split_whitespace().collect();
         let [name, value] = parts[..] else { return Err(format!("line scan did not return 2 fields: {line}")) };
-        let value = go_float(value).ok_or_else(|| format!("invalid value in numastat: {value:?}"))?;
+        let value = crate::parse::parse_go_float(value).ok_or_else(|| format!("invalid value in numastat: {value:?}"))?;
         counters.push((name, value));
     }
     Ok(counters)
@@ -185,12 +135,6 @@ impl Collector {
         names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
         names
     }
-
-    /// Reads `path` into the buffer; node_exporter fails (not "no data")
-    /// on a node directory without the file.
-    fn read(&mut self, path: &Path) -> Result<(), Error> {
-        crate::io::read_into(path, &mut self.buf).map_err(|e| Error::io(path, e))
-    }
 }
 
 impl crate::Collector for Collector {
@@ -200,7 +144,7 @@ impl crate::Collector for Collector {
             let node_dir = self.dir.join(&dir_name);
 
             let path = node_dir.join("meminfo");
-            self.read(&path)?;
+            crate::io::read_required(&path, &mut self.buf)?;
             let text = String::from_utf8_lossy(&self.buf);
             for f in parse_meminfo(&text).map_err(|m| Error::parse(&path, m))? {
                 set_name(&mut self.name, &mut self.help, &f.name, "");
@@ -208,7 +152,7 @@ impl crate::Collector for Collector {
             }
 
             let path = node_dir.join("numastat");
-            self.read(&path)?;
+            crate::io::read_required(&path, &mut self.buf)?;
             let text = String::from_utf8_lossy(&self.buf);
             for (name, value) in parse_numastat(&text).map_err(|m| Error::parse(&path, m))? {
                 set_name(&mut self.name, &mut self.help, name, "_total");
@@ -223,6 +167,7 @@ impl crate::Collector for Collector {
 mod tests {
     use super::*;
     use crate::Collector as _;
+    use std::path::Path;
 
     const MEMINFO: &str = "\
 Node 1 MemTotal:       134217728 kB

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::flags::Flags;
 use crate::io::read_file;
+use crate::parse::GoNumError;
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
@@ -118,19 +119,12 @@ pub struct Operation<'a> {
     pub request_ms: u64,
 }
 
-/// Lines as Go's `bufio.Scanner` gives them: a final newline ends the last
-/// line rather than starting an empty one; a `\r` before a newline is dropped.
-fn scanner_lines(text: &str) -> impl Iterator<Item = &str> {
-    let body = text.strip_suffix('\n').unwrap_or(text);
-    body.split('\n').filter(move |_| !text.is_empty()).map(|l| l.strip_suffix('\r').unwrap_or(l))
-}
-
 /// Go's `strconv.ParseUint(s, 10, 64)`: decimal digits only.
 fn parse_dec(s: &str) -> Result<u64, String> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("{s:?} is not an unsigned integer"));
-    }
-    s.parse().map_err(|_| format!("{s:?} is out of range"))
+    crate::parse::parse_go_dec_uint(s).map_err(|e| match e {
+        GoNumError::Syntax => format!("{s:?} is not an unsigned integer"),
+        GoNumError::Range => format!("{s:?} is out of range"),
+    })
 }
 
 fn parse_all<const N: usize>(what: &str, ss: &[&str]) -> Result<[u64; N], String> {
@@ -148,7 +142,7 @@ fn parse_all<const N: usize>(what: &str, ss: &[&str]) -> Result<[u64; N], String
 /// version must be an NFS mount, and its statistics must be well formed;
 /// other lines between entries are skipped.
 pub fn parse_mountstats(text: &str) -> Result<Vec<Mount<'_>>, String> {
-    let mut lines = scanner_lines(text);
+    let mut lines = crate::parse::go_lines(text);
     let mut mounts = Vec::new();
     while let Some(line) = lines.next() {
         let ss: Vec<&str> = line.split_whitespace().collect();
@@ -382,7 +376,7 @@ fn parse_go_duration(s: &str) -> Option<i64> {
 /// and parent IDs.
 pub fn parse_mountinfo_addrs(text: &str) -> Result<Vec<&str>, String> {
     let mut out = Vec::new();
-    for line in scanner_lines(text) {
+    for line in crate::parse::go_lines(text) {
         let f: Vec<&str> = line.split(' ').collect();
         if f.len() < 10 {
             return Err(format!("too few fields in mount line {line:?}"));

@@ -285,7 +285,7 @@ proc4 48 98 51 54 83 85 23 24 1 28 73 68 83 12 84 39 68 59 58 88 29 74 69 96 21 
         ] {
             assert!(parse_client_stats(bad).is_err(), "{bad:?} must not parse");
         }
-        assert!(parse_client_stats(&format!("net {}1 2 3 4", "0".repeat(rpc::MAX_LINE))).is_err());
+        assert!(parse_client_stats(&format!("net {}1 2 3 4", "0".repeat(crate::parse::GO_MAX_LINE))).is_err());
     }
 
     #[test]

@@ -331,7 +331,7 @@ wdeleg_getattr 15
         ] {
             assert!(parse_server_stats(bad).is_err(), "{bad:?} must not parse");
         }
-        assert!(parse_server_stats(&format!("io 1 {}2", "0".repeat(crate::rpc::MAX_LINE))).is_err());
+        assert!(parse_server_stats(&format!("io 1 {}2", "0".repeat(crate::parse::GO_MAX_LINE))).is_err());
     }
 
     #[test]

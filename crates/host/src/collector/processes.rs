@@ -87,11 +87,7 @@ pub fn parse_stat(text: &str) -> Result<ProcStat<'_>, String> {
 /// Go's `strconv.ParseUint(strings.TrimSpace(s), 10, 64)`, as
 /// node_exporter's `readUintFromFile` reads a limit: digits only.
 pub fn parse_limit(text: &str) -> Option<u64> {
-    let s = text.trim();
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
+    crate::parse::parse_go_dec_uint(text.trim()).ok()
 }
 
 /// The numeric names of a directory, as procfs's `AllProcs` lists them
@@ -216,7 +212,7 @@ impl Collector {
 /// Reads a limit as node_exporter's `readUintFromFile`: a missing file is
 /// an error.
 fn read_limit(path: &Path, buf: &mut Vec<u8>) -> Result<f64, Error> {
-    crate::io::read_into(path, buf).map_err(|e| Error::io(path, e))?;
+    crate::io::read_required(path, buf)?;
     let text = String::from_utf8_lossy(buf);
     parse_limit(&text).map(|v| v as f64).ok_or_else(|| Error::parse(path, format!("not a number: {:?}", text.trim())))
 }

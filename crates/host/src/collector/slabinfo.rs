@@ -27,9 +27,6 @@ const FAMILIES: [(&str, &str); 5] = [
 
 /// procfs reads the file through `ReadFileNoStat`, which stops at 1 MiB.
 const READ_LIMIT: usize = 1024 * 1024;
-/// The longest line Go's `bufio.Scanner` accepts; procfs does not check the
-/// scanner's error, so the file silently ends before a longer line.
-const MAX_LINE: usize = 64 * 1024 - 1;
 
 /// One slab cache: its name and, in [`FAMILIES`] order, active objects,
 /// objects, object size, objects per slab and pages per slab.
@@ -45,16 +42,10 @@ pub struct Slab<'a> {
 /// whitespace is one space (so no leading or trailing whitespace), with
 /// the 11 numbers procfs reads being decimal integers.
 pub fn parse_slabinfo(text: &str) -> Result<Vec<Slab<'_>>, String> {
-    let body = text.strip_suffix('\n').unwrap_or(text);
     let mut slabs = Vec::new();
-    if text.is_empty() {
-        return Ok(slabs);
-    }
-    for line in body.split('\n') {
-        if line.len() > MAX_LINE {
-            break;
-        }
-        let line = line.strip_suffix('\r').unwrap_or(line);
+    // procfs does not check the scanner's error: the file silently ends
+    // before a line longer than the scanner's limit.
+    for line in crate::parse::go_scan_lines(text).map_while(Result::ok) {
         if line.contains("slabinfo -") || line.contains("# name") {
             continue;
         }
@@ -128,7 +119,7 @@ impl Collector {
 impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
         // node_exporter fails (not "no data") when the file is missing.
-        crate::io::read_into(&self.path, &mut self.buf).map_err(|e| Error::io(&self.path, e))?;
+        crate::io::read_required(&self.path, &mut self.buf)?;
         self.buf.truncate(READ_LIMIT);
         let text = String::from_utf8_lossy(&self.buf);
         let slabs = parse_slabinfo(&text).map_err(|m| Error::parse(&self.path, m))?;
@@ -185,7 +176,7 @@ kmem_cache           320    320    256   32    2 : tunables    0    0    0 : sla
         // A header marker anywhere in the line skips it.
         assert_eq!(parse_slabinfo("x # name y\nfoo slabinfo - bar\n").unwrap(), vec![]);
         // procfs ignores the scanner's error: a too-long line ends the file.
-        let long = format!("{}\n{}\n", line.trim_end(), "x".repeat(MAX_LINE + 1));
+        let long = format!("{}\n{}\n", line.trim_end(), "x".repeat(crate::parse::GO_MAX_LINE + 1));
         assert_eq!(parse_slabinfo(&long).unwrap().len(), 1);
     }
 

@@ -21,34 +21,10 @@ pub const VECTORS: [&str; 10] = ["HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IR
 
 /// procfs reads the file through `ReadFileNoStat`, which stops at 1 MiB.
 const READ_LIMIT: usize = 1024 * 1024;
-/// The longest line Go's `bufio.Scanner` accepts (a longer one is an error).
-const MAX_LINE: usize = 64 * 1024 - 1;
 
 /// The per-CPU counts of each vector of [`VECTORS`] (same index); a vector
 /// the file does not list is `None`.
 pub type Softirqs = [Option<Vec<u64>>; 10];
-
-/// Lines as Go's `bufio.Scanner` yields them: split at `\n`, a trailing `\r`
-/// dropped, no empty last line after a final newline; a line longer than
-/// the scanner's limit is an error.
-fn scan_lines(text: &str) -> impl Iterator<Item = Result<&str, String>> {
-    let body = text.strip_suffix('\n').unwrap_or(text);
-    let empty = text.is_empty();
-    body.split('\n').filter(move |_| !empty).map(|l| {
-        if l.len() > MAX_LINE {
-            return Err("line too long".to_string());
-        }
-        Ok(l.strip_suffix('\r').unwrap_or(l))
-    })
-}
-
-/// Go's `strconv.ParseUint(s, 10, 64)`: digits only, no sign, no overflow.
-fn go_uint(s: &str) -> Option<u64> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
-}
 
 /// Parses /proc/softirqs as prometheus/procfs's `parseSoftirqs` does: the
 /// first line (the CPU header) must be there and is skipped; a row of a
@@ -57,7 +33,7 @@ fn go_uint(s: &str) -> Option<u64> {
 /// one, and any other row is skipped.
 pub fn parse_softirqs(text: &str) -> Result<Softirqs, String> {
     let mut out: Softirqs = Default::default();
-    let mut lines = scan_lines(text);
+    let mut lines = crate::parse::go_scan_lines(text);
     match lines.next() {
         None => return Err("softirqs empty".to_string()),
         Some(header) => {
@@ -75,7 +51,7 @@ pub fn parse_softirqs(text: &str) -> Result<Softirqs, String> {
         let values = counts
             .iter()
             .enumerate()
-            .map(|(cpu, c)| go_uint(c).ok_or_else(|| format!("couldn't parse {c:?} ({}{cpu})", VECTORS[i])))
+            .map(|(cpu, c)| crate::parse::parse_go_dec_uint(c).map_err(|_| format!("couldn't parse {c:?} ({}{cpu})", VECTORS[i])))
             .collect::<Result<Vec<u64>, String>>()?;
         out[i] = Some(values);
     }
@@ -111,7 +87,7 @@ impl Collector {
 impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
         // node_exporter fails (not "no data") when the file is missing.
-        crate::io::read_into(&self.path, &mut self.buf).map_err(|e| Error::io(&self.path, e))?;
+        crate::io::read_required(&self.path, &mut self.buf)?;
         self.buf.truncate(READ_LIMIT);
         let text = String::from_utf8_lossy(&self.buf);
         let softirqs = parse_softirqs(&text).map_err(|m| Error::parse(&self.path, m))?;
@@ -164,7 +140,7 @@ mod tests {
         assert!(parse_softirqs("CPU0 CPU1\nRCU: 1 -2\n").unwrap_err().contains("RCU1"));
         assert!(parse_softirqs("CPU0\nHI: +1\n").is_err(), "ParseUint takes no sign");
         assert!(parse_softirqs("CPU0\nHI: 18446744073709551616\n").is_err(), "overflow");
-        assert!(parse_softirqs(&format!("CPU0\nHI: 1 {}\n", "0".repeat(MAX_LINE))).unwrap_err().contains("too long"));
+        assert!(parse_softirqs(&format!("CPU0\nHI: 1 {}\n", "0".repeat(crate::parse::GO_MAX_LINE))).unwrap_err().contains("too long"));
     }
 
     #[test]

@@ -101,7 +101,7 @@ impl Collector {
         let mut c = Counters::default();
         for file in crate::io::sorted_names(&stats)? {
             let path = stats.join(&file);
-            crate::io::read_into(&path, &mut self.buf).map_err(|e| Error::io(&path, e))?;
+            crate::io::read_required(&path, &mut self.buf)?;
             let text = String::from_utf8_lossy(&self.buf);
             c.set(&file, &text).map_err(|m| Error::parse(&path, m))?;
         }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use clap::Arg;
 
 use crate::flags::Flags;
-use crate::io::{open_nonblocking, read_into};
+use crate::io::{open_nonblocking, read_into, read_required};
 use crate::parse::parse_u64;
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
@@ -134,13 +134,6 @@ fn push_metric_name(out: &mut String, key: &str) {
     out.extend(last.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == ':' { c } else { '_' }));
 }
 
-/// Lines as Go's `bufio.ScanLines` yields them (no `\n`, no trailing `\r`).
-fn scan_lines(text: &str) -> impl Iterator<Item = &str> {
-    let body = text.strip_suffix('\n').unwrap_or(text);
-    let lines = (!text.is_empty()).then(|| body.split('\n'));
-    lines.into_iter().flatten().map(|l| l.strip_suffix('\r').unwrap_or(l))
-}
-
 fn is_header(parts: &[&str]) -> bool {
     parts == ["name", "type", "data"]
 }
@@ -168,7 +161,7 @@ pub fn parse_kstat<'a>(text: &'a str, mut f: impl FnMut(&'a str, f64)) -> Result
 fn kstat_rows<'a>(text: &'a str, mut row: impl FnMut(&'a str, &[&'a str]) -> Result<(), String>) -> Result<(), String> {
     let mut started = false;
     let mut parts: Vec<&str> = Vec::with_capacity(4);
-    for line in scan_lines(text) {
+    for line in crate::parse::go_lines(text) {
         parts.clear();
         parts.extend(line.split_whitespace());
         if !started {
@@ -192,7 +185,7 @@ fn kstat_rows<'a>(text: &'a str, mut row: impl FnMut(&'a str, &[&'a str]) -> Res
 /// field of each row. Before the header, lines are ignored; none is no data.
 pub fn parse_pool_io<'a>(text: &'a str, mut f: impl FnMut(&'a str, f64)) -> Result<(), String> {
     let mut header: Vec<&str> = Vec::new();
-    for line in scan_lines(text) {
+    for line in crate::parse::go_lines(text) {
         if header.is_empty() {
             let parts: Vec<&str> = line.split_whitespace().collect();
             if parts.len() >= 12 && parts[0] == "nread" {
@@ -233,7 +226,7 @@ pub fn parse_objset<'a>(text: &'a str, mut f: impl FnMut(Option<&'a str>, &'a st
 
 /// A pool's `state` file: its first line, lower-cased (not trimmed).
 pub fn parse_state(text: &str) -> String {
-    scan_lines(text).next().unwrap_or("").to_lowercase()
+    crate::parse::go_lines(text).next().unwrap_or("").to_lowercase()
 }
 
 /// Reads a global kstat file; `Ok(false)` when it cannot be opened (this ZFS
@@ -331,7 +324,7 @@ impl Collector {
         for pool in &pools {
             let zpool = pool.name.as_str();
             if let Some(path) = &pool.io {
-                read_into(path, buf).map_err(|e| Error::io(path, e))?;
+                read_required(path, buf)?;
                 parse_pool_io(text(path, buf)?, |field, value| {
                     out.names("node_zfs_zpool_", "kstat.zfs.misc.io.", field);
                     out.sample(sink, Kind::Untyped, &[("zpool", zpool)], value);
@@ -339,7 +332,7 @@ impl Collector {
                 .map_err(|m| Error::parse(path, m))?;
             }
             for path in &pool.objsets {
-                read_into(path, buf).map_err(|e| Error::io(path, e))?;
+                read_required(path, buf)?;
                 parse_objset(text(path, buf)?, |dataset, key, value| {
                     // Rows before `dataset_name` have neither label value, as in node_exporter.
                     let (dataset, zpool) = dataset.map_or(("", ""), |d| (d, zpool));
@@ -351,7 +344,7 @@ impl Collector {
         }
         for pool in &pools {
             let Some(path) = &pool.state else { continue };
-            read_into(path, buf).map_err(|e| Error::io(path, e))?;
+            read_required(path, buf)?;
             let state = parse_state(text(path, buf)?);
             out.name.clear();
             out.name.push_str("node_zfs_zpool_state");

@@ -180,7 +180,7 @@ impl Collector {
 impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
         // node_exporter fails (not "no data") when the file is missing.
-        crate::io::read_into(&self.path, &mut self.buf).map_err(|e| Error::io(&self.path, e))?;
+        crate::io::read_required(&self.path, &mut self.buf)?;
         let text = String::from_utf8_lossy(&self.buf);
         for zone in parse_zoneinfo(&text) {
             let labels = [("node", zone.node), ("zone", zone.zone)];
