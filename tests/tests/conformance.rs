@@ -48,7 +48,7 @@ const LIVE: &[&str] = &[
 /// node_exporter collectors node-agent does not have yet, with the family
 /// prefixes they own. Their families are not compared, and they are counted
 /// as not matched.
-const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[("qdisc", &["node_qdisc_"]), ("wifi", &["node_wifi_"])];
+const NOT_IMPLEMENTED: &[(&str, &[&str])] = &[];
 
 type SampleSet = BTreeSet<(Vec<(String, String)>, String)>;
 

@@ -19,6 +19,8 @@ use netlink_packet_generic::{GenlFamily, GenlMessage};
 use netlink_packet_route::address::AddressMessage;
 use netlink_packet_route::link::LinkMessage;
 use netlink_packet_route::neighbour::NeighbourMessage;
+use netlink_packet_route::route::RouteMessage;
+use netlink_packet_route::tc::TcMessage;
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::protocols::{NETLINK_GENERIC, NETLINK_ROUTE};
 use netlink_sys::{Socket, SocketAddr};
@@ -49,8 +51,9 @@ impl From<Error> for crate::Error {
 }
 
 /// One netlink socket of one protocol, its receive buffer and its
-/// sequence numbers.
-struct Channel {
+/// sequence numbers. Shared with collectors that speak other netlink
+/// families through the rust-netlink message crates.
+pub(crate) struct Channel {
     protocol: isize,
     socket: Option<Socket>,
     buf: Vec<u8>,
@@ -58,6 +61,11 @@ struct Channel {
 }
 
 impl Channel {
+    /// A NETLINK_GENERIC channel.
+    pub(crate) fn generic() -> Self {
+        Channel::new(NETLINK_GENERIC)
+    }
+
     fn new(protocol: isize) -> Self {
         Channel { protocol, socket: None, buf: Vec::new(), seq: 0 }
     }
@@ -77,7 +85,7 @@ impl Channel {
     /// answer message. A dump the kernel flags interrupted is asked again.
     /// On any failure the socket is dropped, so a half-read answer never
     /// reaches the next request.
-    fn request<Q, A>(&mut self, request: &'static str, flags: u16, make: impl Fn() -> Q) -> Result<Vec<A>, Error>
+    pub(crate) fn request<Q, A>(&mut self, request: &'static str, flags: u16, make: impl Fn() -> Q) -> Result<Vec<A>, Error>
     where
         Q: NetlinkSerializable + std::fmt::Debug,
         A: NetlinkDeserializable + std::fmt::Debug,
@@ -215,6 +223,113 @@ impl Route {
     }
 }
 
+impl Route {
+    /// Every queueing discipline of every device (RTM_GETQDISC dump), with
+    /// only the attributes the qdisc collector reads decoded, in the order
+    /// the kernel sent them: TCA_KIND, TCA_STATS and TCA_STATS2 (the
+    /// kind-specific options and xstats are skipped unread, so a qdisc whose
+    /// options this crate version cannot parse does not fail the dump).
+    pub fn qdiscs(&mut self) -> Result<Vec<TcMessage>, Error> {
+        let all: Vec<SelectedTc> =
+            self.0.request("RTM_GETQDISC", NLM_F_DUMP | NLM_F_REQUEST, || RouteNetlinkMessage::GetQueueDiscipline(TcMessage::default()))?;
+        Ok(all
+            .into_iter()
+            .filter_map(|m| match m {
+                SelectedTc::Qdisc(q) => Some(q),
+                SelectedTc::Other => None,
+            })
+            .collect())
+    }
+
+    /// Every route of every table and family (RTM_GETROUTE dump of
+    /// AF_UNSPEC, as node_exporter's rtnetlink asks), with only the
+    /// destination, output interface, gateway, priority, preferred source
+    /// and multipath attributes decoded.
+    pub fn routes(&mut self) -> Result<Vec<RouteMessage>, Error> {
+        let all: Vec<SelectedRoute> =
+            self.0.request("RTM_GETROUTE", NLM_F_DUMP | NLM_F_REQUEST, || RouteNetlinkMessage::GetRoute(RouteMessage::default()))?;
+        Ok(all
+            .into_iter()
+            .filter_map(|m| match m {
+                SelectedRoute::Route(r) => Some(r),
+                SelectedRoute::Other => None,
+            })
+            .collect())
+    }
+}
+
+/// `TCA_*` numbers [`Route::qdiscs`] decodes: TCA_KIND, TCA_STATS, TCA_STATS2.
+const TC_SELECTED: &[u16] = &[1, 3, 7];
+const RTM_NEWQDISC: u16 = 36;
+const TC_HEADER_LEN: usize = 20;
+
+/// A qdisc dump's message with only the [`TC_SELECTED`] attributes decoded.
+#[derive(Debug)]
+enum SelectedTc {
+    Qdisc(TcMessage),
+    Other,
+}
+
+impl NetlinkDeserializable for SelectedTc {
+    type Error = netlink_packet_core::DecodeError;
+
+    fn deserialize(header: &NetlinkHeader, payload: &[u8]) -> Result<Self, Self::Error> {
+        use netlink_packet_core::ParseableParametrized as _;
+        use netlink_packet_route::tc::{TcAttribute, TcHeader};
+        if header.message_type != RTM_NEWQDISC {
+            return Ok(SelectedTc::Other);
+        }
+        let head = TcHeader::parse(payload)?;
+        let rest = payload.get(TC_HEADER_LEN..).ok_or_else(|| netlink_packet_core::DecodeError::from("short tc message"))?;
+        let mut attributes = Vec::new();
+        for nla in netlink_packet_core::NlasIterator::new(rest) {
+            let nla = nla?;
+            if TC_SELECTED.contains(&(nla.kind() & netlink_packet_core::NLA_TYPE_MASK)) {
+                // An empty kind: TCA_STATS2's application statistics stay
+                // raw bytes instead of being parsed per qdisc kind.
+                attributes.push(TcAttribute::parse_with_param(&nla, "")?);
+            }
+        }
+        Ok(SelectedTc::Qdisc(TcMessage::from_parts(head, attributes)))
+    }
+}
+
+/// `RTA_*` numbers [`Route::routes`] decodes: RTA_DST, RTA_OIF,
+/// RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_MULTIPATH.
+const ROUTE_SELECTED: &[u16] = &[1, 4, 5, 6, 7, 9];
+const RTM_NEWROUTE: u16 = 24;
+const ROUTE_HEADER_LEN: usize = 12;
+
+/// A route dump's message with only the [`ROUTE_SELECTED`] attributes decoded.
+#[derive(Debug)]
+enum SelectedRoute {
+    Route(RouteMessage),
+    Other,
+}
+
+impl NetlinkDeserializable for SelectedRoute {
+    type Error = netlink_packet_core::DecodeError;
+
+    fn deserialize(header: &NetlinkHeader, payload: &[u8]) -> Result<Self, Self::Error> {
+        use netlink_packet_core::ParseableParametrized as _;
+        use netlink_packet_route::route::{RouteAttribute, RouteHeader, RouteLwEnCapType};
+        if header.message_type != RTM_NEWROUTE {
+            return Ok(SelectedRoute::Other);
+        }
+        let mut m = RouteMessage::default();
+        m.header = RouteHeader::parse(payload)?;
+        let rest = payload.get(ROUTE_HEADER_LEN..).ok_or_else(|| netlink_packet_core::DecodeError::from("short route message"))?;
+        let param = (m.header.address_family, m.header.kind, RouteLwEnCapType::default());
+        for nla in netlink_packet_core::NlasIterator::new(rest) {
+            let nla = nla?;
+            if ROUTE_SELECTED.contains(&(nla.kind() & netlink_packet_core::NLA_TYPE_MASK)) {
+                m.attributes.push(RouteAttribute::parse_with_param(&nla, param)?);
+            }
+        }
+        Ok(SelectedRoute::Route(m))
+    }
+}
+
 /// One device's link modes from the ethtool netlink family.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkMode {
@@ -269,7 +384,7 @@ impl Default for Ethtool {
 
 impl Ethtool {
     pub fn new() -> Self {
-        Ethtool { ch: Channel::new(NETLINK_GENERIC), family: None }
+        Ethtool { ch: Channel::generic(), family: None }
     }
 
     /// The id of the "ethtool" generic netlink family (kernels since 5.6).
@@ -277,20 +392,7 @@ impl Ethtool {
         if let Some(id) = self.family {
             return Ok(id);
         }
-        let answer: Vec<GenlMessage<GenlCtrl>> = self.ch.request("CTRL_CMD_GETFAMILY", NLM_F_REQUEST, || {
-            GenlMessage::from_payload(GenlCtrl {
-                cmd: GenlCtrlCmd::GetFamily,
-                nlas: vec![GenlCtrlAttrs::FamilyName(EthtoolMessage::family_name().to_string())],
-            })
-        })?;
-        let id = answer
-            .iter()
-            .flat_map(|m| &m.payload.nlas)
-            .find_map(|a| match a {
-                GenlCtrlAttrs::FamilyId(id) => Some(*id),
-                _ => None,
-            })
-            .ok_or(Error::Decode { request: "CTRL_CMD_GETFAMILY", msg: "no family id in the answer".into() })?;
+        let id = genl_family_id(&mut self.ch, EthtoolMessage::family_name())?;
         self.family = Some(id);
         Ok(id)
     }
@@ -321,6 +423,21 @@ enum Part {
     More(bool),
     /// NLMSG_DONE was in it.
     Done(bool),
+}
+
+/// The id of the generic netlink family `name` (CTRL_CMD_GETFAMILY).
+pub(crate) fn genl_family_id(ch: &mut Channel, name: &str) -> Result<u16, Error> {
+    let answer: Vec<GenlMessage<GenlCtrl>> = ch.request("CTRL_CMD_GETFAMILY", NLM_F_REQUEST, || {
+        GenlMessage::from_payload(GenlCtrl { cmd: GenlCtrlCmd::GetFamily, nlas: vec![GenlCtrlAttrs::FamilyName(name.to_string())] })
+    })?;
+    answer
+        .iter()
+        .flat_map(|m| &m.payload.nlas)
+        .find_map(|a| match a {
+            GenlCtrlAttrs::FamilyId(id) => Some(*id),
+            _ => None,
+        })
+        .ok_or(Error::Decode { request: "CTRL_CMD_GETFAMILY", msg: "no family id in the answer".into() })
 }
 
 /// `IFLA_*` attribute numbers for [`Route::links_with`].
@@ -509,6 +626,70 @@ mod tests {
         // This kernel has the ethtool family; lo has no link modes.
         let modes = Ethtool::new().link_modes().expect("ethtool link modes dump");
         assert!(modes.iter().all(|m| m.name != "lo"), "{modes:?}");
+    }
+
+    /// The selective qdisc decoding keeps the kind and statistics, in
+    /// order, and drops the options; other message types are skipped.
+    #[test]
+    fn a_qdisc_dump_keeps_kind_and_stats() {
+        use netlink_packet_route::tc::{TcAttribute, TcHeader, TcOption, TcStats, TcStats2, TcStatsBasic};
+        let mut basic = TcStatsBasic::default();
+        (basic.bytes, basic.packets) = (99, 3);
+        let mut legacy = TcStats::default();
+        legacy.bytes = 98;
+        let header = TcHeader { index: 4, parent: u32::MAX.into(), ..Default::default() };
+        let attrs = vec![
+            TcAttribute::Kind("fq_codel".into()),
+            TcAttribute::Options(vec![TcOption::Other(netlink_packet_core::DefaultNla::new(1, vec![0; 4]))]),
+            TcAttribute::Stats2(vec![TcStats2::Basic(basic)]),
+            TcAttribute::Stats(legacy),
+        ];
+        let mut d =
+            wire(5, 0, NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewQueueDiscipline(TcMessage::from_parts(header, attrs.clone()))));
+        d.extend(wire(5, 0, link(1)));
+        let mut out: Vec<SelectedTc> = Vec::new();
+        assert_eq!(decode("t", &d, 5, &mut out).unwrap(), Part::More(false));
+        let [SelectedTc::Qdisc(q), SelectedTc::Other] = &out[..] else { panic!("{out:?}") };
+        assert_eq!((q.header.index, u32::from(q.header.parent)), (4, u32::MAX));
+        assert_eq!(q.attributes, vec![attrs[0].clone(), attrs[2].clone(), attrs[3].clone()]);
+        // A truncated tc header is an error, not a panic.
+        let mut short = wire(5, 0, NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewQueueDiscipline(TcMessage::default())));
+        short[0] = 16 + 8;
+        short.truncate(16 + 8);
+        assert!(decode::<SelectedTc>("t", &short, 5, &mut Vec::new()).is_err());
+    }
+
+    /// The selective route decoding keeps the six attributes the
+    /// network_route collector reads and drops the rest (here the table).
+    #[test]
+    fn a_route_dump_keeps_the_attributes_read() {
+        use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteHeader, RouteType};
+        let mut m = RouteMessage::default();
+        let mut h = RouteHeader::default();
+        (h.address_family, h.destination_prefix_length, h.kind) = (AddressFamily::Inet, 8, RouteType::Unicast);
+        m.header = h;
+        m.attributes = vec![
+            RouteAttribute::Table(254),
+            RouteAttribute::Destination(RouteAddress::Inet([10, 0, 0, 0].into())),
+            RouteAttribute::Oif(3),
+            RouteAttribute::Priority(7),
+        ];
+        let d = wire(9, 0, NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(m.clone())));
+        let mut out: Vec<SelectedRoute> = Vec::new();
+        decode("t", &d, 9, &mut out).unwrap();
+        let [SelectedRoute::Route(r)] = &out[..] else { panic!("{out:?}") };
+        assert_eq!(r.header, m.header);
+        assert_eq!(r.attributes, m.attributes[1..].to_vec());
+    }
+
+    /// Against this kernel: loopback's root qdisc and its local route.
+    #[test]
+    fn dumps_this_hosts_qdiscs_and_routes() {
+        let mut r = Route::new();
+        let q = r.qdiscs().expect("qdisc dump");
+        assert!(q.iter().any(|q| q.header.index == 1), "{q:?}");
+        let routes = r.routes().expect("route dump");
+        assert!(!routes.is_empty());
     }
 
     #[test]
