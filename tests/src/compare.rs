@@ -20,13 +20,14 @@ pub const ONLY_NODE_EXPORTER: &[(&str, &str)] = &[
     ("node_exporter_build_info", "node-agent exports node_agent_build_info"),
     ("process_virtual_memory_max_bytes", "Go client only"),
     ("process_network_", "Go client only"),
-    ("node_network_receive_nohandler_total", "only read over rtnetlink; node-agent reads /proc/net/dev"),
 ];
 
 /// Families only node-agent prints, and why.
 pub const ONLY_NODE_AGENT: &[(&str, &str)] = &[
     ("node_agent_build_info", "node-agent's build info"),
     ("node_agent_capability", "node-agent's capabilities and what a missing one disables"),
+    ("node_arp_states", "ARP entries by state over rtnetlink (node_exporter's PR #3191, after 1.12)"),
+    ("node_kernel_hung_", "the kernel_hung collector is newer than Debian's node_exporter"),
     ("node_ebpf_", "node-agent's kernel events through eBPF"),
     ("node_filesystem_mount_info", "node_exporter >= 1.8 (newer than Debian's)"),
     ("node_netstat_TcpExt_TCPOFOQueue", "default netstat field since node_exporter 1.7"),

@@ -74,6 +74,8 @@ fn scraper(root: &Path) -> Scraper {
         "--collector.disable-defaults".into(),
         // Only the mounts under /mnt are of interest here.
         "--collector.filesystem.mount-points-exclude=^/(dev|proc|sys)($|/)".into(),
+        // The synthetic /proc/net/dev, not this machine's rtnetlink.
+        "--no-collector.netdev.netlink".into(),
     ];
     for c in ["cpu", "stat", "meminfo", "netdev", "netclass", "filesystem", "loadavg", "vmstat", "diskstats", "pressure", "netstat"] {
         args.push(format!("--collector.{c}"));
