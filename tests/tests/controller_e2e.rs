@@ -132,7 +132,7 @@ async fn scenario(agent_port: u16) {
         let _ = rx_a.await;
     }));
     // Let replica-a take the lease first.
-    wait_for("replica-a to lead", 10, || metric(&scrape(ma), "node_agent_controller_leader") == 1.0).await;
+    wait_for("replica-a to lead", 30, || metric(&scrape(ma), "node_agent_controller_leader") == 1.0).await;
     let b = tokio::spawn(controller::run_until(client(), replica("replica-b", mb), async move {
         let _ = rx_b.await;
     }));
