@@ -157,6 +157,23 @@ fn root_with_fuse() -> bool {
     true
 }
 
+/// An agent running `collector` and loadavg on `root`, with `fuse` (the
+/// mount the collector will hang on) and a per-collector `timeout`.
+fn start_hung(root: &Path, collector: &str, fuse: Fuse, timeout: Duration) -> Agent {
+    start_reading(
+        &[
+            format!("--path.procfs={}", root.join("proc").display()),
+            format!("--path.sysfs={}", root.join("sys").display()),
+            "--collector.disable-defaults".into(),
+            format!("--collector.{collector}"),
+            "--collector.loadavg".into(),
+            "--web.disable-exporter-metrics".into(),
+            format!("--collector.timeout={}ms", timeout.as_millis()),
+        ],
+        Some(fuse),
+    )
+}
+
 /// The first scrape is cut off at `timeout` with `collector` failed and
 /// loadavg served; the next `scrapes` skip the stuck collector at once,
 /// and no thread piles up.
@@ -200,18 +217,7 @@ fn a_hung_hwmon_read_is_cut_off_skipped_and_recovered() {
     std::fs::create_dir_all(root.join("sys/class/hwmon/hwmon1")).expect("mkdir");
     let fuse = Fuse::mount_holding(&root.join("sys/class/hwmon/hwmon1"), Hold::Everything).expect("FUSE mount");
     let timeout = Duration::from_millis(800);
-    let mut agent = start_reading(
-        &[
-            format!("--path.procfs={}", root.join("proc").display()),
-            format!("--path.sysfs={}", root.join("sys").display()),
-            "--collector.disable-defaults".into(),
-            "--collector.hwmon".into(),
-            "--collector.loadavg".into(),
-            "--web.disable-exporter-metrics".into(),
-            format!("--collector.timeout={}ms", timeout.as_millis()),
-        ],
-        Some(fuse),
-    );
+    let mut agent = start_hung(root, "hwmon", fuse, timeout);
     cut_off_then_skipped(&mut agent, "hwmon", timeout, 30);
     let t = Instant::now();
     let (status, body) = get(agent.addr, "/metrics?collect[]=loadavg", Duration::from_secs(2)).expect("collect[]");
@@ -291,18 +297,7 @@ fn a_hung_nfs_read_is_cut_off_skipped_and_recovered() {
     std::fs::create_dir_all(root.join("proc/net/rpc")).expect("mkdir");
     let fuse = Fuse::mount_holding(&root.join("proc/net/rpc"), Hold::Everything).expect("FUSE mount");
     let timeout = Duration::from_millis(600);
-    let mut agent = start_reading(
-        &[
-            format!("--path.procfs={}", root.join("proc").display()),
-            format!("--path.sysfs={}", root.join("sys").display()),
-            "--collector.disable-defaults".into(),
-            "--collector.nfs".into(),
-            "--collector.loadavg".into(),
-            "--web.disable-exporter-metrics".into(),
-            format!("--collector.timeout={}ms", timeout.as_millis()),
-        ],
-        Some(fuse),
-    );
+    let mut agent = start_hung(root, "nfs", fuse, timeout);
     cut_off_then_skipped(&mut agent, "nfs", timeout, 20);
     assert_eq!(agent.fuse().held(), 1, "one stuck read, not one per scrape");
 

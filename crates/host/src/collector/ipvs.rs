@@ -427,10 +427,9 @@ FWM  10001000 wlc
 
     fn scrape(labels: &str) -> Result<Sink, Error> {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("net")).unwrap();
-        std::fs::write(dir.path().join("net/ip_vs_stats"), STATS).unwrap();
-        std::fs::write(dir.path().join("net/ip_vs"), TABLE).unwrap();
-        let p = Paths { procfs: dir.path().into(), sysfs: dir.path().into(), rootfs: dir.path().into(), udev_data: dir.path().into() };
+        crate::testutil::write(dir.path(), "proc/net/ip_vs_stats", STATS);
+        crate::testutil::write(dir.path(), "proc/net/ip_vs", TABLE);
+        let p = crate::testutil::paths(dir.path());
         let mut c = Collector::new(Options { labels: parse_labels(labels).unwrap() }, &p).unwrap();
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink).map(|_| sink)
@@ -464,12 +463,11 @@ FWM  10001000 wlc
     #[test]
     fn missing_files() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Paths { procfs: dir.path().into(), sysfs: dir.path().into(), rootfs: dir.path().into(), udev_data: dir.path().into() };
+        let p = crate::testutil::paths(dir.path());
         let mut c = Collector::new(Options { labels: vec![] }, &p).unwrap();
         let e = crate::Collector::update(&mut c, &mut Sink::new()).unwrap_err();
         assert!(e.is_no_data(), "{e}");
-        std::fs::create_dir_all(dir.path().join("net")).unwrap();
-        std::fs::write(dir.path().join("net/ip_vs_stats"), STATS).unwrap();
+        crate::testutil::write(dir.path(), "proc/net/ip_vs_stats", STATS);
         let e = crate::Collector::update(&mut c, &mut Sink::new()).unwrap_err();
         assert!(!e.is_no_data(), "totals without a table is an error: {e}");
     }

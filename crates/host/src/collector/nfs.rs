@@ -291,9 +291,8 @@ proc4 48 98 51 54 83 85 23 24 1 28 73 68 83 12 84 39 68 59 58 88 29 74 69 96 21 
     #[test]
     fn exports_node_exporters_families() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("net/rpc")).unwrap();
-        std::fs::write(dir.path().join("net/rpc/nfs"), FIXTURE).unwrap();
-        let p = Paths { procfs: dir.path().into(), sysfs: dir.path().into(), rootfs: dir.path().into(), udev_data: dir.path().into() };
+        crate::testutil::write(dir.path(), "proc/net/rpc/nfs", FIXTURE);
+        let p = crate::testutil::paths(dir.path());
         let mut c = Collector::new(Options, &p).unwrap();
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink).unwrap();

@@ -337,9 +337,8 @@ wdeleg_getattr 15
     #[test]
     fn exports_node_exporters_families() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("net/rpc")).unwrap();
-        std::fs::write(dir.path().join("net/rpc/nfsd"), FIXTURE).unwrap();
-        let p = Paths { procfs: dir.path().into(), sysfs: dir.path().into(), rootfs: dir.path().into(), udev_data: dir.path().into() };
+        crate::testutil::write(dir.path(), "proc/net/rpc/nfsd", FIXTURE);
+        let p = crate::testutil::paths(dir.path());
         let mut c = Collector::new(Options, &p).unwrap();
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink).unwrap();
