@@ -80,8 +80,26 @@ enum Cmd {
 /// losetup/ip for the eBPF truth tests, taskset and python3 for the pod
 /// attribution workloads, the venv of the manifest validators, and a C
 /// compiler and make for building AFL++ (cargo-afl).
-const TEST_PACKAGES: &[&str] =
-    &["prometheus", "prometheus-node-exporter", "mount", "iproute2", "wrk", "util-linux", "python3", "python3-venv", "gcc", "make"];
+const TEST_PACKAGES: &[&str] = &[
+    "prometheus",
+    "prometheus-node-exporter",
+    "mount",
+    "iproute2",
+    "wrk",
+    "util-linux",
+    "python3",
+    "python3-venv",
+    "gcc",
+    "make",
+    // Real peers of the systemd, logind, supervisord, runit, ntp and
+    // ethtool collectors' tests.
+    "dbus",
+    "python3-dbusmock",
+    "supervisor",
+    "runit",
+    "chrony",
+    "ethtool",
+];
 
 /// The offline eBPF toolchain (see ../shared/notes/ebpf-toolchain.md):
 /// Debian's rustc-web with a prebuilt `core` for bpfel-unknown-none, and the
