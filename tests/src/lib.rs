@@ -3,6 +3,7 @@
 #[cfg(feature = "agent")]
 pub mod apiserver;
 pub mod compare;
+pub mod dbus;
 pub mod fuse;
 pub mod fuzz;
 pub mod host;

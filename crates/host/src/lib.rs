@@ -16,6 +16,7 @@ pub use expo::{Kind, Sink};
 
 pub mod catalog;
 pub mod collector;
+pub mod dbus;
 pub mod filter;
 pub mod flags;
 pub mod io;
