@@ -537,6 +537,15 @@ fn set_recv_timeout(s: &Socket, t: Duration) -> std::io::Result<()> {
     }
 }
 
+/// NETLINK_SOCK_DIAG (inet_diag dumps, for `tcpstat`).
+impl Channel {
+    /// A NETLINK_SOCK_DIAG channel: send it an `inet_diag_req_v2` dump with
+    /// [`Channel::request`].
+    pub(crate) fn sock_diag() -> Self {
+        Channel::new(netlink_sys::protocols::NETLINK_SOCK_DIAG)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,291 @@
+//! `tcpstat`: the TCP sockets of the agent's network namespace counted by
+//! state, as node_exporter 1.12 reads them: an inet_diag dump
+//! (`SOCK_DIAG_BY_FAMILY`, all of states 1–11, over NETLINK_SOCK_DIAG) for
+//! IPv4 and, when `<procfs>/net/tcp6` exists, IPv6, built and decoded with
+//! `netlink-packet-sock-diag`. Exported as one gauge family,
+//! `node_tcp_connection_states{state}`: one sample per state seen
+//! (`established`, `listen`, `time_wait`, …) plus `rx_queued_bytes` and
+//! `tx_queued_bytes`, the sums of every socket's receive and send queue
+//! (for a listener the kernel reports its accept queue and backlog there,
+//! and node_exporter adds those as they are). No socket at all is no
+//! sample and success, as in node_exporter; a failed dump fails the scrape.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use netlink_packet_core::{DecodeError, NetlinkDeserializable, NetlinkHeader, Parseable, NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, InetResponseHeader, SocketId, StateFlags};
+use netlink_packet_sock_diag::{SockDiagMessage, AF_INET, AF_INET6, IPPROTO_TCP};
+
+use crate::flags::Flags;
+use crate::netlink::Channel;
+use crate::{ConfigError, Error, Paths};
+use expo::{Kind, Sink};
+
+const FAMILY: &str = "node_tcp_connection_states";
+const HELP: &str = "Number of connection states.";
+
+/// node_exporter's state mask, `TCPFAll` (bits 0–11: every state up to
+/// TCP_CLOSING; the kernel adds NEW_SYN_RECV request sockets, reported as
+/// SYN_RECV).
+const TCPF_ALL: u32 = 0xFFF;
+
+/// node_exporter's keys: the kernel's TCP states 1–11, then its two
+/// queue sums. A socket in state 12 or 13 would land on a queue key, as it
+/// does in node_exporter's map (the mask never asks for those states).
+const RX_QUEUED: u8 = 12;
+const TX_QUEUED: u8 = 13;
+
+pub struct Options {}
+
+impl Options {
+    pub fn args() -> Vec<clap::Arg> {
+        vec![]
+    }
+
+    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
+        Ok(Options {})
+    }
+}
+
+pub struct Collector {
+    channel: Channel,
+    tcp6: PathBuf,
+}
+
+impl Collector {
+    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
+        Ok(Collector { channel: Channel::sock_diag(), tcp6: p.proc("net/tcp6") })
+    }
+
+    fn dump(&mut self, family: u8, counts: &mut Counts) -> Result<(), Error> {
+        let request = || {
+            SockDiagMessage::InetRequest(InetRequest {
+                family,
+                protocol: IPPROTO_TCP,
+                // node_exporter asks for INET_DIAG_INFO too but reads none
+                // of it; the answer's header is all it counts.
+                extensions: ExtensionFlags::empty(),
+                states: StateFlags::from_bits_retain(TCPF_ALL),
+                socket_id: if family == AF_INET6 { SocketId::new_v6() } else { SocketId::new_v4() },
+            })
+        };
+        let name = if family == AF_INET6 { "inet_diag dump (tcp6)" } else { "inet_diag dump (tcp)" };
+        let answer: Vec<DiagHeader> = self.channel.request(name, NLM_F_REQUEST | NLM_F_DUMP, request)?;
+        for h in &answer {
+            counts.add(h.state, h.recv_queue, h.send_queue);
+        }
+        Ok(())
+    }
+}
+
+impl crate::Collector for Collector {
+    fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
+        let mut counts = Counts::default();
+        self.dump(AF_INET, &mut counts)?;
+        // node_exporter: "if enabled ipv6 system".
+        if std::fs::metadata(&self.tcp6).is_ok() {
+            self.dump(AF_INET6, &mut counts)?;
+        }
+        let samples = counts.samples();
+        if !samples.is_empty() {
+            let mut f = sink.family(FAMILY, HELP, Kind::Gauge);
+            for (state, v) in samples {
+                f.sample(&[("state", state)], v);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The header of one `inet_diag_msg`: all node_exporter reads of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiagHeader {
+    pub state: u8,
+    pub recv_queue: u32,
+    pub send_queue: u32,
+}
+
+impl NetlinkDeserializable for DiagHeader {
+    type Error = DecodeError;
+
+    /// Decodes the fixed `inet_diag_msg` header and skips its attributes
+    /// (which node_exporter does not read either).
+    fn deserialize(header: &NetlinkHeader, payload: &[u8]) -> Result<Self, DecodeError> {
+        if header.message_type != netlink_packet_sock_diag::SOCK_DIAG_BY_FAMILY {
+            return Err(format!("unexpected message type {} in an inet_diag dump", header.message_type).into());
+        }
+        let h = InetResponseHeader::parse(payload)?;
+        Ok(DiagHeader { state: h.state, recv_queue: h.recv_queue, send_queue: h.send_queue })
+    }
+}
+
+/// node_exporter's `map[tcpConnectionState]float64`: a key exists once a
+/// socket added to it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Counts(BTreeMap<u8, f64>);
+
+impl Counts {
+    /// One socket: its state counted, its queues added to the two sums.
+    pub fn add(&mut self, state: u8, recv_queue: u32, send_queue: u32) {
+        *self.0.entry(TX_QUEUED).or_default() += f64::from(send_queue);
+        *self.0.entry(RX_QUEUED).or_default() += f64::from(recv_queue);
+        *self.0.entry(state).or_default() += 1.0;
+    }
+
+    /// The samples, by label value as client_golang sorts them. States
+    /// node_exporter has no name for share its `unknown` label.
+    pub fn samples(&self) -> Vec<(&'static str, f64)> {
+        let mut out: Vec<(&'static str, f64)> = Vec::with_capacity(self.0.len());
+        for (&state, &v) in &self.0 {
+            let label = state_name(state);
+            match out.iter_mut().find(|(l, _)| *l == label) {
+                Some((_, sum)) => *sum += v,
+                None => out.push((label, v)),
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(b.0));
+        out
+    }
+}
+
+/// node_exporter's label of a state key.
+pub fn state_name(state: u8) -> &'static str {
+    match state {
+        1 => "established",
+        2 => "syn_sent",
+        3 => "syn_recv",
+        4 => "fin_wait1",
+        5 => "fin_wait2",
+        6 => "time_wait",
+        7 => "close",
+        8 => "close_wait",
+        9 => "last_ack",
+        10 => "listen",
+        11 => "closing",
+        RX_QUEUED => "rx_queued_bytes",
+        TX_QUEUED => "tx_queued_bytes",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_core::{Emitable, NetlinkMessage, NetlinkPayload};
+    use netlink_packet_sock_diag::inet::InetResponse;
+
+    fn answer(state: u8, rq: u32, wq: u32) -> Vec<u8> {
+        let mut socket_id = SocketId::new_v4();
+        socket_id.source_port = 22;
+        let msg = SockDiagMessage::InetResponse(Box::new(InetResponse {
+            header: InetResponseHeader { family: AF_INET, state, timer: None, socket_id, recv_queue: rq, send_queue: wq, uid: 0, inode: 7 },
+            nlas: Default::default(),
+        }));
+        let mut buf = vec![0; Emitable::buffer_len(&msg)];
+        msg.emit(&mut buf);
+        buf
+    }
+
+    #[test]
+    fn decodes_the_header_of_an_inet_diag_answer() {
+        let payload = answer(1, 10, 20);
+        let mut h = NetlinkHeader::default();
+        h.message_type = netlink_packet_sock_diag::SOCK_DIAG_BY_FAMILY;
+        assert_eq!(DiagHeader::deserialize(&h, &payload).unwrap(), DiagHeader { state: 1, recv_queue: 10, send_queue: 20 });
+        // Truncated and of another type: decode errors, not panics.
+        assert!(DiagHeader::deserialize(&h, &payload[..20]).is_err());
+        h.message_type = 99;
+        assert!(DiagHeader::deserialize(&h, &payload).is_err());
+    }
+
+    #[test]
+    fn the_request_is_node_exporters_inet_diag_req_v2() {
+        let req = SockDiagMessage::InetRequest(InetRequest {
+            family: AF_INET6,
+            protocol: IPPROTO_TCP,
+            extensions: ExtensionFlags::empty(),
+            states: StateFlags::from_bits_retain(TCPF_ALL),
+            socket_id: SocketId::new_v6(),
+        });
+        let mut m = NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::InnerMessage(req));
+        m.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        m.finalize();
+        let mut wire = vec![0; m.buffer_len()];
+        m.serialize(&mut wire);
+        // nlmsghdr (16) + inet_diag_req_v2 (0x38).
+        assert_eq!(wire.len(), 16 + 0x38);
+        assert_eq!(u16::from_ne_bytes([wire[4], wire[5]]), 20, "SOCK_DIAG_BY_FAMILY");
+        assert_eq!(&wire[16..20], &[AF_INET6, IPPROTO_TCP, 0, 0]);
+        assert_eq!(u32::from_ne_bytes([wire[20], wire[21], wire[22], wire[23]]), 0xFFF);
+        assert_eq!(m.payload.message_type(), 20);
+    }
+
+    #[test]
+    fn counts_states_and_sums_queues_as_node_exporter() {
+        let mut c = Counts::default();
+        assert!(c.samples().is_empty(), "no socket, no sample");
+        c.add(10, 0, 128); // listener: accept queue 0, backlog 128
+        c.add(10, 1, 4096);
+        c.add(1, 100, 0);
+        c.add(1, 0, 5000);
+        c.add(6, 0, 0);
+        c.add(99, 0, 0);
+        c.add(0, 0, 0);
+        assert_eq!(
+            c.samples(),
+            vec![
+                ("established", 2.0),
+                ("listen", 2.0),
+                ("rx_queued_bytes", 101.0),
+                ("time_wait", 1.0),
+                ("tx_queued_bytes", 9224.0),
+                ("unknown", 2.0),
+            ]
+        );
+        // A state 12 socket lands on node_exporter's rx_queued_bytes key.
+        let mut c = Counts::default();
+        c.add(12, 5, 0);
+        assert_eq!(c.samples(), vec![("rx_queued_bytes", 6.0), ("tx_queued_bytes", 0.0)]);
+    }
+
+    #[test]
+    fn state_names() {
+        let names: Vec<&str> = (1..=13).map(state_name).collect();
+        assert_eq!(
+            names,
+            [
+                "established",
+                "syn_sent",
+                "syn_recv",
+                "fin_wait1",
+                "fin_wait2",
+                "time_wait",
+                "close",
+                "close_wait",
+                "last_ack",
+                "listen",
+                "closing",
+                "rx_queued_bytes",
+                "tx_queued_bytes"
+            ]
+        );
+        assert_eq!(state_name(0), "unknown");
+        assert_eq!(state_name(14), "unknown");
+    }
+
+    /// This host's own sockets (the dump needs no privilege).
+    #[test]
+    fn dumps_this_hosts_tcp_sockets() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let paths = crate::Paths { procfs: "/proc".into(), sysfs: "/sys".into(), rootfs: "/".into(), udev_data: "/run/udev/data".into() };
+        let mut c = Collector::new(Options {}, &paths).unwrap();
+        let mut sink = Sink::new();
+        crate::Collector::update(&mut c, &mut sink).unwrap();
+        let fams = sink.families();
+        let f = fams.iter().find(|f| f.name() == FAMILY).expect("family");
+        let listen = f.samples().find(|(l, _)| l == &vec![("state", "listen")]).map(|(_, v)| v).unwrap_or(0.0);
+        assert!(listen >= 1.0);
+        drop(l);
+    }
+}
