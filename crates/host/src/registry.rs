@@ -97,6 +97,7 @@ pub fn definitions() -> Vec<Definition> {
         with_options!("nvmesubsystem", false, nvmesubsystem),
         simple!("os", true, os),
         with_options!("pcidevice", false, pcidevice),
+        with_options!("perf", false, perf),
         with_options!("powersupplyclass", true, powersupplyclass),
         simple!("pressure", true, pressure),
         with_options!("processes", false, processes),

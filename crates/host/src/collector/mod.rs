@@ -45,6 +45,7 @@ pub mod nvme;
 pub mod nvmesubsystem;
 pub mod os;
 pub mod pcidevice;
+pub mod perf;
 pub mod powersupplyclass;
 pub mod pressure;
 pub mod processes;
