@@ -9,7 +9,9 @@
 //! `AddObject`, `AddProperties`), with the unit objects at the paths real
 //! systemd gives them (`foo.service` → `…/unit/foo_2eservice`; the
 //! template's own `AddMockUnit` uses another escaping). Also: a missing bus
-//! and a peer that never answers fail the collectors quickly.
+//! and a peer that never answers fail the collectors quickly, and so does a
+//! systemd that answers `ListUnits` and then stalls (its unit properties'
+//! `Get` sleeping): the first timed-out call ends the scrape.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -46,6 +48,7 @@ fn systemd_options(address: &str, include: &str, exclude: &str) -> systemd::Opti
         restarts_metrics: true,
         start_time_metrics: true,
         address: Some(address.to_string()),
+        fallback: None,
         timeout: Duration::from_secs(5),
     }
 }
@@ -218,7 +221,8 @@ fn systemd_series_equal_the_mocked_units() {
     let got = scrape(&mut c);
     let d = diff(&got, &expected_default());
     assert!(d.is_empty(), "after a bus restart:\n{d}");
-    assert!(t0.elapsed() < Duration::from_secs(40), "took {:?}", t0.elapsed());
+    // A generous bound (a loaded CI), far below what a hang would take.
+    assert!(t0.elapsed() < Duration::from_secs(120), "took {:?}", t0.elapsed());
 }
 
 const SESSIONS: &str = r#"
@@ -330,4 +334,41 @@ fn no_bus_or_a_silent_peer_fails_quickly() {
         assert!(t.elapsed() < Duration::from_secs(2), "took {:?}", t.elapsed());
     }
     drop(listener);
+}
+
+/// bar.service's `Properties.Get` sleeps, blocking the mock's main loop:
+/// every later call stalls too.
+const STALL: &str = r#"
+bus.get_object('org.freedesktop.systemd1', '/org/freedesktop/systemd1/unit/bar_2eservice').AddMethod(
+    'org.freedesktop.DBus.Properties', 'Get', 'ss', 'v', 'import time\ntime.sleep(15)\nret = ""', dbus_interface=MOCK)
+"#;
+
+#[test]
+fn systemd_fails_at_once_when_unit_properties_stall() {
+    if !tools_or_skip("the D-Bus truth tests") {
+        return;
+    }
+    let mut bus = Bus::start();
+    bus.mock("systemd", "org.freedesktop.systemd1");
+    bus.py(UNITS);
+    bus.py(MANAGER_STATE);
+    let mut o = systemd_options(&bus.address, ".+", DEFAULT_EXCLUDE);
+    o.timeout = Duration::from_secs(1);
+    let mut c = systemd::Collector::new(o, &paths()).expect("collector");
+    scrape(&mut c);
+    bus.py(STALL);
+    // The kept connection: bar.service's Type (its first unit property)
+    // times out, and the scrape ends there instead of waiting a timeout for
+    // each of the ~20 unit properties after it.
+    let t = Instant::now();
+    let e = c.update(&mut Sink::new()).expect_err("a stalled systemd");
+    eprintln!("systemd stalling on unit properties: {e} ({:?})", t.elapsed());
+    assert!(e.to_string().contains("couldn't get the Type of bar.service") && e.to_string().contains("timed out"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(4), "took {:?}", t.elapsed());
+    // The next scrape, on a new connection: the stalled Version ends it.
+    let t = Instant::now();
+    let e = c.update(&mut Sink::new()).expect_err("still stalled");
+    eprintln!("systemd still stalled: {e} ({:?})", t.elapsed());
+    assert!(e.to_string().contains("Version") && e.to_string().contains("timed out"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(4), "took {:?}", t.elapsed());
 }

@@ -77,17 +77,32 @@ impl Prop {
     }
 }
 
-/// A failed D-Bus call; `lost` when the connection itself failed (I/O),
-/// not the peer's answer.
+/// A failed D-Bus call. `lost` when the connection failed rather than the
+/// peer answering with an error: an I/O error, a connection that could not
+/// be made, a call that timed out (zbus reports `method_timeout` as
+/// `Error::InputOutput` of kind `TimedOut`) or the bus's `NoReply` for a
+/// peer that never answered; `timed_out` for the timeouts among them.
 #[derive(Debug, Clone)]
 pub struct CallError {
     pub msg: String,
     pub lost: bool,
+    pub timed_out: bool,
 }
 
 impl CallError {
+    /// The peer's own error reply (or an answer of the wrong shape).
     pub fn new(msg: impl Into<String>) -> Self {
-        CallError { msg: msg.into(), lost: false }
+        CallError { msg: msg.into(), lost: false, timed_out: false }
+    }
+
+    /// A failure of the connection itself.
+    pub fn lost(msg: impl Into<String>, timed_out: bool) -> Self {
+        CallError { msg: msg.into(), lost: true, timed_out }
+    }
+
+    /// The same error, its message after `prefix: `.
+    pub fn context(self, prefix: &str) -> Self {
+        CallError { msg: format!("{prefix}: {}", self.msg), ..self }
     }
 }
 
@@ -99,7 +114,12 @@ impl std::fmt::Display for CallError {
 
 impl From<zbus::Error> for CallError {
     fn from(e: zbus::Error) -> Self {
-        CallError { lost: matches!(e, zbus::Error::InputOutput(_)), msg: e.to_string() }
+        let (lost, timed_out) = match &e {
+            zbus::Error::InputOutput(io) | zbus::Error::Connection(io, _) => (true, io.kind() == std::io::ErrorKind::TimedOut),
+            zbus::Error::MethodError(name, ..) if name.as_str() == "org.freedesktop.DBus.Error.NoReply" => (true, true),
+            _ => (false, false),
+        };
+        CallError { msg: e.to_string(), lost, timed_out }
     }
 }
 
@@ -133,13 +153,16 @@ impl Bus {
                 self.conn = Some(c.clone());
                 Ok((c, false))
             }
-            Ok(Err(e)) => Err(CallError { msg: format!("connecting to {}: {e}", self.describe()), lost: true }),
+            Ok(Err(e)) => {
+                let e = CallError::from(e);
+                Err(CallError::lost(format!("connecting to {}: {}", self.describe(), e.msg), e.timed_out))
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 self.pending = Some(rx);
-                Err(CallError { msg: format!("connecting to {}: timed out after {:?}", self.describe(), self.timeout), lost: true })
+                Err(CallError::lost(format!("connecting to {}: timed out after {:?}", self.describe(), self.timeout), true))
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                Err(CallError { msg: format!("connecting to {}: set-up thread ended", self.describe()), lost: true })
+                Err(CallError::lost(format!("connecting to {}: set-up thread ended", self.describe()), false))
             }
         }
     }
@@ -147,6 +170,11 @@ impl Bus {
     /// Forgets the connection; the next [`connect`](Self::connect) makes a new one.
     pub fn reset(&mut self) {
         self.conn = None;
+    }
+
+    /// Whether a connection is kept.
+    pub fn is_connected(&self) -> bool {
+        self.conn.is_some()
     }
 
     fn describe(&self) -> String {
@@ -165,7 +193,7 @@ impl Bus {
             .spawn(move || {
                 let _ = tx.send(build(&target, timeout));
             })
-            .map_err(|e| CallError { msg: format!("starting the D-Bus set-up thread: {e}"), lost: true })?;
+            .map_err(|e| CallError::lost(format!("starting the D-Bus set-up thread: {e}"), false))?;
         Ok(rx)
     }
 }
@@ -185,4 +213,53 @@ pub fn get_property(conn: &Connection, dest: &str, path: &str, iface: &str, name
     let body = reply.body();
     let v: Value<'_> = body.deserialize()?;
     Ok(Prop::from_value(&v))
+}
+
+/// The effective user id of this process.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_and_io_errors_are_lost_peer_errors_are_not() {
+        let timeout = zbus::Error::from(std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"));
+        let e = CallError::from(timeout);
+        assert!(e.lost && e.timed_out, "{e:?}");
+        let eof = CallError::from(zbus::Error::from(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)));
+        assert!(eof.lost && !eof.timed_out, "{eof:?}");
+        let peer = CallError::from(zbus::Error::FDO(Box::new(zbus::fdo::Error::UnknownProperty("x".into()))));
+        assert!(!peer.lost && !peer.timed_out, "{peer:?}");
+        assert!(!CallError::from(zbus::Error::InvalidReply).lost);
+        let c = CallError::lost("boom", true).context("ctx");
+        assert_eq!((c.msg.as_str(), c.lost, c.timed_out), ("ctx: boom", true, true));
+    }
+
+    #[test]
+    #[allow(deprecated)] // unix_stream: this crate does not enable zbus's tokio feature.
+    fn a_method_call_timeout_is_lost() {
+        // A peer that authenticates and then never answers: zbus's
+        // method_timeout must come back as a lost, timed-out error.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p2p");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            let conn = zbus::blocking::connection::Builder::unix_stream(s).server(zbus::Guid::generate()).unwrap().p2p().build().unwrap();
+            std::thread::sleep(Duration::from_secs(3));
+            drop(conn);
+        });
+        let mut bus = Bus::new(Target::Peer(format!("unix:path={}", path.display())), Duration::from_millis(300));
+        let (conn, reused) = bus.connect().unwrap();
+        assert!(!reused);
+        // The server connection has no object server: it never replies...
+        let e = get_property(&conn, "org.example", "/", "org.example.I", "P").unwrap_err();
+        assert!(e.lost && e.timed_out, "{e:?}");
+        drop(conn);
+        server.join().unwrap();
+    }
 }

@@ -6,8 +6,11 @@
 //! seat of remote sessions), `true`/`false`, the known types and the known
 //! classes (unknown values counted as `other`), 0 where no session has it.
 //! A failed `ListSeats`/`ListSessions` fails the collector; a session whose
-//! properties cannot be read is left out. The connection is kept between
-//! scrapes (see [`crate::dbus::Bus`]).
+//! properties logind answers with an error is left out, while a property
+//! call that times out or whose connection fails ends the scrape with an
+//! error at once (a stalled logind would otherwise cost one timeout per
+//! session property). The connection is kept between scrapes (see
+//! [`crate::dbus::Bus`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -81,37 +84,55 @@ pub fn known_or_other(value: &str, known: &[&str]) -> String {
     }
 }
 
+/// A session's property: `None` when logind answers with an error (logged
+/// at debug), an error when the call itself failed ([`CallError::lost`]).
+fn property(src: &mut dyn Source, path: &str, name: &str) -> Result<Option<Prop>, CallError> {
+    match src.session_property(path, name) {
+        Ok(p) => Ok(Some(p)),
+        Err(e) if e.lost => Err(e.context(&format!("unable to get the {name} of session {path}"))),
+        Err(e) => {
+            tracing::debug!(session = path, err = %e, "logind: unable to get session {name}");
+            Ok(None)
+        }
+    }
+}
+
 /// A session's labels, or `None` when a property is missing or of another
 /// type (node_exporter leaves such a session out).
-fn session(src: &mut dyn Source, e: &SessionEntry) -> Option<Session> {
+fn session(src: &mut dyn Source, e: &SessionEntry) -> Result<Option<Session>, CallError> {
     // godbus prints a boolean variant as true/false; any other type prints
     // as something that is neither, so it is counted under no series.
-    let remote = match src.session_property(&e.path, "Remote").ok()? {
-        Prop::Bool(b) => b.to_string(),
-        other => format!("{other:?}"),
+    let remote = match property(src, &e.path, "Remote")? {
+        None => return Ok(None),
+        Some(Prop::Bool(b)) => b.to_string(),
+        Some(other) => format!("{other:?}"),
     };
-    let session_type = src.session_property(&e.path, "Type").ok()?.as_str()?.to_string();
-    let class = src.session_property(&e.path, "Class").ok()?.as_str()?.to_string();
-    Some(Session {
+    let Some(session_type) = property(src, &e.path, "Type")?.and_then(|p| p.as_str().map(str::to_string)) else {
+        return Ok(None);
+    };
+    let Some(class) = property(src, &e.path, "Class")?.and_then(|p| p.as_str().map(str::to_string)) else {
+        return Ok(None);
+    };
+    Ok(Some(Session {
         seat: e.seat.clone(),
         remote,
         session_type: known_or_other(&session_type, &TYPE_VALUES),
         class: known_or_other(&class, &CLASS_VALUES),
-    })
+    }))
 }
 
 /// One scrape's `node_logind_sessions` from `src`.
 pub fn collect(src: &mut dyn Source, sink: &mut Sink) -> Result<(), CallError> {
-    let mut seats = src.list_seats().map_err(|e| CallError { msg: format!("unable to get seats: {}", e.msg), lost: e.lost })?;
+    let mut seats = src.list_seats().map_err(|e| e.context("unable to get seats"))?;
     // The empty seat, of remote sessions such as SSH, is always there.
     seats.push(String::new());
     // A repeated seat would repeat series (client_golang keeps the first).
     let mut seen = std::collections::HashSet::new();
     seats.retain(|s| seen.insert(s.clone()));
-    let list = src.list_sessions().map_err(|e| CallError { msg: format!("unable to get sessions: {}", e.msg), lost: e.lost })?;
+    let list = src.list_sessions().map_err(|e| e.context("unable to get sessions"))?;
     let mut counts: HashMap<Session, f64> = HashMap::new();
     for e in &list {
-        if let Some(s) = session(src, e) {
+        if let Some(s) = session(src, e)? {
             *counts.entry(s).or_default() += 1.0;
         }
     }
@@ -173,13 +194,14 @@ impl Collector {
     }
 
     fn scrape(&mut self, sink: &mut Sink) -> Result<(), CallError> {
-        let (conn, reused) =
-            self.bus.connect().map_err(|e| CallError { msg: format!("unable to connect to dbus: {}", e.msg), lost: false })?;
+        let (conn, reused) = self.bus.connect().map_err(|e| CallError { lost: false, ..e.context("unable to connect to dbus") })?;
         let r = collect(&mut DbusSource { conn: &conn }, sink);
         if r.is_err() {
             self.bus.reset();
         }
-        r.map_err(|e| CallError { lost: e.lost && reused, ..e })
+        // Once more on a new connection only when a kept one broke (a
+        // timeout would just cost another).
+        r.map_err(|e| CallError { lost: e.lost && !e.timed_out && reused, ..e })
     }
 }
 
@@ -207,6 +229,10 @@ mod tests {
         seats: Vec<String>,
         sessions: Vec<SessionEntry>,
         props: HashMap<(String, String), Prop>,
+        /// Property names whose calls time out.
+        stalled: Vec<&'static str>,
+        /// The property calls made, in order.
+        calls: Vec<String>,
     }
 
     impl Source for Fake {
@@ -217,6 +243,10 @@ mod tests {
             Ok(self.sessions.clone())
         }
         fn session_property(&mut self, path: &str, name: &str) -> Result<Prop, CallError> {
+            self.calls.push(format!("{path} {name}"));
+            if self.stalled.contains(&name) {
+                return Err(CallError::lost("I/O error: timed out", true));
+            }
             self.props.get(&(path.into(), name.into())).cloned().ok_or_else(|| CallError::new("no such property"))
         }
     }
@@ -237,6 +267,8 @@ mod tests {
             seats: vec!["seat0".into()],
             sessions: vec![SessionEntry { seat: String::new(), path: p1 }, SessionEntry { seat: "seat0".into(), path: p2 }],
             props,
+            stalled: Vec::new(),
+            calls: Vec::new(),
         }
     }
 
@@ -280,6 +312,20 @@ mod tests {
         let ones: Vec<_> = got.iter().filter(|(_, v)| *v != 0.0).collect();
         assert_eq!(ones, vec![&(lbl("other", "true", "", "other"), 1.0)]);
         assert!(!got.iter().any(|(l, _)| l[2].1 == "seat9"));
+    }
+
+    #[test]
+    fn a_lost_property_call_ends_the_scrape_at_once() {
+        let mut f = fake();
+        f.stalled = vec!["Type"];
+        let e = collect(&mut f, &mut Sink::new()).unwrap_err();
+        assert!(e.lost && e.timed_out && e.msg.contains("Type") && e.msg.contains("timed out"), "{e:?}");
+        assert_eq!(f.calls, ["/org/freedesktop/login1/session/1 Remote", "/org/freedesktop/login1/session/1 Type"]);
+        // logind's own error replies leave the session out, nothing more.
+        let mut f = fake();
+        f.props.retain(|(_, n), _| n != "Remote");
+        collect(&mut f, &mut Sink::new()).unwrap();
+        assert_eq!(f.calls.len(), 2);
     }
 
     #[test]

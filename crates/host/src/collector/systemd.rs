@@ -12,9 +12,16 @@
 //! `node_systemd_virtualization_info` and the per-unit service, socket and
 //! timer families. It talks to the system bus (`DBUS_SYSTEM_BUS_ADDRESS`, or
 //! the default socket) or, with `--collector.systemd.private`, peer to peer
-//! to systemd's `/run/systemd/private`; the connection is kept between
-//! scrapes (node_exporter opens one per scrape) and dropped on a failure,
-//! and every call, the connection's set-up included, has a timeout.
+//! to systemd's `/run/systemd/private`. As go-systemd's `NewWithContext`,
+//! which node_exporter uses, when the system bus cannot be reached and the
+//! process runs as root (effective uid 0), it connects peer to peer to the
+//! private socket instead (an error then names both attempts). The
+//! connection is kept between scrapes (node_exporter opens one per scrape)
+//! and dropped on a failure, and every call, the connection's set-up
+//! included, has a timeout. A unit's property that systemd answers with an
+//! error only leaves out its sample, as in node_exporter; a call that times
+//! out or whose connection fails ends the scrape with an error at once (a
+//! stalled systemd would otherwise cost one timeout per unit property).
 //!
 //! The D-Bus plumbing is in [`crate::dbus`], shared with the
 //! `logind` collector.
@@ -66,6 +73,10 @@ pub struct Options {
     /// A D-Bus address to use instead of the system bus (or, with
     /// `private`, of systemd's private socket); for tests.
     pub address: Option<String>,
+    /// The peer address tried, as root, when the bus cannot be reached
+    /// (go-systemd's fallback): [`PRIVATE_ADDRESS`] from the flags; `None`
+    /// for no fallback. Not used with `private`.
+    pub fallback: Option<String>,
     /// The bound of one D-Bus call and of a connection's set-up.
     pub timeout: Duration,
 }
@@ -111,6 +122,7 @@ impl Options {
             restarts_metrics: f.bool(RESTARTS, false),
             start_time_metrics: f.bool(START_TIME, false),
             address: None,
+            fallback: Some(PRIVATE_ADDRESS.to_string()),
             timeout: DEFAULT_TIMEOUT,
         })
     }
@@ -265,6 +277,7 @@ fn iface(kind: &str) -> String {
 pub fn collect(src: &mut dyn Source, o: &Options, sink: &mut Sink) -> Result<(), CallError> {
     let (version, version_label) = match src.manager_property("Version") {
         Ok(p) => parse_version(&manager_text(&p)),
+        Err(e) if e.lost => return Err(e.context("couldn't get the Version property")),
         Err(e) => {
             tracing::debug!(err = %e, "systemd: unable to get the Version property, defaulting to 0");
             (0.0, String::new())
@@ -273,6 +286,7 @@ pub fn collect(src: &mut dyn Source, o: &Options, sink: &mut Sink) -> Result<(),
     sink.family("node_systemd_version", "Detected systemd version", Kind::Gauge).sample(&[("version", &version_label)], version);
     let virt = match src.manager_property("Virtualization") {
         Ok(p) => virtualization_label(&manager_text(&p)),
+        Err(e) if e.lost => return Err(e.context("couldn't get the Virtualization property")),
         Err(e) => {
             tracing::debug!(err = %e, "systemd: could not get the Virtualization property");
             "unknown".to_string()
@@ -281,7 +295,7 @@ pub fn collect(src: &mut dyn Source, o: &Options, sink: &mut Sink) -> Result<(),
     sink.family("node_systemd_virtualization_info", "Detected virtualization technology", Kind::Gauge)
         .sample(&[("virtualization_type", &virt)], 1.0);
 
-    let all = src.list_units().map_err(|e| CallError { msg: format!("couldn't get units: {}", e.msg), lost: e.lost })?;
+    let all = src.list_units().map_err(|e| e.context("couldn't get units"))?;
     {
         let mut f = sink.family("node_systemd_units", "Summary of systemd unit states", Kind::Gauge);
         for (state, n) in summarize(&all) {
@@ -308,6 +322,7 @@ pub fn collect(src: &mut dyn Source, o: &Options, sink: &mut Sink) -> Result<(),
                     tracing::debug!(unit = name, "systemd: unit Type is not a string: {p:?}");
                     String::new()
                 }
+                Err(e) if e.lost => return Err(e.context(&format!("couldn't get the Type of {name}"))),
                 Err(e) => {
                     tracing::debug!(unit = name, err = %e, "systemd: couldn't get unit type");
                     String::new()
@@ -321,7 +336,7 @@ pub fn collect(src: &mut dyn Source, o: &Options, sink: &mut Sink) -> Result<(),
         }
         if o.restarts_metrics && name.ends_with(".service") {
             // NRestarts exists from systemd 235.
-            if let Some(n) = unit_number(src, name, "Service", "NRestarts", Prop::as_u32) {
+            if let Some(n) = unit_number(src, name, "Service", "NRestarts", Prop::as_u32)? {
                 sink.family("node_systemd_service_restart_total", "Service unit count of Restart triggers", Kind::Counter)
                     .sample(&[("name", name)], f64::from(n));
             }
@@ -333,7 +348,7 @@ pub fn collect(src: &mut dyn Source, o: &Options, sink: &mut Sink) -> Result<(),
             let usec = if u.active_state != "active" {
                 0
             } else {
-                match unit_number(src, &u.name, "Unit", "ActiveEnterTimestamp", Prop::as_u64) {
+                match unit_number(src, &u.name, "Unit", "ActiveEnterTimestamp", Prop::as_u64)? {
                     Some(t) => t,
                     None => continue,
                 }
@@ -350,7 +365,7 @@ pub fn collect(src: &mut dyn Source, o: &Options, sink: &mut Sink) -> Result<(),
                 ("TasksMax", "node_systemd_unit_tasks_max", "Maximum number of tasks per Systemd unit"),
             ] {
                 // u64::MAX is "no value" (no accounting, no limit).
-                if let Some(n) = unit_number(src, &u.name, "Service", prop, Prop::as_u64).filter(|&n| n != u64::MAX) {
+                if let Some(n) = unit_number(src, &u.name, "Service", prop, Prop::as_u64)?.filter(|&n| n != u64::MAX) {
                     sink.family(family, help, Kind::Gauge).sample(&[("name", &u.name)], n as f64);
                 }
             }
@@ -359,7 +374,7 @@ pub fn collect(src: &mut dyn Source, o: &Options, sink: &mut Sink) -> Result<(),
 
     if new_enough {
         for u in units.iter().filter(|u| u.name.ends_with(".timer")) {
-            if let Some(t) = unit_number(src, &u.name, "Timer", "LastTriggerUSec", Prop::as_u64) {
+            if let Some(t) = unit_number(src, &u.name, "Timer", "LastTriggerUSec", Prop::as_u64)? {
                 sink.family("node_systemd_timer_last_trigger_seconds", "Seconds since epoch of last trigger.", Kind::Gauge)
                     .sample(&[("name", &u.name)], t as f64 / 1e6);
             }
@@ -368,23 +383,21 @@ pub fn collect(src: &mut dyn Source, o: &Options, sink: &mut Sink) -> Result<(),
 
     for u in units.iter().filter(|u| u.name.ends_with(".socket")) {
         let name = u.name.as_str();
-        let Some(accepted) = unit_number(src, name, "Socket", "NAccepted", Prop::as_u32) else { continue };
+        let Some(accepted) = unit_number(src, name, "Socket", "NAccepted", Prop::as_u32)? else { continue };
         sink.family("node_systemd_socket_accepted_connections_total", "Total number of accepted socket connections", Kind::Counter)
             .sample(&[("name", name)], f64::from(accepted));
-        let Some(current) = unit_number(src, name, "Socket", "NConnections", Prop::as_u32) else { continue };
+        let Some(current) = unit_number(src, name, "Socket", "NConnections", Prop::as_u32)? else { continue };
         sink.family("node_systemd_socket_current_connections", "Current number of socket connections", Kind::Gauge)
             .sample(&[("name", name)], f64::from(current));
         // NRefused exists from systemd 239; node_exporter exports it as a gauge.
-        if let Some(refused) = unit_number(src, name, "Socket", "NRefused", Prop::as_u32) {
+        if let Some(refused) = unit_number(src, name, "Socket", "NRefused", Prop::as_u32)? {
             sink.family("node_systemd_socket_refused_connections_total", "Total number of refused socket connections", Kind::Gauge)
                 .sample(&[("name", name)], f64::from(refused));
         }
     }
 
     if new_enough {
-        let state = src
-            .manager_property("SystemState")
-            .map_err(|e| CallError { msg: format!("couldn't get system state: {}", e.msg), lost: e.lost })?;
+        let state = src.manager_property("SystemState").map_err(|e| e.context("couldn't get system state"))?;
         let running = if manager_text(&state) == "\"running\"" { 1.0 } else { 0.0 };
         sink.family("node_systemd_system_running", "Whether the system is operational (see 'systemctl is-system-running')", Kind::Gauge)
             .sample(&[], running);
@@ -392,21 +405,33 @@ pub fn collect(src: &mut dyn Source, o: &Options, sink: &mut Sink) -> Result<(),
     Ok(())
 }
 
-/// A numeric property of a unit, or `None` (logged at debug) when it cannot
-/// be read or has another type.
-fn unit_number<T>(src: &mut dyn Source, unit: &str, kind: &str, prop: &str, get: fn(&Prop) -> Option<T>) -> Option<T> {
+/// A numeric property of a unit, or `None` (logged at debug) when systemd
+/// answers with an error or the value has another type; an error when the
+/// call itself failed ([`CallError::lost`]: I/O, timeout).
+fn unit_number<T>(src: &mut dyn Source, unit: &str, kind: &str, prop: &str, get: fn(&Prop) -> Option<T>) -> Result<Option<T>, CallError> {
     match src.unit_property(unit, &iface(kind), prop) {
         Ok(p) => {
             let v = get(&p);
             if v.is_none() {
                 tracing::debug!(unit, "systemd: unit {prop} has an unexpected type: {p:?}");
             }
-            v
+            Ok(v)
         }
+        Err(e) if e.lost => Err(e.context(&format!("couldn't get the {prop} of {unit}"))),
         Err(e) => {
             tracing::debug!(unit, err = %e, "systemd: couldn't get unit {prop}");
-            None
+            Ok(None)
         }
+    }
+}
+
+/// Where to connect when the bus cannot be reached: go-systemd's
+/// `NewWithContext` dials systemd's private socket then, if the process
+/// runs as root. Never with `private` (already the private socket).
+pub fn fallback_target(private: bool, fallback: Option<&str>, euid: u32) -> Option<Target> {
+    match fallback {
+        Some(a) if !private && euid == 0 => Some(Target::Peer(a.to_string())),
+        _ => None,
     }
 }
 
@@ -435,6 +460,8 @@ impl Source for DbusSource<'_> {
 pub struct Collector {
     o: Options,
     bus: Bus,
+    /// systemd's private socket, when the bus cannot be reached.
+    fallback: Option<Bus>,
 }
 
 impl Collector {
@@ -446,18 +473,38 @@ impl Collector {
             (None, true) => Target::Peer(PRIVATE_ADDRESS.to_string()),
         };
         let bus = Bus::new(target, o.timeout);
-        Ok(Collector { o, bus })
+        let fallback = fallback_target(o.private, o.fallback.as_deref(), crate::dbus::euid()).map(|t| Bus::new(t, o.timeout));
+        Ok(Collector { o, bus, fallback })
+    }
+
+    /// The kept connection, else the bus, else (as root) the private socket.
+    fn connect(&mut self) -> Result<(Connection, bool), CallError> {
+        if let Some(fb) = self.fallback.as_mut().filter(|fb| fb.is_connected()) {
+            return fb.connect();
+        }
+        match (self.bus.connect(), self.fallback.as_mut()) {
+            (Ok(c), _) => Ok(c),
+            (Err(e), None) => Err(e),
+            (Err(e), Some(fb)) => {
+                tracing::debug!(err = %e, "systemd: no system bus; trying systemd's private socket");
+                fb.connect().map_err(|e2| CallError { msg: format!("{}; {}", e.msg, e2.msg), ..e2 })
+            }
+        }
     }
 
     fn scrape(&mut self, sink: &mut Sink) -> Result<bool, CallError> {
         // A failed set-up is final for this scrape (no second attempt).
-        let (conn, reused) =
-            self.bus.connect().map_err(|e| CallError { msg: format!("couldn't get dbus connection: {}", e.msg), lost: false })?;
+        let (conn, reused) = self.connect().map_err(|e| CallError { lost: false, ..e.context("couldn't get dbus connection") })?;
         let r = collect(&mut DbusSource { conn: &conn }, &self.o, sink);
         if r.is_err() {
             self.bus.reset();
+            if let Some(fb) = self.fallback.as_mut() {
+                fb.reset();
+            }
         }
-        r.map(|_| reused).map_err(|e| CallError { lost: e.lost && reused, ..e })
+        // Once more on a new connection only when a kept one broke (a
+        // timeout would just cost another).
+        r.map(|_| reused).map_err(|e| CallError { lost: e.lost && !e.timed_out && reused, ..e })
     }
 }
 
@@ -499,6 +546,7 @@ mod tests {
             restarts_metrics: false,
             start_time_metrics: false,
             address: None,
+            fallback: None,
             timeout: DEFAULT_TIMEOUT,
         }
     }
@@ -508,16 +556,33 @@ mod tests {
         manager: HashMap<String, Prop>,
         units: Option<Vec<Unit>>,
         props: HashMap<(String, String, String), Prop>,
+        /// Property names (manager's or units') whose calls time out.
+        stalled: Vec<&'static str>,
+        /// Every call made, in order.
+        calls: Vec<String>,
+    }
+
+    impl Fake {
+        fn stall(&mut self, name: &str) -> Result<(), CallError> {
+            self.calls.push(name.to_string());
+            if self.stalled.contains(&name) {
+                return Err(CallError::lost("I/O error: timed out", true));
+            }
+            Ok(())
+        }
     }
 
     impl Source for Fake {
         fn manager_property(&mut self, name: &str) -> Result<Prop, CallError> {
+            self.stall(name)?;
             self.manager.get(name).cloned().ok_or_else(|| CallError::new("no such property"))
         }
         fn list_units(&mut self) -> Result<Vec<Unit>, CallError> {
+            self.stall("ListUnits")?;
             self.units.clone().ok_or_else(|| CallError::new("no ListUnits"))
         }
         fn unit_property(&mut self, unit: &str, iface: &str, name: &str) -> Result<Prop, CallError> {
+            self.stall(name)?;
             self.props.get(&(unit.into(), iface.into(), name.into())).cloned().ok_or_else(|| CallError::new("no such property"))
         }
     }
@@ -707,6 +772,136 @@ mod tests {
         let got = samples(&sink);
         assert!(got.contains(&"node_systemd_system_running{} 1".to_string()));
         assert!(got.contains(&"node_systemd_virtualization_info{virtualization_type=\"none\"} 1".to_string()));
+    }
+
+    #[test]
+    fn a_lost_call_ends_the_scrape_at_once() {
+        let mut o = opts();
+        o.restarts_metrics = true;
+        o.task_metrics = true;
+        o.start_time_metrics = true;
+        let mut f = full_fake();
+        collect(&mut f, &o, &mut Sink::new()).unwrap();
+        let all = f.calls.clone();
+        assert_eq!(all.len(), 14, "{all:?}");
+        // A call that times out fails the scrape, and no further call is made.
+        for prop in
+            ["Version", "Virtualization", "Type", "NRestarts", "ActiveEnterTimestamp", "TasksMax", "LastTriggerUSec", "NConnections"]
+        {
+            let mut f = full_fake();
+            f.stalled = vec![prop];
+            let e = collect(&mut f, &o, &mut Sink::new()).unwrap_err();
+            assert!(e.lost && e.timed_out && e.msg.contains(prop) && e.msg.contains("timed out"), "{prop}: {e:?}");
+            let first = all.iter().position(|c| c == prop).unwrap();
+            assert_eq!(f.calls, all[..=first], "{prop}");
+        }
+        // The peer's own error replies still only leave samples out.
+        let mut f = full_fake();
+        f.props.clear();
+        collect(&mut f, &o, &mut Sink::new()).unwrap();
+        assert!(f.calls.len() > 10, "{:?}", f.calls);
+    }
+
+    #[test]
+    fn fallback_to_the_private_socket_as_root_only() {
+        let p = Some(PRIVATE_ADDRESS);
+        assert!(matches!(fallback_target(false, p, 0), Some(Target::Peer(a)) if a == PRIVATE_ADDRESS));
+        assert!(fallback_target(false, p, 1000).is_none(), "not root");
+        assert!(fallback_target(true, p, 0).is_none(), "already the private socket");
+        assert!(fallback_target(false, None, 0).is_none(), "no fallback");
+        let m = clap::Command::new("t").no_binary_name(true).args(Options::args()).try_get_matches_from(Vec::<&str>::new()).unwrap();
+        assert_eq!(Options::from_flags(&Flags::new(&m)).unwrap().fallback.as_deref(), Some(PRIVATE_ADDRESS));
+    }
+
+    #[test]
+    fn both_connections_failing_names_both() {
+        if crate::dbus::euid() != 0 {
+            eprintln!("SKIP: the private-socket fallback needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = opts();
+        o.address = Some(format!("unix:path={}", dir.path().join("bus").display()));
+        o.fallback = Some(format!("unix:path={}", dir.path().join("private").display()));
+        let mut c = Collector::new(o, &crate::testutil::paths(dir.path())).unwrap();
+        let e = crate::Collector::update(&mut c, &mut Sink::new()).unwrap_err().to_string();
+        assert!(e.contains("couldn't get dbus connection") && e.contains("/bus") && e.contains("/private"), "{e}");
+    }
+
+    /// systemd's manager, as a p2p peer serves it on its private socket.
+    struct PrivateManager;
+
+    #[zbus::interface(name = "org.freedesktop.systemd1.Manager")]
+    impl PrivateManager {
+        #[zbus(property)]
+        fn version(&self) -> String {
+            "255.4-1".into()
+        }
+        #[zbus(property)]
+        fn system_state(&self) -> String {
+            "running".into()
+        }
+        #[zbus(property)]
+        fn virtualization(&self) -> String {
+            String::new()
+        }
+        #[allow(clippy::type_complexity)]
+        fn list_units(&self) -> Vec<(String, String, String, String, String, String, OwnedObjectPath, u32, String, OwnedObjectPath)> {
+            let root = || OwnedObjectPath::try_from("/").unwrap();
+            vec![(
+                "x.target".into(),
+                String::new(),
+                "loaded".into(),
+                "failed".into(),
+                String::new(),
+                String::new(),
+                root(),
+                0,
+                String::new(),
+                root(),
+            )]
+        }
+    }
+
+    #[test]
+    #[allow(deprecated)] // unix_stream: this crate does not enable zbus's tokio feature.
+    fn no_bus_as_root_reads_systemds_private_socket() {
+        if crate::dbus::euid() != 0 {
+            eprintln!("SKIP: the private-socket fallback needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let private = dir.path().join("private");
+        let listener = std::os::unix::net::UnixListener::bind(&private).unwrap();
+        let server = std::thread::spawn(move || {
+            // Two scrapes over one kept connection.
+            let (s, _) = listener.accept().unwrap();
+            let conn = zbus::blocking::connection::Builder::unix_stream(s)
+                .server(zbus::Guid::generate())
+                .unwrap()
+                .p2p()
+                .serve_at(MANAGER_PATH, PrivateManager)
+                .unwrap()
+                .build()
+                .unwrap();
+            std::thread::sleep(Duration::from_secs(3));
+            drop(conn);
+        });
+        let mut o = opts();
+        o.address = Some(format!("unix:path={}", dir.path().join("no-bus").display()));
+        o.fallback = Some(format!("unix:path={}", private.display()));
+        let mut c = Collector::new(o, &crate::testutil::paths(dir.path())).unwrap();
+        for _ in 0..2 {
+            let mut sink = Sink::new();
+            crate::Collector::update(&mut c, &mut sink).unwrap();
+            let got = samples(&sink);
+            assert!(got.contains(&"node_systemd_version{version=\"255.4-1\"} 255.4".to_string()), "{got:?}");
+            assert!(got.contains(&"node_systemd_system_running{} 1".to_string()), "{got:?}");
+            assert!(got.contains(&"node_systemd_units{state=\"failed\"} 1".to_string()), "{got:?}");
+            assert!(got.contains(&"node_systemd_virtualization_info{virtualization_type=\"none\"} 1".to_string()), "{got:?}");
+        }
+        drop(c);
+        server.join().unwrap();
     }
 
     #[test]
