@@ -89,7 +89,8 @@ fn poll<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Result<T, String>
     }
 }
 
-/// A child process killed (and reaped) when dropped, after `stop` ran.
+/// A child process stopped when dropped: by `stop` if set, else SIGTERM;
+/// killed (SIGKILL) if it is still running 3 s later, and reaped.
 struct Guard {
     child: Child,
     stop: Option<Box<dyn FnMut()>>,
@@ -104,15 +105,21 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.as_mut() {
-            stop();
+        match self.stop.as_mut() {
+            Some(stop) => stop(),
+            None => {
+                if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+                    // SAFETY: kill takes no pointers; `pid` is our unreaped child, so it names no other process.
+                    unsafe { libc::kill(pid, libc::SIGTERM) };
+                }
+            }
         }
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(3) {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -120,11 +127,28 @@ impl Drop for Guard {
 }
 
 fn free_port(udp: bool) -> u16 {
-    if udp {
-        std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-    } else {
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-    }
+    free_ports::<1>(udp)[0]
+}
+
+/// `N` distinct free loopback ports: all bound at once, then released (one
+/// bound and dropped after another could come back the same).
+fn free_ports<const N: usize>(udp: bool) -> [u16; N] {
+    let mut held: Vec<Box<dyn std::any::Any>> = Vec::new();
+    let ports = std::array::from_fn(|_| {
+        if udp {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let port = s.local_addr().unwrap().port();
+            held.push(Box::new(s));
+            port
+        } else {
+            let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = s.local_addr().unwrap().port();
+            held.push(Box::new(s));
+            port
+        }
+    });
+    drop(held);
+    ports
 }
 
 fn is_root() -> bool {
@@ -165,7 +189,8 @@ fn ntp_equals_chronyd() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (port, cmdport) = (free_port(true), free_port(true));
+    let [port, cmdport] = free_ports::<2>(true);
+    assert_ne!(port, cmdport);
     let conf = d.join("chrony.conf");
     std::fs::write(
         &conf,
@@ -206,10 +231,13 @@ fn ntp_equals_chronyd() {
     assert_eq!(f("node_ntp_stratum"), 7.0, "the configured local stratum");
     assert_eq!(after[13], "Normal");
     assert_eq!(f("node_ntp_leap"), 0.0, "leap status Normal");
+    // chronyd -x serves this host's own clock: both sides read one clock, so
+    // the offset lies within half the round trip (less chronyd's fuzzing of
+    // the bits below its precision), however slow a loaded machine answers
     let rtt = f("node_ntp_rtt_seconds");
-    assert!(rtt > 0.0 && rtt < 0.1, "loopback rtt {rtt}");
+    assert!((0.0..1.0).contains(&rtt), "loopback rtt {rtt}");
     let off = f("node_ntp_offset_seconds");
-    assert!(off.abs() < 0.01, "chronyd -x serves this host's own clock: offset {off}");
+    assert!(off.abs() <= rtt / 2.0 + 1e-5, "offset {off} beyond half the rtt {rtt}");
     // the reference time chronyd reports, within the NTP format's resolution
     let reft = f("node_ntp_reference_timestamp_seconds");
     assert!(
@@ -457,11 +485,11 @@ fn supervisord_equals_supervisorctl() {
         assert_eq!(get(&got, "node_supervisord_exit_status", &l("quitter", "quitter")), Some(3.0), "sh -c 'exit 3'");
         assert_eq!(get(&got, "node_supervisord_exit_status", &l("pool", "sleeper")), Some(0.0));
     }
-    // the wrong password is a failed scrape (supervisord answers 401)
-    let bad = format!("http://agent:wrong@127.0.0.1:{port}/RPC2");
+    // the wrong password is a failed scrape (supervisord answers 401), its error without the password
+    let bad = format!("http://agent:wr0ngpass@127.0.0.1:{port}/RPC2");
     let mut c = supervisord::Collector::new(supervisord::Options { url: bad }, &p).unwrap();
     let e = collect(&mut c).unwrap_err();
-    assert!(e.contains("401"), "{e}");
+    assert!(e.contains("401") && e.contains("agent:***@") && !e.contains("wr0ngpass"), "{e}");
 
     // stopping a program: STOPPED, down, no start time
     run("supervisorctl", &["-c", conf.to_str().unwrap(), "stop", "pool:sleeper"]);

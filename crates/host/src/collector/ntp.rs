@@ -10,6 +10,11 @@
 //! `--collector.ntp.max-distance` and its minimum error within
 //! `--collector.ntp.local-offset-tolerance`, plus one second around a
 //! announced leap second's midnight). A failed query fails the scrape.
+//! The 1 s timeout covers the exchange; resolving the server's name
+//! (`getaddrinfo`, per scrape as beevik's client does) has no time limit of
+//! its own and is bounded by the scraper's per-collector deadline
+//! (`--collector.timeout`), past which the scrape goes on without this
+//! collector.
 //!
 //! The packet is encoded and decoded here, by pure functions, rather than
 //! through a crate: none of the maintained Rust SNTP clients (rsntp, sntpc)

@@ -13,7 +13,6 @@
 //! directory fails the scrape, as in node_exporter.
 
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::flags::{string_arg, Flags};
@@ -103,7 +102,7 @@ fn services(dir: &Path) -> Result<Vec<String>, Error> {
 /// One read of at most 20 bytes, as go-runit does (non-blocking open: a FIFO
 /// planted there must not hang the scrape).
 fn read_status(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let mut f = crate::io::open_nonblocking(path)?;
     let mut buf = [0u8; STATUS_LEN];
     let n = f.read(&mut buf)?;
     Ok(buf[..n].to_vec())

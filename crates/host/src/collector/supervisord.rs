@@ -14,9 +14,16 @@
 //! one fixed POST with `Connection: close`, no blocking client among the
 //! dependencies speaks HTTP over a unix socket, and a whole HTTP client for
 //! it would be more code to trust than this. Connect and I/O share node_exporter's
-//! 10 s budget (its go-xmlrpc client's timeout). The response (status line,
-//! `Content-Length` or chunked body) and the XML-RPC document (parsed with
-//! quick-xml) are decoded by pure functions.
+//! 10 s budget (its go-xmlrpc client's timeout). The unix socket is connected
+//! non-blocking, so a listener with a full backlog fails the call at once
+//! (`EAGAIN`, as Go's dialer reports it) instead of waiting. Name resolution
+//! of the HTTP host (`getaddrinfo`, done per scrape as node_exporter does)
+//! has no time limit of its own: it is bounded by the scraper's per-collector
+//! deadline (`--collector.timeout`), past which the scrape goes on without
+//! this collector. The response (status line, `Content-Length` or chunked
+//! body) and the XML-RPC document (parsed with quick-xml, values nested at
+//! most 32 deep) are decoded by pure functions. The URL appears in errors and
+//! logs only redacted (`user:***@`, as Go's `net/http` prints it).
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -38,6 +45,8 @@ const ENV: &str = "SUPERVISORD_URL";
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// A response larger than this is refused (a process list is kilobytes).
 const MAX_RESPONSE: usize = 64 << 20;
+/// How deep XML-RPC values may nest (a process list nests 3 deep).
+const MAX_DEPTH: usize = 32;
 const BODY: &str = "<?xml version=\"1.0\"?><methodCall><methodName>supervisor.getAllProcessInfo</methodName><params></params></methodCall>";
 
 pub struct Options {
@@ -96,11 +105,27 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `url` fit for errors and logs: a password in its user info is replaced
+/// by `***` (`http://user:***@host/`), as Go's `net/http` prints a URL.
+pub fn redact_url(url: &str) -> String {
+    let Some(i) = url.find("://") else { return url.to_string() };
+    let start = i + 3;
+    // not stopping at `#`: a password holding one is still hidden
+    let end = url[start..].find(['/', '?']).map_or(url.len(), |j| start + j);
+    let Some(at) = url[start..end].rfind('@').map(|j| start + j) else { return url.to_string() };
+    match url[start..at].split_once(':') {
+        Some((user, _)) => format!("{}{user}:***{}", &url[..start], &url[at..]),
+        None => url.to_string(),
+    }
+}
+
 /// Parses the endpoint URL: `http://[user:pass@]host[:port][/path]` or
 /// `unix://[host]/socket/path` (`unix:/socket/path`), as Go's `url.Parse`
-/// splits them. Other schemes (`https`) are refused.
+/// splits them. Other schemes (`https`) are refused. Errors name the URL
+/// redacted ([`redact_url`]).
 pub fn parse_url(url: &str) -> Result<Endpoint, String> {
-    let (scheme, rest) = url.split_once(':').ok_or_else(|| format!("{url:?} is not a URL"))?;
+    let shown = redact_url(url);
+    let (scheme, rest) = url.split_once(':').ok_or_else(|| format!("{shown:?} is not a URL"))?;
     let rest = rest.split('#').next().unwrap_or("");
     match scheme.to_ascii_lowercase().as_str() {
         "unix" => {
@@ -110,12 +135,12 @@ pub fn parse_url(url: &str) -> Result<Endpoint, String> {
                 None => rest,
             };
             if path.is_empty() {
-                return Err(format!("{url:?} names no socket path"));
+                return Err(format!("{shown:?} names no socket path"));
             }
             Ok(Endpoint::Unix(PathBuf::from(percent_decode(path))))
         }
         "http" => {
-            let after = rest.strip_prefix("//").ok_or_else(|| format!("{url:?}: expected http://host"))?;
+            let after = rest.strip_prefix("//").ok_or_else(|| format!("{shown:?}: expected http://host"))?;
             let (authority, path_q) = match after.find(['/', '?']) {
                 Some(i) => (&after[..i], &after[i..]),
                 None => (after, ""),
@@ -125,7 +150,7 @@ pub fn parse_url(url: &str) -> Result<Endpoint, String> {
                 None => (None, authority),
             };
             if hostport.is_empty() {
-                return Err(format!("{url:?} names no host"));
+                return Err(format!("{shown:?} names no host"));
             }
             let has_port = if hostport.starts_with('[') { hostport.contains("]:") } else { hostport.contains(':') };
             let addr = if has_port { hostport.to_string() } else { format!("{hostport}:80") };
@@ -180,11 +205,19 @@ pub fn dechunk(mut raw: &[u8]) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Splits a whole HTTP/1.x response into its status code and body
-/// (`Content-Length`, chunked, or everything to the close).
-pub fn parse_http_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
-    let end = find(raw, b"\r\n\r\n").ok_or("truncated HTTP response (no end of headers)")?;
-    let head = std::str::from_utf8(&raw[..end]).map_err(|_| "HTTP headers are not text")?;
+/// The status and body framing of an HTTP/1.x response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub code: u16,
+    /// `Content-Length`, when given.
+    pub length: Option<usize>,
+    /// `Transfer-Encoding: chunked` (which wins over a length).
+    pub chunked: bool,
+}
+
+/// Parses a response head: the bytes before its `\r\n\r\n`.
+pub fn parse_head(head: &[u8]) -> Result<Head, String> {
+    let head = std::str::from_utf8(head).map_err(|_| "HTTP headers are not text")?;
     let mut lines = head.split("\r\n");
     let status = lines.next().unwrap_or("");
     let mut parts = status.split_whitespace();
@@ -204,15 +237,23 @@ pub fn parse_http_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
             chunked = true;
         }
     }
+    Ok(Head { code, length, chunked })
+}
+
+/// Splits a whole HTTP/1.x response into its status code and body
+/// (`Content-Length`, chunked, or everything to the close).
+pub fn parse_http_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    let end = find(raw, b"\r\n\r\n").ok_or("truncated HTTP response (no end of headers)")?;
+    let head = parse_head(&raw[..end])?;
     let body = &raw[end + 4..];
-    let body = if chunked {
+    let body = if head.chunked {
         dechunk(body)?
-    } else if let Some(n) = length {
+    } else if let Some(n) = head.length {
         body.get(..n).ok_or_else(|| format!("truncated body: {} of {n} bytes", body.len()))?.to_vec()
     } else {
         body.to_vec()
     };
-    Ok((code, body))
+    Ok((head.code, body))
 }
 
 /// An XML-RPC value.
@@ -328,8 +369,13 @@ impl Cursor {
         }
     }
 
-    /// A `<value>` whose start was consumed, through its end.
-    fn value(&mut self) -> Result<Value, String> {
+    /// A `<value>` whose start was consumed, through its end; `depth` is
+    /// how many values enclose it (refused past [`MAX_DEPTH`], so a hostile
+    /// reply cannot exhaust the stack).
+    fn value(&mut self, depth: usize) -> Result<Value, String> {
+        if depth > MAX_DEPTH {
+            return Err(format!("XML-RPC nesting too deep (more than {MAX_DEPTH} levels)"));
+        }
         // an untyped value is a string (XML-RPC spec)
         match self.toks.get(self.i) {
             Some(Tok::End(n)) if n == "value" => {
@@ -372,7 +418,7 @@ impl Cursor {
                 let mut items = Vec::new();
                 while !self.at_end("data") {
                     self.expect_start("value")?;
-                    items.push(self.value()?);
+                    items.push(self.value(depth + 1)?);
                 }
                 self.expect_end("data")?;
                 self.expect_end("array")?;
@@ -385,7 +431,7 @@ impl Cursor {
                     self.expect_start("name")?;
                     let name = self.leaf("name")?;
                     self.expect_start("value")?;
-                    let v = self.value()?;
+                    let v = self.value(depth + 1)?;
                     self.expect_end("member")?;
                     members.push((name, v));
                 }
@@ -408,11 +454,11 @@ pub fn parse_method_response(xml: &str) -> Result<Value, String> {
         "params" => {
             c.expect_start("param").map_err(|e| format!("invalid response: {e}"))?;
             c.expect_start("value").map_err(|e| format!("invalid response: {e}"))?;
-            c.value()
+            c.value(0)
         }
         "fault" => {
             c.expect_start("value")?;
-            let v = c.value()?;
+            let v = c.value(0)?;
             let (mut code, mut msg) = (String::from("?"), String::new());
             if let Value::Struct(m) = &v {
                 for (k, v) in m {
@@ -523,26 +569,95 @@ fn exchange<S: Read + Write>(
     s.write_all(req)?;
     let mut out = Vec::new();
     let mut buf = [0u8; 16 << 10];
+    // the head is parsed once, when its end arrives; `total` is then the
+    // whole length of a `Content-Length` response
+    let (mut head_seen, mut total) = (false, None::<usize>);
     loop {
         set_timeouts(s, remaining(deadline)?)?;
         let n = s.read(&mut buf)?;
         if n == 0 {
             return Ok(out);
         }
+        // the head's end may straddle two reads: look from 3 bytes back
+        let scan_from = out.len().saturating_sub(3);
         out.extend_from_slice(&buf[..n]);
         if out.len() > MAX_RESPONSE {
             return Err(std::io::Error::other("response too large"));
         }
-        // stop at a complete Content-Length body even if the peer keeps the connection
-        if let Ok((_, body)) = parse_http_response(&out) {
-            if let Some(end) = find(&out, b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&out[..end]).to_ascii_lowercase();
-                if head.contains("content-length:") && !head.contains("chunked") && out.len() - end - 4 >= body.len() {
-                    return Ok(out);
+        if !head_seen {
+            if let Some(i) = find(&out[scan_from..], b"\r\n\r\n") {
+                head_seen = true;
+                let end = scan_from + i;
+                match parse_head(&out[..end]) {
+                    // a chunked body, or one without a length, runs to the close
+                    Ok(h) if !h.chunked => total = h.length.map(|n| end + 4 + n),
+                    Ok(_) => {}
+                    // a bad head: the caller's parse reports it
+                    Err(_) => return Ok(out),
                 }
             }
         }
+        // stop at a complete Content-Length body even if the peer keeps the connection
+        if total.is_some_and(|t| out.len() >= t) {
+            return Ok(out);
+        }
     }
+}
+
+/// Connects to a unix stream socket without blocking on a full backlog:
+/// the socket is connected non-blocking, so such a listener fails the call
+/// at once with `EAGAIN` (as Go's dialer, which node_exporter uses, reports
+/// it); a connect still in progress is waited for until `deadline`. The
+/// stream is returned blocking. std has no unix connect with a timeout,
+/// hence the few libc calls.
+fn connect_unix(path: &std::path::Path, deadline: Instant) -> std::io::Result<UnixStream> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data, for which all zero bytes are a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    // keep a NUL after the path
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "socket path too long or holds a NUL"));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: socket takes no pointers; a negative result is checked below.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh, open descriptor that nothing else owns or closes.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // SAFETY: `addr` is a valid, initialised sockaddr_un of `len` bytes that
+    // outlives the call, and `fd` is an open socket.
+    let rc = unsafe { libc::connect(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) };
+    let stream = UnixStream::from(fd);
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+        let wait = remaining(deadline)?;
+        let mut pfd = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+        let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX).max(1);
+        // SAFETY: `pfd` is one valid pollfd, and the count passed is 1.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"));
+        }
+        if let Some(e) = stream.take_error()? {
+            return Err(e);
+        }
+    }
+    stream.set_nonblocking(false)?;
+    Ok(stream)
 }
 
 /// One `supervisor.getAllProcessInfo` round trip: the raw HTTP response.
@@ -551,7 +666,7 @@ pub fn call(ep: &Endpoint) -> std::io::Result<Vec<u8>> {
     let req = build_request(ep);
     match ep {
         Endpoint::Unix(path) => {
-            let mut s = UnixStream::connect(path)?;
+            let mut s = connect_unix(path, deadline)?;
             exchange(&mut s, &req, deadline, |s, d| {
                 s.set_read_timeout(Some(d))?;
                 s.set_write_timeout(Some(d))
@@ -587,21 +702,22 @@ pub fn parse_response(raw: &[u8]) -> Result<Vec<Process>, String> {
 
 pub struct Collector {
     endpoint: Endpoint,
-    url: String,
+    /// The URL for errors, its password hidden.
+    shown: String,
 }
 
 impl Collector {
     pub fn new(o: Options, _p: &Paths) -> Result<Self, ConfigError> {
         let endpoint = parse_url(&o.url).map_err(|msg| ConfigError::Invalid { flag: URL.to_string(), msg })?;
         tracing::warn!(collector = "supervisord", "This collector is deprecated and will be removed in the next major version release.");
-        Ok(Collector { endpoint, url: o.url })
+        Ok(Collector { endpoint, shown: redact_url(&o.url) })
     }
 }
 
 impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
-        let where_ = std::path::Path::new(&self.url);
-        let raw = call(&self.endpoint).map_err(|e| Error::Other(format!("unable to call supervisord: {}: {e}", self.url).into()))?;
+        let where_ = std::path::Path::new(&self.shown);
+        let raw = call(&self.endpoint).map_err(|e| Error::Other(format!("unable to call supervisord: {}: {e}", self.shown).into()))?;
         let procs = parse_response(&raw).map_err(|m| Error::parse(where_, format!("unable to call supervisord: {m}")))?;
         write(sink, &procs);
         Ok(())
@@ -815,6 +931,140 @@ mod tests {
         let p = crate::testutil::paths(std::path::Path::new("/nonexistent"));
         let e = Collector::new(Options { url: "ftp://x/RPC2".into() }, &p).err().unwrap();
         assert!(e.to_string().contains("--collector.supervisord.url"), "{e}");
+    }
+
+    #[test]
+    fn passwords_never_reach_errors() {
+        use crate::Collector as _;
+        assert_eq!(redact_url("http://agent:s3cret@127.0.0.1:9001/RPC2"), "http://agent:***@127.0.0.1:9001/RPC2");
+        assert_eq!(redact_url("http://a:p@ss:w@h/x?y=1@2"), "http://a:***@h/x?y=1@2");
+        assert_eq!(redact_url("http://a:p#s@h/"), "http://a:***@h/");
+        for same in ["http://agent@h:1/RPC2", "http://h:1/RPC2", "unix:///run/s.sock", "x"] {
+            assert_eq!(redact_url(same), same);
+        }
+        let p = crate::testutil::paths(std::path::Path::new("/nonexistent"));
+        // a bad URL at start-up
+        for url in ["http://agent:s3cret@", "ftp://agent:s3cret@h/RPC2"] {
+            let e = Collector::new(Options { url: url.into() }, &p).err().unwrap();
+            assert!(!format!("{e} {e:?}").contains("s3cret"), "{e}");
+        }
+        // a failed connection
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut c = Collector::new(Options { url: format!("http://agent:s3cret@127.0.0.1:{port}/RPC2") }, &p).unwrap();
+        let e = c.update(&mut Sink::new()).unwrap_err();
+        let msg = format!("{e} {e:?}");
+        assert!(!msg.contains("s3cret") && msg.contains("agent:***@"), "{msg}");
+        // a malformed reply (the parse error's path is the URL)
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut req = [0u8; 4096];
+            let _ = s.read(&mut req);
+            s.write_all(b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n").unwrap();
+        });
+        let mut c = Collector::new(Options { url: format!("http://agent:s3cret@127.0.0.1:{port}/RPC2") }, &p).unwrap();
+        let e = c.update(&mut Sink::new()).unwrap_err();
+        server.join().unwrap();
+        let msg = format!("{e} {e:?}");
+        assert!(msg.contains("500") && !msg.contains("s3cret"), "{msg}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_not_a_stack_overflow() {
+        let arrays = |n: usize| {
+            format!(
+                "<methodResponse><params><param><value>{}<int>1</int>{}</value></param></params></methodResponse>",
+                "<array><data><value>".repeat(n),
+                "</value></data></array>".repeat(n)
+            )
+        };
+        let n = 10_000;
+        let e = parse_method_response(&arrays(n)).unwrap_err();
+        assert!(e.contains("nesting too deep"), "{e}");
+        assert!(parse_method_response(&arrays(MAX_DEPTH + 1)).unwrap_err().contains("nesting too deep"));
+        assert!(parse_method_response(&arrays(MAX_DEPTH)).is_ok());
+        // structs count too
+        let deep_struct = format!(
+            "<methodResponse><params><param><value>{}<int>1</int>{}</value></param></params></methodResponse>",
+            "<struct><member><name>a</name><value>".repeat(n),
+            "</value></member></struct>".repeat(n)
+        );
+        assert!(parse_method_response(&deep_struct).unwrap_err().contains("nesting too deep"));
+    }
+
+    /// A peer that answers in `chunk`-byte pieces and then neither closes
+    /// nor sends more (a read past the reply fails the test).
+    struct Trickle {
+        reply: Vec<u8>,
+        at: usize,
+        chunk: usize,
+        reads: usize,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            assert!(self.at < self.reply.len(), "read past a complete response");
+            let n = self.chunk.min(buf.len()).min(self.reply.len() - self.at);
+            buf[..n].copy_from_slice(&self.reply[self.at..self.at + n]);
+            self.at += n;
+            self.reads += 1;
+            Ok(n)
+        }
+    }
+
+    impl Write for Trickle {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn exchange_stops_at_the_content_length() {
+        let body = response(&proc_xml("a", "g", 20, 7, 0)).repeat(50);
+        let reply = http(&body);
+        let deadline = Instant::now() + TIMEOUT;
+        // the head's end split across reads at every offset, and big reads
+        for chunk in [1, 2, 3, 5, 7, 16 << 10] {
+            let mut t = Trickle { reply: reply.clone(), at: 0, chunk, reads: 0 };
+            let got = exchange(&mut t, b"req", deadline, |_, _| Ok(())).unwrap();
+            assert_eq!(got, reply, "chunk {chunk}");
+            assert_eq!(parse_http_response(&got).unwrap().1, body.as_bytes());
+        }
+        // a bad head ends the exchange at once, for the parse to report
+        let mut t = Trickle { reply: b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\nmore".to_vec(), at: 0, chunk: 8, reads: 0 };
+        let got = exchange(&mut t, b"req", deadline, |_, _| Ok(())).unwrap();
+        assert!(parse_http_response(&got).is_err());
+        assert!(t.reads <= 5, "{} reads", t.reads);
+    }
+
+    #[test]
+    fn unix_connect_to_a_full_backlog_fails_at_once() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        // SAFETY: `l` is an open, bound socket; listen again only sets its backlog.
+        assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
+        let t = Instant::now();
+        let mut held = Vec::new();
+        let err = loop {
+            match connect_unix(&path, Instant::now() + TIMEOUT) {
+                Ok(s) => held.push(s),
+                Err(e) => break e,
+            }
+            assert!(held.len() < 100, "the backlog never filled");
+        };
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "{err}");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        // a connected stream is blocking, and a missing socket is an error
+        assert!(!held.is_empty());
+        drop(l);
+        assert!(connect_unix(&dir.path().join("none"), Instant::now() + TIMEOUT).is_err());
+        assert!(connect_unix(std::path::Path::new(&"/x".repeat(100)), Instant::now() + TIMEOUT).is_err());
     }
 
     #[test]
