@@ -25,12 +25,22 @@ pub static TEST_OBJECT: &[u8] = &TEST_OBJECT_ALIGNED.0;
 /// Starts an exporter binary on a free loopback port with `flags` and waits
 /// until its /metrics answers; returns the guard, the URL and the pid.
 pub fn start_exporter<S: AsRef<std::ffi::OsStr>>(bin: &Path, flags: &[S]) -> Result<(Kill, String, u32), String> {
+    start_exporter_with_stderr(bin, flags, std::process::Stdio::null())
+}
+
+/// [`start_exporter`], with the exporter's stderr sent to `stderr` (say, a
+/// file whose log lines the test reads afterwards).
+pub fn start_exporter_with_stderr<S: AsRef<std::ffi::OsStr>>(
+    bin: &Path,
+    flags: &[S],
+    stderr: std::process::Stdio,
+) -> Result<(Kill, String, u32), String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(|e| e.to_string())?;
     let child = std::process::Command::new(bin)
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .args(flags)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(stderr)
         .spawn()
         .map_err(|e| format!("starting {}: {e}", bin.display()))?;
     let pid = child.id();

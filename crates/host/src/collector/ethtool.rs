@@ -481,10 +481,15 @@ mod ioctl {
     const ETHTOOL_GSTATS: u32 = 0x1d;
     const ETH_SS_STATS: u32 = 1;
     const ETH_GSTRING_LEN: usize = 32;
-    /// safchain/ethtool's MAX_GSTRINGS: more statistics are refused. The
-    /// kernel writes as many strings and values as the driver has *now*,
-    /// whatever length it is told, so the buffers are this large (zeroed
-    /// pages the kernel does not touch stay unmapped).
+    /// safchain/ethtool's MAX_GSTRINGS: a device announcing more statistics
+    /// is refused. The kernel ignores the length in the request: it writes
+    /// as many strings and values as the driver reports at the moment of
+    /// each call. The buffers hold this many entries, so they are safe
+    /// exactly when that count, checked against this bound from GDRVINFO's
+    /// `n_stats` just before, has not grown beyond it by the time of the
+    /// GSTRINGS/GSTATS call (a driver's statistics set does not change
+    /// size at run time in practice; safchain/ethtool relies on the same).
+    /// Zeroed pages the kernel does not touch stay unmapped.
     const MAX_GSTRINGS: usize = 32768;
     const IFNAMSIZ: usize = 16;
 
@@ -584,15 +589,26 @@ mod ioctl {
             Ok(Ethtool { fd, strings: Vec::new(), stats: Vec::new() })
         }
 
-        /// SIOCETHTOOL on `device` with the command block at `data`, which
-        /// must be valid for the command's reads and writes.
-        fn call(&self, device: &str, data: *mut libc::c_void) -> Result<(), Failure> {
+        /// SIOCETHTOOL on `device` with the command block at `data`.
+        ///
+        /// # Safety
+        ///
+        /// `data` must point to a command block whose first `u32` is the
+        /// ethtool command, and which is valid for reads and writes of
+        /// every byte the kernel reads or writes for that command (its
+        /// struct, and for GSTRINGS/GSTATS the entries that follow it, as
+        /// many as the driver has at the time of the call), and not
+        /// aliased by a live reference during the call.
+        // SAFETY: unsafe because the kernel writes through `data`; the
+        // contract is the `# Safety` section above, kept by every caller.
+        unsafe fn call(&self, device: &str, data: *mut libc::c_void) -> Result<(), Failure> {
             let mut ifr = Ifreq { name: [0; IFNAMSIZ], data, pad: [0; 24 - std::mem::size_of::<usize>()] };
             let n = device.len().min(IFNAMSIZ - 1);
             ifr.name[..n].copy_from_slice(&device.as_bytes()[..n]);
-            // SAFETY: the fd is our open socket; `ifr` is a valid ifreq for
-            // the duration of the call, and its data pointer is the
-            // caller's command block (see each caller).
+            // SAFETY: the fd is our open socket; `ifr` is a valid, writable
+            // ifreq for the duration of the call; its data pointer is the
+            // caller's command block, valid for what the kernel reads and
+            // writes there (this function's own safety contract).
             let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SIOCETHTOOL as _, &mut ifr as *mut Ifreq) };
             if rc < 0 {
                 return Err(Failure::Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)));
@@ -615,8 +631,11 @@ mod ioctl {
                 eedump_len: 0,
                 regdump_len: 0,
             };
-            // The kernel writes one struct ethtool_drvinfo into `d`.
-            self.call(device, (&mut d as *mut RawDrvInfo).cast())?;
+            // SAFETY: `d` is a live, exclusively borrowed struct
+            // ethtool_drvinfo (196 bytes, asserted above) starting with
+            // cmd = GDRVINFO; the kernel reads and writes exactly that
+            // struct, and no reference to `d` is used during the call.
+            unsafe { self.call(device, (&mut d as *mut RawDrvInfo).cast()) }?;
             Ok(DriverInfo {
                 driver: c_string(&d.driver),
                 version: c_string(&d.version),
@@ -629,8 +648,10 @@ mod ioctl {
 
         pub fn link_settings(&self, device: &str) -> Result<LinkSettings, Failure> {
             let mut c = RawCmd { cmd: ETHTOOL_GSET, ..RawCmd::default() };
-            // The kernel writes one struct ethtool_cmd into `c`.
-            self.call(device, (&mut c as *mut RawCmd).cast())?;
+            // SAFETY: `c` is a live, exclusively borrowed struct ethtool_cmd
+            // (44 bytes, asserted above) starting with cmd = GSET; the
+            // kernel reads and writes exactly that struct.
+            unsafe { self.call(device, (&mut c as *mut RawCmd).cast()) }?;
             Ok(LinkSettings { supported: c.supported, advertising: c.advertising, autoneg: c.autoneg })
         }
 
@@ -652,15 +673,30 @@ mod ioctl {
             self.strings[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
             self.strings[4..8].copy_from_slice(&ETH_SS_STATS.to_ne_bytes());
             self.strings[8..12].copy_from_slice(&n_stats.to_ne_bytes());
-            // `strings` holds a header and MAX_GSTRINGS strings, the most
-            // the kernel is allowed to write here.
             let strings = self.strings.as_mut_ptr().cast();
-            self.call(device, strings)?;
+            // `self.strings`: a struct ethtool_gstrings header (cmd =
+            // GSTRINGS, string_set, len) and room for MAX_GSTRINGS strings
+            // of ETH_GSTRING_LEN bytes, not otherwise borrowed meanwhile.
+            // SAFETY: the kernel writes the header and as many strings as
+            // the driver has now (not `len`): within the buffer as long as
+            // that count has not grown past MAX_GSTRINGS since GDRVINFO's
+            // `n_stats`, checked above (see MAX_GSTRINGS).
+            unsafe { self.call(device, strings) }?;
             self.stats[0..4].copy_from_slice(&ETHTOOL_GSTATS.to_ne_bytes());
             self.stats[4..8].copy_from_slice(&n_stats.to_ne_bytes());
-            // `stats` holds a header and MAX_GSTRINGS values.
             let stats = self.stats.as_mut_ptr().cast();
-            self.call(device, stats)?;
+            // `self.stats`: a struct ethtool_stats header (cmd = GSTATS,
+            // n_stats) and room for MAX_GSTRINGS u64 values, not otherwise
+            // borrowed meanwhile.
+            // SAFETY: as for GSTRINGS, the kernel writes as many values as
+            // the driver has now: within the buffer unless that count grew
+            // past MAX_GSTRINGS since the check above.
+            unsafe { self.call(device, stats) }?;
+            // The counts the kernel wrote back in both headers bound the
+            // parse (with `n_stats`, at most MAX_GSTRINGS), so nothing past
+            // the buffers is read even if the set changed between calls.
+            // This re-check comes after the kernel's writes: it cannot
+            // prevent an overrun, only keep the parse within the buffers.
             let n = n.min(u32_at(&self.strings, 8) as usize).min(u32_at(&self.stats, 4) as usize);
             let mut out = Vec::with_capacity(n);
             for i in 0..n {

@@ -6,10 +6,14 @@
 //! (`node_perf_page_faults_total`, `node_perf_context_switches_total`, ...),
 //! the hardware-cache events (`node_perf_cache_l1d_read_hits_total`, ...)
 //! and, per `--collector.perf.tracepoint=<subsystem>:<event>`, one event
-//! group of tracepoints (`node_perf_<subsystem>_<event>`, a counter without
-//! `_total`, as node_exporter names it); every scrape reads the raw counts
-//! (not scaled for multiplexing, as node_exporter) into counters labelled
-//! `cpu`.
+//! group of tracepoints (`node_perf_<subsystem>_<event>`); every scrape
+//! reads the raw counts (not scaled for multiplexing, as node_exporter) into
+//! samples labelled `cpu`. The event families are counters; the tracepoint
+//! families are UNTYPED here: node_exporter exposes them as counters whose
+//! name lacks `_total`, which prometheus-client (node-agent's exposition)
+//! cannot write (it appends `_total` to every counter sample), so the type
+//! line differs (`untyped` for `counter`) to keep the series name and value
+//! identical.
 //!
 //! Decisions, each checked against node_exporter's and perf-utils' source:
 //! - **An event that cannot be opened is skipped, not an error.** perf-utils
@@ -397,10 +401,12 @@ pub fn emit_events(sink: &mut Sink, cpu: &str, values: &[(&Event, u64)]) {
     }
 }
 
-/// Writes one CPU's tracepoint values, in the configured order.
+/// Writes one CPU's tracepoint values, in the configured order, as untyped
+/// samples: node_exporter's counter name has no `_total`, which a counter of
+/// prometheus-client (node-agent's exposition) would append.
 pub fn emit_tracepoints(sink: &mut Sink, cpu: &str, tracepoints: &[(String, String)], values: &[u64]) {
     for ((family, help), v) in tracepoints.iter().zip(values) {
-        sink.family(family, help, Kind::Counter).sample(&[("cpu", cpu)], *v as f64);
+        sink.family(family, help, Kind::Untyped).sample(&[("cpu", cpu)], *v as f64);
     }
 }
 
@@ -849,6 +855,21 @@ mod tests {
                 "node_perf_sched_sched_process_fork{cpu=0} 3",
             ]
         );
+    }
+
+    /// Through node-agent's own text encoding (prometheus-client): a
+    /// tracepoint family keeps node_exporter's name, without `_total`.
+    #[test]
+    fn tracepoint_families_are_exposed_under_node_exporters_name() {
+        let mut sink = Sink::new();
+        let tps = parse_tracepoints(&strs(&["sched:sched_process_fork"])).unwrap();
+        let tps: Vec<(String, String)> = tps.iter().map(|t| (t.family(), t.help())).collect();
+        emit_tracepoints(&mut sink, "0", &tps, &[3]);
+        let mut text = String::new();
+        expo::encode(vec![sink], expo::Format::Text, &mut text);
+        assert!(text.contains("node_perf_sched_sched_process_fork{cpu=\"0\"} 3"), "{text}");
+        assert!(text.contains("# TYPE node_perf_sched_sched_process_fork untyped\n"), "{text}");
+        assert!(!text.contains("_total"), "{text}");
     }
 
     fn options(args: &[&str]) -> Result<Options, ConfigError> {
