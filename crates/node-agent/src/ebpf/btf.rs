@@ -1,6 +1,8 @@
 //! Member offsets of kernel structures, read from the kernel's BTF
 //! (`/sys/kernel/btf/vmlinux`), for the few pointer walks pod attribution
-//! needs (task → css_set → cgroup → kernfs_node → id; sock → cgroup).
+//! needs (task → css_set → cgroup → kernfs_node → id; sock → cgroup), the
+//! members of an enum (the names of packet drop reasons) and the parameter
+//! types of a tracepoint's prototype (`btf_trace_<name>`).
 //!
 //! Hand-written rather than aya-obj's parser: aya-obj does not expose member
 //! lookups, and finding a handful of offsets needs only the type section's
@@ -21,7 +23,16 @@ pub enum BtfError {
     NoStruct(String),
     #[error("no member {member} in struct {strukt}")]
     NoMember { strukt: String, member: String },
+    #[error("no {0} in the kernel's BTF")]
+    NoType(String),
 }
+
+const KIND_INT: u32 = 1;
+const KIND_PTR: u32 = 2;
+const KIND_ENUM: u32 = 6;
+const KIND_FWD: u32 = 7;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_ENUM64: u32 = 19;
 
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
@@ -31,14 +42,16 @@ const KIND_CONST: u32 = 10;
 const KIND_RESTRICT: u32 = 11;
 const KIND_TYPE_TAG: u32 = 18;
 
-/// One type of the type section: kind, name, referenced type (modifiers)
-/// and members (structs and unions: name, type, bit offset).
+/// One type of the type section: kind, name, referenced type (modifiers,
+/// pointers), members (structs and unions: name, type, bit offset; function
+/// prototypes: parameter name, type, 0) and enumerators (name, value).
 #[derive(Clone, Debug, Default)]
 struct Type {
     kind: u32,
     name: u32,
     refers: u32,
     members: Vec<(u32, u32, u32)>,
+    values: Vec<(u32, u64)>,
 }
 
 /// The parsed types and strings.
@@ -76,7 +89,7 @@ impl<'a> Btf<'a> {
             at += 12;
             let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
             let kind_flag = info >> 31 == 1;
-            let mut t = Type { kind, name, refers: size_or_type, members: Vec::new() };
+            let mut t = Type { kind, name, refers: size_or_type, members: Vec::new(), values: Vec::new() };
             let extra = match kind {
                 2 | 7 | 8 | 9 | 10 | 11 | 12 | 16 | 18 => 0,
                 1 | 14 | 17 => 4,
@@ -90,8 +103,27 @@ impl<'a> Btf<'a> {
                     }
                     vlen * 12
                 }
-                6 | 13 => vlen * 8,
-                15 | 19 => vlen * 12,
+                KIND_ENUM | KIND_FUNC_PROTO => {
+                    for m in 0..vlen {
+                        let (name, v) = (u32_at(tsec, at + m * 8)?, u32_at(tsec, at + m * 8 + 4)?);
+                        if kind == KIND_ENUM {
+                            // The value as the kernel's 32-bit enum holds it.
+                            t.values.push((name, v as u64));
+                        } else {
+                            t.members.push((name, v, 0));
+                        }
+                    }
+                    vlen * 8
+                }
+                KIND_ENUM64 => {
+                    for m in 0..vlen {
+                        let base = at + m * 12;
+                        let (lo, hi) = (u32_at(tsec, base + 4)?, u32_at(tsec, base + 8)?);
+                        t.values.push((u32_at(tsec, base)?, (hi as u64) << 32 | lo as u64));
+                    }
+                    vlen * 12
+                }
+                15 => vlen * 12,
                 k => return Err(BtfError::Kind(k)),
             };
             at += extra;
@@ -164,6 +196,52 @@ impl<'a> Btf<'a> {
         }
         Ok(bits / 8)
     }
+
+    /// The first type of one of `kinds` named `name`.
+    fn named(&self, kinds: &[u32], name: &str) -> Option<&Type> {
+        self.types.iter().find(|t| kinds.contains(&t.kind) && self.string(t.name) == Some(name))
+    }
+
+    /// The enumerators (name, value) of `enum name`, in declaration order.
+    pub fn enumerators(&self, name: &str) -> Result<Vec<(&'a str, u64)>, BtfError> {
+        let t = self.named(&[KIND_ENUM, KIND_ENUM64], name).ok_or_else(|| BtfError::NoType(format!("enum {name}")))?;
+        Ok(t.values.iter().filter_map(|&(n, v)| Some((self.string(n)?, v))).collect())
+    }
+
+    /// The parameter types of the function prototype a typedef points to,
+    /// in C spelling (`struct sk_buff *`, `enum skb_drop_reason`, `void *`):
+    /// `btf_trace_kfree_skb` gives the raw tracepoint's arguments after its
+    /// leading `void *`.
+    pub fn typedef_params(&self, name: &str) -> Result<Vec<String>, BtfError> {
+        let missing = || BtfError::NoType(format!("function prototype {name}"));
+        let t = self.named(&[KIND_TYPEDEF], name).ok_or_else(missing)?;
+        let mut t = self.resolve(t.refers).ok_or_else(missing)?;
+        if t.kind == KIND_PTR {
+            t = self.resolve(t.refers).ok_or_else(missing)?;
+        }
+        if t.kind != KIND_FUNC_PROTO {
+            return Err(missing());
+        }
+        Ok(t.members.iter().map(|&(_, ty, _)| self.c_name(ty, 0)).collect())
+    }
+
+    /// A type in C spelling, qualifiers and typedefs skipped.
+    fn c_name(&self, id: u32, depth: u32) -> String {
+        if id == 0 {
+            return "void".into();
+        }
+        let Some(t) = self.resolve(id).filter(|_| depth < 8) else { return "?".into() };
+        let name = self.string(t.name).unwrap_or("");
+        match t.kind {
+            KIND_PTR => format!("{} *", self.c_name(t.refers, depth + 1)),
+            KIND_STRUCT => format!("struct {name}"),
+            KIND_UNION => format!("union {name}"),
+            KIND_ENUM | KIND_ENUM64 => format!("enum {name}"),
+            KIND_FWD => format!("struct {name}"),
+            KIND_INT => name.to_string(),
+            _ => format!("? {name}"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +287,95 @@ mod tests {
         assert_eq!(btf.offset("missing", &["a"]), Err(BtfError::NoStruct("missing".into())));
     }
 
+    /// A BTF blob with enum skb_drop_reason { SKB_CONSUMED = 1,
+    /// SKB_DROP_REASON_NO_SOCKET = 3, SKB_DROP_REASON_SUBSYS_MASK =
+    /// 0xffff0000 } (signed, as the kernel's), an enum64, struct sk_buff
+    /// { void *sk at byte 24 }, and typedef btf_trace_kfree_skb = void
+    /// (*)(void *, struct sk_buff *, void *, enum skb_drop_reason).
+    fn enum_blob() -> Vec<u8> {
+        kfree_skb_blob(true)
+    }
+
+    /// The same, the prototype without its reason (Linux < 5.17) unless `reason`.
+    fn kfree_skb_blob(reason: bool) -> Vec<u8> {
+        let strings = b"\0skb_drop_reason\0SKB_CONSUMED\0SKB_DROP_REASON_NO_SOCKET\0SKB_DROP_REASON_SUBSYS_MASK\0sk_buff\0btf_trace_kfree_skb\0wide\0W_BIG\0sk\0".to_vec();
+        let s = |name: &str| {
+            let needle = format!("\0{name}\0");
+            strings.windows(needle.len()).position(|w| w == needle.as_bytes()).map(|p| p as u32 + 1).unwrap_or(0)
+        };
+        let mut t = Vec::new();
+        let mut push = |v: &[u32]| v.iter().for_each(|x| t.extend_from_slice(&x.to_le_bytes()));
+        // 1: enum skb_drop_reason (signed: kind_flag), 3 values
+        push(&[
+            s("skb_drop_reason"),
+            1 << 31 | 6 << 24 | 3,
+            4,
+            s("SKB_CONSUMED"),
+            1,
+            s("SKB_DROP_REASON_NO_SOCKET"),
+            3,
+            s("SKB_DROP_REASON_SUBSYS_MASK"),
+            0xffff_0000,
+        ]);
+        // 2: struct sk_buff { void *sk at bit 192 }
+        push(&[s("sk_buff"), 4 << 24 | 1, 32, s("sk"), 4, 192]);
+        // 3: struct sk_buff *; 4: void *
+        push(&[0, 2 << 24, 2]);
+        push(&[0, 2 << 24, 0]);
+        // 5: func proto (void *, struct sk_buff *, void *, enum skb_drop_reason) -> void
+        if reason {
+            push(&[0, 13 << 24 | 4, 0, 0, 4, 0, 3, 0, 4, 0, 1]);
+        } else {
+            push(&[0, 13 << 24 | 3, 0, 0, 4, 0, 3, 0, 4]);
+        }
+        // 6: pointer to it; 7: typedef btf_trace_kfree_skb
+        push(&[0, 2 << 24, 5]);
+        push(&[s("btf_trace_kfree_skb"), 8 << 24, 6]);
+        // 8: enum64 wide { W_BIG = 1 << 40 }
+        push(&[s("wide"), 19 << 24 | 1, 8, s("W_BIG"), 0, 1 << 8]);
+        let mut out = vec![0x9f, 0xeb, 1, 0];
+        for v in [24u32, 0, t.len() as u32, t.len() as u32, strings.len() as u32] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&t);
+        out.extend_from_slice(&strings);
+        out
+    }
+
+    #[test]
+    fn enumerators_and_prototype_parameters() {
+        let data = enum_blob();
+        let btf = Btf::parse(&data).expect("parses");
+        assert_eq!(
+            btf.enumerators("skb_drop_reason"),
+            Ok(vec![("SKB_CONSUMED", 1), ("SKB_DROP_REASON_NO_SOCKET", 3), ("SKB_DROP_REASON_SUBSYS_MASK", 0xffff_0000)])
+        );
+        assert_eq!(btf.enumerators("wide"), Ok(vec![("W_BIG", 1 << 40)]));
+        assert_eq!(btf.enumerators("nope"), Err(BtfError::NoType("enum nope".into())));
+        let params = btf.typedef_params("btf_trace_kfree_skb");
+        assert_eq!(params, Ok(vec!["void *".into(), "struct sk_buff *".into(), "void *".into(), "enum skb_drop_reason".into()]));
+        assert!(btf.typedef_params("sk_buff").is_err());
+        for cut in 0..data.len() {
+            let _ = Btf::parse(&data[..cut]);
+        }
+    }
+
+    #[test]
+    fn kfree_skb_facts_from_btf() {
+        let data = enum_blob();
+        let btf = Btf::parse(&data).expect("parses");
+        let d = crate::ebpf::kernel::drop_reasons(&btf).expect("kfree_skb passes a reason");
+        // Argument indices count from the tracepoint's first argument, after `void *__data`.
+        assert_eq!((d.skb_arg, d.reason_arg, d.rx_sk_arg, d.skb_sk), (0, 2, None, Some(24)));
+        let names: Vec<(u64, &str)> = d.names.iter().map(|(v, n)| (*v, n.as_str())).collect();
+        assert_eq!(names, [(1, "CONSUMED"), (3, "NO_SOCKET"), (0xffff_0000, "SUBSYS_MASK")]);
+        // A blob whose kfree_skb passes no reason (Linux < 5.17): an error, the probe's reason to be down.
+        let old = kfree_skb_blob(false);
+        let btf = Btf::parse(&old).expect("parses");
+        let e = crate::ebpf::kernel::drop_reasons(&btf).expect_err("no reason argument");
+        assert!(e.contains("Linux < 5.17"), "{e}");
+    }
+
     #[test]
     fn bad_input_is_an_error_not_a_panic() {
         let data = blob();
@@ -241,5 +408,11 @@ mod tests {
         }
         // sk_cgrp_data.cgroup is the first member of sock_cgroup_data.
         assert_eq!(btf.offset("sock", &["sk_cgrp_data", "cgroup"]), btf.offset("sock", &["sk_cgrp_data"]));
+        assert!(btf.offset("sk_buff", &["sk"]).is_ok());
+        let reasons = btf.enumerators("skb_drop_reason").expect("enum skb_drop_reason");
+        assert!(reasons.iter().any(|(n, _)| *n == "SKB_DROP_REASON_NO_SOCKET"), "{reasons:?}");
+        let params = btf.typedef_params("btf_trace_kfree_skb").expect("btf_trace_kfree_skb");
+        assert_eq!(params.first().map(String::as_str), Some("void *"));
+        assert!(params.iter().any(|p| p == "enum skb_drop_reason"), "{params:?}");
     }
 }

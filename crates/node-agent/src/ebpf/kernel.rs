@@ -69,6 +69,19 @@ impl Kernel {
         self.format("oom", "mark_victim").has("uid")
     }
 
+    /// kfree_skb's drop reasons and argument positions, from the kernel's
+    /// BTF (read once per process): why not, when the kernel has none.
+    pub fn drop_reasons(&self) -> Result<&'static DropReasons, &'static str> {
+        static D: OnceLock<Result<DropReasons, String>> = OnceLock::new();
+        let d = D.get_or_init(|| {
+            let path = "/sys/kernel/btf/vmlinux";
+            let data = read_btf(Path::new(path)).map_err(|e| format!("no kernel BTF ({path}): {e}"))?;
+            let btf = crate::ebpf::btf::Btf::parse(&data).map_err(|e| format!("kernel BTF unusable: {e}"))?;
+            drop_reasons(&btf)
+        });
+        d.as_ref().map_err(String::as_str)
+    }
+
     /// Where the syscall number is in `struct pt_regs`: orig_ax on x86_64,
     /// syscallno on aarch64.
     pub fn regs_syscall_nr(&self) -> u32 {
@@ -78,6 +91,54 @@ impl Kernel {
             120
         }
     }
+}
+
+/// What the kfree_skb program needs to know: the raw tracepoint argument
+/// indices (`btf_trace_kfree_skb`'s parameters after its leading `void *`),
+/// `sk_buff.sk`, and the names of `enum skb_drop_reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DropReasons {
+    pub reason_arg: u32,
+    pub skb_arg: u32,
+    /// `struct sock *rx_sk` (Linux >= 6.9).
+    pub rx_sk_arg: Option<u32>,
+    /// Byte offset of `sk_buff.sk`, when the BTF has it.
+    pub skb_sk: Option<u32>,
+    /// (value, name), the `SKB_DROP_REASON_` (or `SKB_`) prefix stripped,
+    /// in the enum's order.
+    pub names: Vec<(u64, String)>,
+}
+
+/// kfree_skb's drop-reason facts from a parsed BTF: an error (the probe's
+/// reason to be down) when the tracepoint passes no reason (Linux < 5.17).
+pub fn drop_reasons(btf: &crate::ebpf::btf::Btf) -> Result<DropReasons, String> {
+    let params = btf.typedef_params("btf_trace_kfree_skb").map_err(|e| format!("no kfree_skb tracepoint: {e}"))?;
+    // The first parameter is the tracepoint's own `void *__data`.
+    let args: Vec<&str> = params.iter().skip(1).map(String::as_str).collect();
+    let find = |ty: &str| args.iter().position(|a| *a == ty).map(|i| i as u32);
+    let reason_arg = find("enum skb_drop_reason").ok_or("kfree_skb passes no drop reason (Linux < 5.17)")?;
+    let skb_arg = find("struct sk_buff *").ok_or("kfree_skb passes no struct sk_buff *")?;
+    let names = btf
+        .enumerators("skb_drop_reason")
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|(n, v)| (v, n.strip_prefix("SKB_DROP_REASON_").or_else(|| n.strip_prefix("SKB_")).unwrap_or(n).to_string()))
+        .collect();
+    Ok(DropReasons { reason_arg, skb_arg, rx_sk_arg: find("struct sock *"), skb_sk: btf.offset("sk_buff", &["sk"]).ok(), names })
+}
+
+/// The (value, name) pairs of a tracepoint format's `__print_symbolic` list.
+pub fn print_symbolic(format: &str) -> Vec<(u64, &str)> {
+    let Some(list) = format.split("__print_symbolic(").nth(1) else { return Vec::new() };
+    list.split("{ ")
+        .skip(1)
+        .filter_map(|e| {
+            let (v, rest) = e.split_once(',')?;
+            let v = v.trim();
+            let v = v.strip_prefix("0x").map_or_else(|| v.parse().ok(), |h| u64::from_str_radix(h, 16).ok())?;
+            Some((v, rest.split('"').nth(1)?))
+        })
+        .collect()
 }
 
 /// Whether a kernel release (`6.18.44-...`) is at least `major.minor`.
@@ -188,6 +249,14 @@ mod tests {
         assert_eq!(f["prev_comm"], 8);
         assert_eq!(switch_state_mask(SWITCH), 0xff);
         assert_eq!(switch_state_mask("no flags"), 0xff);
+    }
+
+    #[test]
+    fn print_symbolic_lists() {
+        let f = "print fmt: \"reason: %s\", __print_symbolic(REC->reason, { 2, \"NOT_SPECIFIED\" }, { 3, \"NO_SOCKET\" })";
+        assert_eq!(print_symbolic(f), [(2, "NOT_SPECIFIED"), (3, "NO_SOCKET")]);
+        assert_eq!(print_symbolic("__print_symbolic(x, { 0x10, \"A\" })"), [(16, "A")]);
+        assert!(print_symbolic("print fmt: \"x\"").is_empty());
     }
 
     #[test]

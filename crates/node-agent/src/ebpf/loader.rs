@@ -41,6 +41,9 @@ pub enum AttachError {
     Attach { hook: String, msg: String },
     #[error("eBPF state poisoned by an earlier panic")]
     Poisoned,
+    /// The running kernel lacks what the program needs (never attached).
+    #[error("not on this kernel: {0}")]
+    Kernel(String),
 }
 
 /// The read-only globals to set before loading: symbol name and bytes.
@@ -236,6 +239,15 @@ impl Probe {
                 Probe { shared: None, programs: programs.iter().map(|p| (p.name, Err(AttachError::Object(e.clone())))).collect() }
             }
         }
+    }
+
+    /// Programs the running kernel cannot serve (`why`): reported down,
+    /// logged once, never loaded.
+    pub fn down(programs: &[Program], why: &str) -> Probe {
+        for p in programs {
+            tracing::warn!(program = p.name, err = why, "eBPF program down: not on this kernel");
+        }
+        Probe { shared: None, programs: programs.iter().map(|p| (p.name, Err(AttachError::Kernel(why.to_string())))).collect() }
     }
 
     /// All programs attached.
