@@ -35,8 +35,14 @@ struct Probe {
 
 impl Probe {
     fn new(collectors: &[&str]) -> Probe {
+        Probe::with_flags(collectors, &[])
+    }
+
+    /// The same, with more flags (e.g. `--ebpf.bpf-stats`).
+    fn with_flags(collectors: &[&str], flags: &[&str]) -> Probe {
         let mut args = vec!["node-agent".to_string(), "--collector.disable-defaults".to_string()];
         args.extend(collectors.iter().map(|c| format!("--collector.{c}")));
+        args.extend(flags.iter().map(|f| f.to_string()));
         let m = node_agent::cmd::command().try_get_matches_from(args).expect("flags");
         let cfg = node_agent::config::resolve(&m).expect("config");
         let p = Probe { scraper: node_agent::agent::scraper(cfg.collectors, false) };
@@ -399,6 +405,97 @@ fn tcp_retransmits_match_netns_snmp() {
     eprintln!("RetransSegs in the test namespace +{ns_delta}, in all other namespaces +{others}; eBPF ipv4 +{ebpf}");
     assert!(ns_delta >= 2, "the dropped segment should have been retransmitted, got {ns_delta}");
     assert!(ebpf >= ns_delta as f64 && ebpf <= (ns_delta + others) as f64, "eBPF {ebpf} vs test namespace {ns_delta} (+ others {others})");
+}
+
+/// A `Udp:` counter (`NoPorts`, `InErrors`) of the calling thread's
+/// network namespace.
+fn snmp_udp(field: &str) -> u64 {
+    let text = std::fs::read_to_string("/proc/thread-self/net/snmp").expect("/proc/thread-self/net/snmp");
+    let mut lines = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (h, v) = (lines.next().expect("Udp: header"), lines.next().expect("Udp: values"));
+    let i = h.split_whitespace().position(|f| f == field).unwrap_or_else(|| panic!("no Udp: {field}"));
+    v.split_whitespace().nth(i).and_then(|n| n.parse().ok()).expect("a number")
+}
+
+/// Packet drops by reason, against what the test makes the kernel drop in
+/// a network namespace of its own: `n` UDP datagrams to a closed port on
+/// loopback raise NO_SOCKET by exactly `n` (and the namespace's `Udp:
+/// NoPorts` by `n`), `m` datagrams to a bound socket whose classic BPF
+/// filter drops everything (`ret #0`) raise SOCKET_FILTER by exactly `m`
+/// (and `Udp: InErrors` by `m`). The counters are host-wide and other
+/// traffic of the machine (a TCP segment or datagram to a closed port
+/// anywhere) may add NO_SOCKET drops in the window: the eBPF truth tests
+/// take turns, and an attempt whose deltas are not exact is retried, up to
+/// 3 attempts in all; each attempt must be exact or the test fails. Also:
+/// every exported reason is the kernel's own name (the tracepoint format's
+/// `__print_symbolic` list, or `OTHER`), and every name of that list is
+/// the one the agent read from the BTF for the same value.
+#[test]
+fn skb_drops_by_reason_match_what_the_test_sent() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    const N: u64 = 100;
+    const M: u64 = 60;
+    let p = Probe::with_flags(&["ebpf_skb_drops"], &["--ebpf.bpf-stats"]);
+    let ns = node_agent_tests::netns::Netns::new("drops");
+    ns.ip(&["link", "set", "lo", "up"]);
+    let reason = |r: &str| p.value("node_ebpf_skb_drops_total", &[("reason", r)]) as u64;
+    let mut attempts = Vec::new();
+    for attempt in 1..=3 {
+        let (no_socket0, filter0) = (reason("NO_SOCKET"), reason("SOCKET_FILTER"));
+        let (no_ports, in_errors) = ns.run(|_| {
+            use std::net::UdpSocket;
+            let (no_ports0, in_errors0) = (snmp_udp("NoPorts"), snmp_udp("InErrors"));
+            let sender = UdpSocket::bind("127.0.0.1:0").expect("bind sender");
+            // A port that was just bound and is closed again.
+            let closed = UdpSocket::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
+            for i in 0..N {
+                sender.send_to(&i.to_le_bytes(), closed).expect("send to a closed port");
+            }
+            let filtered = UdpSocket::bind("127.0.0.1:0").expect("bind filtered");
+            drop_incoming(filtered.as_raw_fd(), true);
+            let to = filtered.local_addr().expect("addr");
+            for i in 0..M {
+                sender.send_to(&i.to_le_bytes(), to).expect("send to the filtered socket");
+            }
+            // Loopback delivers in softirq before send_to returns; a pause
+            // makes sure.
+            std::thread::sleep(Duration::from_millis(200));
+            (snmp_udp("NoPorts") - no_ports0, snmp_udp("InErrors") - in_errors0)
+        });
+        let (no_socket, filter) = (reason("NO_SOCKET") - no_socket0, reason("SOCKET_FILTER") - filter0);
+        eprintln!(
+            "attempt {attempt}: NO_SOCKET +{no_socket} (sent {N}, Udp NoPorts +{no_ports}), SOCKET_FILTER +{filter} (sent {M}, Udp InErrors +{in_errors})"
+        );
+        assert_eq!((no_ports, in_errors), (N, M), "the namespace's own counts of what the test sent");
+        attempts.push((no_socket, filter));
+        if (no_socket, filter) == (N, M) {
+            break;
+        }
+    }
+    assert_eq!(attempts.last(), Some(&(N, M)), "(NO_SOCKET, SOCKET_FILTER) deltas per attempt: {attempts:?}");
+
+    // The names are the kernel's.
+    let kernel = node_agent::ebpf::kernel::Kernel::get();
+    let format = kernel.format("skb", "kfree_skb").text;
+    let printed = node_agent::ebpf::kernel::print_symbolic(&format);
+    assert!(printed.iter().any(|(_, n)| *n == "NO_SOCKET"), "kfree_skb's format lists the reasons: {format}");
+    let btf = kernel.drop_reasons().expect("kfree_skb passes a drop reason");
+    for (v, name) in &printed {
+        assert!(btf.names.iter().any(|(bv, bn)| bv == v && bn == name), "{v} {name} of the format is not the BTF's");
+    }
+    for (labels, _) in p.samples("node_ebpf_skb_drops_total") {
+        let r = labels.get("reason").map(String::as_str).unwrap_or_default();
+        assert!(r == "OTHER" || printed.iter().any(|(_, n)| *n == r), "exported reason {r:?} is not one of the kernel's");
+    }
+
+    // What the program cost (kernel.bpf_stats_enabled, through the agent's --ebpf.bpf-stats).
+    let secs = p.value("node_ebpf_program_run_seconds_total", &[("program", "skb_kfree_skb")]);
+    let runs = p.value("node_ebpf_program_runs_total", &[("program", "skb_kfree_skb")]);
+    assert!(runs >= (N + M) as f64, "the program ran for every drop: {runs} runs");
+    eprintln!("skb_kfree_skb: {runs} runs, {secs:.6} s, {:.0} ns per run", secs / runs * 1e9);
 }
 
 /// Loaded BPF programs with one of our program names.

@@ -438,6 +438,49 @@ fn tcp_retransmits_are_the_sending_pods() {
     assert_eq!(db, 0.0);
 }
 
+/// In a network namespace of its own: 50 datagrams over lo to a bound UDP
+/// socket whose classic BPF filter drops everything; prints the
+/// namespace's `Udp: InErrors` increase.
+const FILTERED: &str = r#"
+import ctypes, socket, struct, time
+def in_errors():
+    lines = [l.split() for l in open("/proc/net/snmp") if l.startswith("Udp:")]
+    return int(lines[1][lines[0].index("InErrors")])
+before = in_errors()
+rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); rx.bind(("127.0.0.1", 0))
+drop_all = (ctypes.c_uint64 * 1)(6)  # { code: BPF_RET|BPF_K, k: 0 }
+rx.setsockopt(socket.SOL_SOCKET, 26, struct.pack("HL", 1, ctypes.addressof(drop_all)))  # SO_ATTACH_FILTER
+tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(50):
+    tx.sendto(b"x", rx.getsockname())
+time.sleep(0.2)
+print(in_errors() - before)
+"#;
+
+/// Packets dropped at a pod's socket are the pod's (kfree_skb's receiving
+/// socket, whose cgroup is the pod's), exactly as many as its namespace
+/// counts.
+#[test]
+fn skb_drops_are_the_receiving_pods() {
+    let Some(t) = truth("5m") else { return };
+    let agent = &t.agent;
+    let a = pod_cgroup('A', None);
+    let script = tempfile::NamedTempFile::new().expect("script");
+    std::fs::write(script.path(), FILTERED).expect("write script");
+    let drops = |ns: &str, p: &str| agent.pod("node_ebpf_pod_skb_drops_total", ns, p);
+    let (a0, b0) = (drops("web", "web-0"), drops("db", "db-0"));
+    let child = a.spawn_piped(&format!("unshare -n /bin/sh -c 'ip link set lo up && exec python3 {}'", script.path().display()));
+    let out = child.wait_with_output().expect("dropping workload");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "workload failed: {text} {}", String::from_utf8_lossy(&out.stderr));
+    let truth: f64 = text.trim().parse().expect("InErrors delta");
+    let (da, db) = (drops("web", "web-0") - a0, drops("db", "db-0") - b0);
+    eprintln!("Udp InErrors of web-0's namespace +{truth}; web-0 +{da}, db-0 +{db}");
+    assert_eq!(truth, 50.0, "the filter dropped every datagram");
+    assert_eq!(da, truth, "every drop at web-0's socket is web-0's");
+    assert_eq!(db, 0.0);
+}
+
 #[test]
 fn only_this_nodes_pods_are_watched_and_deleted_pods_go_after_grace() {
     let Some(t) = truth("2s") else { return };

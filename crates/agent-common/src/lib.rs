@@ -16,6 +16,7 @@ pub mod pods;
 pub mod process;
 pub mod program;
 pub mod runqueue;
+pub mod skb_drops;
 pub mod syscalls;
 pub mod tcp_retransmits;
 pub mod test_programs;
@@ -42,10 +43,12 @@ pub const MAPS: &[&str] = &[
     runqueue::START,
     runqueue::TASK_START,
     runqueue::DROPPED,
+    skb_drops::COUNTS,
     syscalls::COUNTS,
     tcp_retransmits::RETRANSMITS,
 ];
-pub const GLOBALS: &[&str] = &[block_io::OFFSETS, pods::OFFSETS, runqueue::OFFSETS, syscalls::OFFSETS, tcp_retransmits::OFFSETS];
+pub const GLOBALS: &[&str] =
+    &[block_io::OFFSETS, pods::OFFSETS, runqueue::OFFSETS, skb_drops::OFFSETS, syscalls::OFFSETS, tcp_retransmits::OFFSETS];
 pub const PROGRAMS: &[&[Program]] = &[
     &block_io::PROGRAMS,
     &oom_kills::PROGRAMS,
@@ -54,6 +57,7 @@ pub const PROGRAMS: &[&[Program]] = &[
     &process::PROGRAMS,
     &runqueue::RAW_PROGRAMS,
     &runqueue::TP_PROGRAMS,
+    &skb_drops::PROGRAMS,
     &syscalls::PROGRAMS,
     &tcp_retransmits::PROGRAMS,
 ];

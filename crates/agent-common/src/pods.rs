@@ -1,5 +1,5 @@
 //! `ebpf_pods`: kernel events counted per cgroup v2 id, named by pod in
-//! user space. The run-queue, syscall and TCP programs add to these
+//! user space. The run-queue, syscall, TCP and packet-drop programs add to these
 //! counters too, when the bits of `Offsets::events` say so.
 
 use crate::program::Program;
@@ -42,7 +42,8 @@ pub struct PodCounters {
     pub write_bytes: u64,
     /// Syscalls of the cgroup's tasks that returned an error.
     pub syscall_errors: u64,
-    pub _reserved: u64,
+    /// Packets of the cgroup's sockets the kernel dropped (skb:kfree_skb).
+    pub skb_drops: u64,
 }
 
 impl PodCounters {
@@ -54,7 +55,7 @@ impl PodCounters {
         read_bytes: 0,
         write_bytes: 0,
         syscall_errors: 0,
-        _reserved: 0,
+        skb_drops: 0,
     };
 }
 
@@ -66,6 +67,7 @@ pub const TCP_RETRANSMITS: usize = 3;
 pub const READ_BYTES: usize = 4;
 pub const WRITE_BYTES: usize = 5;
 pub const SYSCALL_ERRORS: usize = 6;
+pub const SKB_DROPS: usize = 7;
 
 /// Bits of `Offsets::events`: which events the programs attribute.
 pub const SYSCALLS: u32 = 1;
@@ -73,7 +75,8 @@ pub const RUNQ: u32 = 2;
 pub const OOM: u32 = 4;
 pub const TCP: u32 = 8;
 pub const BLOCK: u32 = 16;
-pub const ALL: u32 = SYSCALLS | RUNQ | OOM | TCP | BLOCK;
+pub const SKB: u32 = 32;
+pub const ALL: u32 = SYSCALLS | RUNQ | OOM | TCP | BLOCK | SKB;
 
 /// What attribution needs: the events on, kernel structure offsets from
 /// the kernel's BTF (task or socket to cgroup v2 id), and tracepoint

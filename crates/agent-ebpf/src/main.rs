@@ -11,6 +11,8 @@
 // Atomic adds: the bpf target has no compare-and-swap, so core::sync::atomic
 // offers no fetch_add there, while the BPF instruction set has an atomic add.
 #![feature(core_intrinsics)]
+// Inline BPF assembly (skb_drops: one context load per argument index).
+#![feature(asm_experimental_arch)]
 #![allow(internal_features)]
 
 mod block_io;
@@ -19,6 +21,7 @@ mod oom_kills;
 mod pods;
 mod process;
 mod runqueue;
+mod skb_drops;
 mod syscalls;
 mod tcp_retransmits;
 #[cfg(feature = "test-programs")]

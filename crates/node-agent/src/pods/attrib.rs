@@ -53,6 +53,7 @@ pub fn add(a: &mut PodCounters, b: &PodCounters) {
     a.read_bytes = a.read_bytes.wrapping_add(b.read_bytes);
     a.write_bytes = a.write_bytes.wrapping_add(b.write_bytes);
     a.syscall_errors = a.syscall_errors.wrapping_add(b.syscall_errors);
+    a.skb_drops = a.skb_drops.wrapping_add(b.skb_drops);
 }
 
 /// The state kept between scrapes.

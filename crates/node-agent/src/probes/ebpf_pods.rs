@@ -1,5 +1,5 @@
 //! `ebpf_pods`: kernel events per pod of this node — run-queue wait, OOM
-//! kills, TCP retransmits, block I/O bytes and failed syscalls, counted in
+//! kills, TCP retransmits, packet drops, block I/O bytes and failed syscalls, counted in
 //! the kernel per cgroup v2 id and named in user space (see `crate::pods`).
 //!
 //! Needs the Kubernetes API (in-cluster service account, or a kubeconfig):
@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent_common::pods::{
-    Offsets, PodCounters, BLOCK, BLOCK_PROGRAMS, DROPPED, OFFSETS, OOM, OOM_CURRENT, OOM_VICTIM, RUNQ, STATS, SYSCALLS, TCP,
+    Offsets, PodCounters, BLOCK, BLOCK_PROGRAMS, DROPPED, OFFSETS, OOM, OOM_CURRENT, OOM_VICTIM, RUNQ, SKB, STATS, SYSCALLS, TCP,
 };
-use agent_common::{runqueue, syscalls, tcp_retransmits, Program};
+use agent_common::{runqueue, skb_drops, syscalls, tcp_retransmits, Program};
 use clap::Arg;
 use expo::{Kind, Sink};
 use host::flags::Flags;
@@ -84,8 +84,9 @@ pub fn prepare(f: &Flags, paths: &Paths, ctx: &mut Context) -> Result<(), Config
 
 /// Sets up attribution's global and decides the events it serves on this
 /// kernel: syscall errors always; block I/O with the block_io_start
-/// tracepoint (Linux >= 6.5); run-queue wait, OOM kills and TCP retransmits
-/// with the kernel's BTF (task and socket to cgroup). Off (0) unless
+/// tracepoint (Linux >= 6.5); run-queue wait, OOM kills, TCP retransmits and
+/// packet drops (kfree_skb with a reason, Linux >= 5.17) with the kernel's
+/// BTF (task and socket to cgroup). Off (0) unless
 /// [`prepare`] turned attribution on.
 pub fn globals(k: &Kernel, ctx: &mut Context, g: &mut Globals) {
     let mut o = Offsets::DEFAULT;
@@ -132,12 +133,20 @@ fn offsets(k: &Kernel, btf_path: &std::path::Path) -> Offsets {
                 o.events |= RUNQ;
             }
             match sock {
-                Ok(off) if k.format("tcp", "tcp_retransmit_skb").has("skaddr") => {
+                Ok(off) => {
                     o.sock_cgroup = off;
-                    o.events |= TCP;
+                    if k.format("tcp", "tcp_retransmit_skb").has("skaddr") {
+                        o.events |= TCP;
+                    } else {
+                        tracing::info!("tcp_retransmit_skb has no skaddr: TCP retransmits are not attributed to pods");
+                    }
+                    match k.drop_reasons() {
+                        Ok(d) if d.skb_sk.is_some() => o.events |= SKB,
+                        Ok(_) => tracing::info!("no sk_buff.sk in the kernel's BTF: packet drops are not attributed to pods"),
+                        Err(e) => tracing::info!(reason = e, "packet drops are not attributed to pods"),
+                    }
                 }
-                Ok(_) => tracing::info!("tcp_retransmit_skb has no skaddr: TCP retransmits are not attributed to pods"),
-                Err(e) => tracing::info!(err = %e, "TCP retransmits are not attributed to pods"),
+                Err(e) => tracing::info!(err = %e, "TCP retransmits and packet drops are not attributed to pods"),
             }
         }
         Err(e) => tracing::warn!(err = %e, "kernel BTF unusable: run-queue wait, OOM kills and TCP retransmits are not attributed to pods"),
@@ -156,6 +165,9 @@ fn programs(bits: u32, k: &Kernel) -> Vec<Program> {
     }
     if bits & TCP != 0 {
         p.push(tcp_retransmits::RETRANSMIT_SKB);
+    }
+    if bits & SKB != 0 {
+        p.push(skb_drops::KFREE_SKB);
     }
     if bits & OOM != 0 {
         p.push(if k.oom_passes_task() { OOM_VICTIM } else { OOM_CURRENT });
@@ -209,12 +221,18 @@ pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigE
     let index = Arc::new(Mutex::new(PodIndex::default()));
     let watch = watch::spawn(source, node.clone(), Arc::clone(&index))
         .map_err(|e| ConfigError::Invalid { flag: "collector.ebpf_pods".into(), msg: format!("starting the pod watch: {e}") })?;
-    let names: Vec<&str> =
-        [(SYSCALLS, "syscall_errors"), (RUNQ, "runqueue"), (OOM, "oom_kills"), (TCP, "tcp_retransmits"), (BLOCK, "block_io")]
-            .iter()
-            .filter(|(b, _)| bits & b != 0)
-            .map(|(_, n)| *n)
-            .collect();
+    let names: Vec<&str> = [
+        (SYSCALLS, "syscall_errors"),
+        (RUNQ, "runqueue"),
+        (OOM, "oom_kills"),
+        (TCP, "tcp_retransmits"),
+        (SKB, "skb_drops"),
+        (BLOCK, "block_io"),
+    ]
+    .iter()
+    .filter(|(b, _)| bits & b != 0)
+    .map(|(_, n)| *n)
+    .collect();
     tracing::info!(node = %node, events = %names.join(","), "pod attribution on");
     Ok(Collector {
         active: Some(Active {
@@ -324,6 +342,14 @@ fn emit(sink: &mut Sink, series: &BTreeMap<(String, String, String), PodCounters
     for ((ns, pod), c) in &pods {
         f.sample(&[("namespace", ns), ("pod", pod)], c.tcp_retransmits as f64);
     }
+    let mut f = sink.family(
+        "node_ebpf_pod_skb_drops_total",
+        "Packets of the pod's sockets the kernel dropped (skb:kfree_skb, the receiving socket's or else the packet's own).",
+        Kind::Counter,
+    );
+    for ((ns, pod), c) in &pods {
+        f.sample(&[("namespace", ns), ("pod", pod)], c.skb_drops as f64);
+    }
     let mut f =
         sink.family("node_ebpf_pod_block_io_bytes_total", "Bytes of block I/O requests submitted by the pod's tasks.", Kind::Counter);
     for ((ns, pod), c) in &pods {
@@ -364,7 +390,7 @@ mod tests {
     fn programs_follow_the_kernel_features() {
         let k = Kernel { tracefs: None, release: "6.18.0".into() };
         assert_eq!(programs(SYSCALLS, &k).iter().map(|p| p.name).collect::<Vec<_>>(), ["sys_exit"]);
-        let all = programs(SYSCALLS | RUNQ | TCP | BLOCK, &k);
-        assert_eq!(all.len(), 1 + 3 + 1 + 3);
+        let all = programs(SYSCALLS | RUNQ | TCP | SKB | BLOCK, &k);
+        assert_eq!(all.len(), 1 + 3 + 1 + 1 + 3);
     }
 }

@@ -23,6 +23,7 @@ pub mod ebpf_oom_kills;
 pub mod ebpf_pods;
 pub mod ebpf_process;
 pub mod ebpf_runqueue;
+pub mod ebpf_skb_drops;
 pub mod ebpf_syscalls;
 pub mod ebpf_tcp_retransmits;
 
@@ -109,6 +110,7 @@ fn entries() -> Vec<Entry> {
         probe!("ebpf_pods", ebpf_pods, globals),
         probe!("ebpf_process", ebpf_process),
         probe!("ebpf_runqueue", ebpf_runqueue, globals),
+        probe!("ebpf_skb_drops", ebpf_skb_drops, globals),
         probe!("ebpf_syscalls", ebpf_syscalls, globals),
         probe!("ebpf_tcp_retransmits", ebpf_tcp_retransmits, globals),
     ]
