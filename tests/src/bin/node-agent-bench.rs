@@ -5,6 +5,7 @@
 //!
 //! Usage: node-agent-bench --agent PATH [--out FILE] [--quick]
 //!        node-agent-bench --only network [--quick]   (that section alone, printed)
+//!        node-agent-bench --only skb_drops [--quick] (ebpf_skb_drops's per-event cost alone, printed)
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -224,6 +225,73 @@ fn getpid_loop(n: usize) -> f64 {
         unsafe { libc::syscall(libc::SYS_getpid) };
     }
     t.elapsed().as_secs_f64()
+}
+
+/// `n` UDP datagrams over loopback to a port just closed: each one is
+/// dropped (kfree_skb, reason NO_SOCKET).
+fn closed_port_loop(n: usize) -> f64 {
+    let sender = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let closed = std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).expect("bind");
+    let t = Instant::now();
+    for _ in 0..n {
+        let _ = sender.send_to(b"x", closed);
+    }
+    t.elapsed().as_secs_f64()
+}
+
+/// `n` UDP datagrams over loopback to a socket whose classic BPF filter
+/// drops everything (kfree_skb, reason SOCKET_FILTER, with the receiving
+/// socket, whose cgroup pod attribution reads).
+fn filtered_loop(n: usize) -> f64 {
+    use std::os::fd::AsRawFd;
+    let sender = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let mut insn = [libc::sock_filter { code: 0x06 /* BPF_RET|BPF_K */, jt: 0, jf: 0, k: 0 }];
+    let prog = libc::sock_fprog { len: 1, filter: insn.as_mut_ptr() };
+    // SAFETY: a valid socket and an option value sized as SO_ATTACH_FILTER requires.
+    let rc = unsafe {
+        libc::setsockopt(
+            rx.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&prog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as u32,
+        )
+    };
+    assert_eq!(rc, 0, "SO_ATTACH_FILTER: {}", std::io::Error::last_os_error());
+    let to = rx.local_addr().expect("addr");
+    let t = Instant::now();
+    for _ in 0..n {
+        let _ = sender.send_to(b"x", to);
+    }
+    t.elapsed().as_secs_f64()
+}
+
+/// A drop case: probe, event, pod attribution on, the workload.
+type DropCase = (&'static str, &'static str, bool, fn(usize) -> f64);
+
+/// The cost of ebpf_skb_drops per dropped packet: without a socket, and at
+/// a socket with and without pod attribution's walk to its cgroup.
+fn skb_drop_costs(quick: bool) -> Res<Vec<EventCost>> {
+    let (reps, d) = if quick { (2, 20_000) } else { (5, 100_000) };
+    let mut out = Vec::new();
+    let cases: [DropCase; 3] = [
+        ("ebpf_skb_drops", "UDP datagram to a closed port (loopback)", false, closed_port_loop),
+        ("ebpf_skb_drops", "UDP datagram dropped by a socket filter (loopback)", false, filtered_loop),
+        ("ebpf_skb_drops + ebpf_pods", "UDP datagram dropped by a socket filter (loopback)", true, filtered_loop),
+    ];
+    for (probe, event, pods, work) in cases {
+        let (b, w, s) = with_without(reps, &agent_common::skb_drops::PROGRAMS, pods, || work(d))?;
+        let (t, runs) = s.values().fold((0.0, 0u64), |a, s| (a.0 + s.0, a.1 + s.1));
+        out.push(EventCost {
+            probe,
+            event,
+            base_ns: b / d as f64 * 1e9,
+            with_ns: w / d as f64 * 1e9,
+            kernel_ns: (runs > 0).then(|| t / runs as f64 * 1e9),
+        });
+    }
+    Ok(out)
 }
 
 fn proc_ctxt() -> u64 {
@@ -487,6 +555,7 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
         with_ns: w / m as f64 * 1e9,
         kernel_ns: kernel(&s),
     });
+    out.extend(skb_drop_costs(quick)?);
     Ok(out)
 }
 
@@ -642,6 +711,20 @@ fn run() -> Res<()> {
         let (devices, net) = netlink_vs_files(quick)?;
         for r in &net {
             println!("{devices} devices: {}: user {:.0} µs, kernel {:.0} µs, ratio {:?}", r.what, r.user_us, r.sys_us, r.ratio_range);
+        }
+        return Ok(());
+    }
+    if get("--only").as_deref() == Some("skb_drops") {
+        for c in skb_drop_costs(quick)? {
+            println!(
+                "{}: {}: without {:.0} ns, with {:.0} ns, added {:.0} ns per event, kernel run time {} per program run",
+                c.probe,
+                c.event,
+                c.base_ns,
+                c.with_ns,
+                c.with_ns - c.base_ns,
+                c.kernel_ns.map_or("n/a".into(), |k| format!("{k:.0} ns"))
+            );
         }
         return Ok(());
     }
