@@ -445,8 +445,19 @@ fn exported_names() -> BTreeSet<String> {
         std::fs::write(&f, vec![7u8; 1 << 20]).expect("write");
         std::fs::File::open(&f).and_then(|f| f.sync_all()).expect("sync");
         let _ = std::fs::remove_file(&f);
+        // A datagram to a closed port: a drop (NO_SOCKET), whose reason's
+        // series exists once it was seen.
+        if let Ok(s) = std::net::UdpSocket::bind("127.0.0.1:0") {
+            let closed = std::net::UdpSocket::bind("127.0.0.1:0").and_then(|c| c.local_addr());
+            if let Ok(to) = closed {
+                let _ = s.send_to(b"drop", to);
+            }
+        }
         text = node_agent_tests::compare::http_get(&format!("http://{}/metrics", agent.addrs[0])).expect("scrape");
-        if text.contains("node_ebpf_block_io_latency_seconds_bucket") && text.contains("node_ebpf_pod_attribution_synced 1") {
+        if text.contains("node_ebpf_block_io_latency_seconds_bucket")
+            && text.contains("node_ebpf_pod_attribution_synced 1")
+            && text.contains("node_ebpf_skb_drops_total")
+        {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
@@ -580,12 +591,14 @@ fn dashboard_and_rules_query_only_exported_metrics() {
         "node_ebpf_syscall_errors_total",
         "node_ebpf_oom_kills_total",
         "node_ebpf_tcp_retransmits_total",
+        "node_ebpf_skb_drops_total",
         "node_agent_controller_rollout_halted",
         "node_ebpf_pod_runqueue_wait_seconds_total",
         "node_ebpf_pod_oom_kills_total",
         "node_ebpf_pod_tcp_retransmits_total",
         "node_ebpf_pod_block_io_bytes_total",
         "node_ebpf_pod_syscall_errors_total",
+        "node_ebpf_pod_skb_drops_total",
     ] {
         assert!(seen.contains(family), "{family} is not on the dashboard or in the rules");
     }
