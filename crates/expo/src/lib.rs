@@ -11,4 +11,4 @@ pub mod negotiate;
 pub mod sink;
 pub mod text;
 
-pub use sink::{encode, reconcile, Conflict, Exposition, Family, FamilyMut, FamilyRef, Format, Kind, Sink};
+pub use sink::{encode, reconcile, Conflict, Exposition, Family, FamilyMut, FamilyRef, Format, Kind, Native, NativeSample, Sink};

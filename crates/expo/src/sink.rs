@@ -114,11 +114,75 @@ pub struct Family {
     kind: Kind,
     samples: Vec<Sample>,
     buckets: Vec<(f64, u64)>,
+    /// The native (exponential) buckets of the histogram samples that have
+    /// them, by sample index.
+    natives: Vec<NativeSample>,
+    native_buckets: Vec<(i32, u64)>,
+}
+
+/// A native histogram's buckets, as [`FamilyMut::native_histogram`] takes
+/// them: Prometheus's exponential buckets of `schema` (bucket `i` counts
+/// values in `(2^((i-1)·2^-schema), 2^(i·2^-schema)]`), with the values at
+/// or below `zero_threshold` counted in `zero_count`.
+#[derive(Clone, Copy, Debug)]
+pub struct Native<'a> {
+    pub schema: i8,
+    pub zero_threshold: f64,
+    pub zero_count: u64,
+    /// (bucket index, count): ascending indices, per-bucket (not
+    /// cumulative) counts; empty buckets may be left out.
+    pub buckets: &'a [(i32, u64)],
+}
+
+/// A native histogram as stored: `buckets` index `Family::native_buckets`.
+#[derive(Clone, Debug)]
+pub struct NativeSample {
+    pub sample: u32,
+    pub schema: i8,
+    pub zero_threshold: f64,
+    pub zero_count: u64,
+    buckets: Range<u32>,
+}
+
+impl Native<'_> {
+    /// The upper bound of bucket `i`.
+    pub fn upper(schema: i8, i: i32) -> f64 {
+        (f64::from(i) * (-f64::from(schema)).exp2()).exp2()
+    }
+
+    /// Cumulative counts at the classic upper bounds `bounds` (ascending;
+    /// each should be a bucket boundary of the schema, or the count is that
+    /// of the buckets wholly below it).
+    pub fn classic(&self, bounds: &[f64], out: &mut Vec<(f64, u64)>) {
+        let mut cum = self.zero_count;
+        let mut it = self.buckets.iter().peekable();
+        for &b in bounds {
+            // A bucket counts below `b` when its upper bound is `b` or less
+            // (with room for rounding of the power).
+            while let Some(&&(i, n)) = it.peek() {
+                if Native::upper(self.schema, i) <= b * (1.0 + 1e-12) {
+                    cum += n;
+                    it.next();
+                } else {
+                    break;
+                }
+            }
+            out.push((b, cum));
+        }
+    }
 }
 
 impl Family {
     fn new() -> Self {
-        Family { name: String::new(), help: String::new(), kind: Kind::Gauge, samples: Vec::new(), buckets: Vec::new() }
+        Family {
+            name: String::new(),
+            help: String::new(),
+            kind: Kind::Gauge,
+            samples: Vec::new(),
+            buckets: Vec::new(),
+            natives: Vec::new(),
+            native_buckets: Vec::new(),
+        }
     }
 
     fn reset(&mut self, name: &str, help: &str, kind: Kind) {
@@ -129,6 +193,8 @@ impl Family {
         self.kind = kind;
         self.samples.clear();
         self.buckets.clear();
+        self.natives.clear();
+        self.native_buckets.clear();
     }
 
     /// The full family name as exposed (counters include `_total`).
@@ -227,6 +293,30 @@ impl FamilyMut<'_> {
         self
     }
 
+    /// Adds a histogram sample with native buckets. Text formats (and
+    /// classic scrapers) see classic buckets at `classic` upper bounds
+    /// (without `+Inf`), counted from the native buckets: choose bounds that
+    /// are boundaries of the schema (powers of two are, for every schema
+    /// >= 0) so that they are exact.
+    pub fn native_histogram(&mut self, labels: &[(&str, &str)], sum: f64, count: u64, native: &Native, classic: &[f64]) -> &mut Self {
+        let labels = self.store.push(labels);
+        let b0 = self.family.buckets.len() as u32;
+        native.classic(classic, &mut self.family.buckets);
+        let b1 = self.family.buckets.len() as u32;
+        let n0 = self.family.native_buckets.len() as u32;
+        self.family.native_buckets.extend(native.buckets.iter().filter(|(_, n)| *n > 0));
+        let n1 = self.family.native_buckets.len() as u32;
+        self.family.natives.push(NativeSample {
+            sample: self.family.samples.len() as u32,
+            schema: native.schema,
+            zero_threshold: native.zero_threshold,
+            zero_count: native.zero_count,
+            buckets: n0..n1,
+        });
+        self.family.samples.push(Sample { labels, value: sum, buckets: b0..b1, count });
+        self
+    }
+
     /// Room for `samples` more samples.
     pub fn reserve(&mut self, samples: usize) -> &mut Self {
         self.family.samples.reserve(samples);
@@ -268,6 +358,13 @@ impl<'a> FamilyRef<'a> {
 
     pub fn is_empty(&self) -> bool {
         self.family.is_empty()
+    }
+
+    /// The native histograms of the family's samples (by sample index),
+    /// each with its (bucket index, count) pairs.
+    pub fn natives(&self) -> impl Iterator<Item = (&'a NativeSample, &'a [(i32, u64)])> + 'a {
+        let f = self.family;
+        f.natives.iter().map(move |n| (n, &f.native_buckets[n.buckets.start as usize..n.buckets.end as usize]))
     }
 
     /// Iterates over (labels, value) pairs.
@@ -421,6 +518,8 @@ impl Sink {
                     + f.help.capacity()
                     + f.samples.capacity() * std::mem::size_of::<Sample>()
                     + f.buckets.capacity() * std::mem::size_of::<(f64, u64)>()
+                    + f.natives.capacity() * std::mem::size_of::<NativeSample>()
+                    + f.native_buckets.capacity() * std::mem::size_of::<(i32, u64)>()
                     + std::mem::size_of::<Family>()
             })
             .sum();
@@ -649,6 +748,28 @@ mod tests {
         assert!(om.contains("node_cpu_seconds_total{cpu=\"0\"} 2.0\n"), "{om}");
         assert!(om.contains("# TYPE node_vmstat_pgfault unknown\n"), "{om}");
         assert!(om.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn native_histograms_give_exact_classic_buckets_at_schema_boundaries() {
+        // Schema 3: bucket 8 is (2^(7/8), 2], bucket 9 (2, 2^(9/8)], ...
+        let native = Native { schema: 3, zero_threshold: 0.0, zero_count: 1, buckets: &[(-8, 2), (0, 3), (8, 4), (9, 0), (16, 5)] };
+        let mut classic = Vec::new();
+        native.classic(&[0.5, 1.0, 2.0, 3.0, 4.0], &mut classic);
+        assert_eq!(classic, [(0.5, 3), (1.0, 6), (2.0, 10), (3.0, 10), (4.0, 15)]);
+        assert!((Native::upper(3, 9) - 2f64.powf(9.0 / 8.0)).abs() < 1e-12);
+        let mut s = Sink::new();
+        s.family("x_seconds", "h", Kind::Histogram).native_histogram(&[("f", "a")], 9.0, 15, &native, &[1.0, 2.0]);
+        let text = render(s, false);
+        assert!(text.contains("x_seconds_bucket{f=\"a\",le=\"1\"} 6\n"), "{text}");
+        assert!(text.contains("x_seconds_bucket{f=\"a\",le=\"2\"} 10\n"), "{text}");
+        assert!(text.contains("x_seconds_bucket{f=\"a\",le=\"+Inf\"} 15\n"), "{text}");
+        let mut s = Sink::new();
+        s.family("x_seconds", "h", Kind::Histogram).native_histogram(&[], 9.0, 15, &native, &[1.0]);
+        let fams = s.families();
+        let (n, b) = fams[0].natives().next().expect("stored");
+        assert_eq!((n.sample, n.schema, n.zero_count), (0, 3, 1));
+        assert_eq!(b, [(-8, 2), (0, 3), (8, 4), (16, 5)], "empty buckets are left out");
     }
 
     #[test]
