@@ -417,6 +417,44 @@ fn a_real_prometheus_scrapes_the_agent_through_the_shipped_config() {
     drop(agent);
 }
 
+/// A container cgroup with a CPU limit, in the hierarchy with the CPU
+/// controller (v2 when it has one, else v1's `cpu`); removed on drop.
+struct LimitedCgroup(Vec<std::path::PathBuf>);
+
+impl LimitedCgroup {
+    fn new(uid: &str, cid: &str) -> LimitedCgroup {
+        let v2 = node_agent::pods::cgroup::v2_root(Path::new("/sys"))
+            .filter(|r| std::fs::read_to_string(r.join("cgroup.controllers")).unwrap_or_default().split_whitespace().any(|c| c == "cpu"));
+        let root = v2.clone().unwrap_or_else(|| Path::new("/sys/fs/cgroup/cpu").to_path_buf());
+        let mut made = Vec::new();
+        let mut dir = root;
+        for c in ["kubepods".to_string(), "burstable".into(), format!("pod{uid}"), cid.to_string()] {
+            if v2.is_some() {
+                let _ = std::fs::write(dir.join("cgroup.subtree_control"), "+cpu");
+            }
+            dir.push(c);
+            if !dir.exists() {
+                std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+                made.push(dir.clone());
+            }
+        }
+        if v2.is_some() {
+            std::fs::write(dir.join("cpu.max"), "50000 100000").expect("cpu.max");
+        } else {
+            std::fs::write(dir.join("cpu.cfs_quota_us"), "50000").expect("cpu.cfs_quota_us");
+        }
+        LimitedCgroup(made)
+    }
+}
+
+impl Drop for LimitedCgroup {
+    fn drop(&mut self) {
+        for d in self.0.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
 fn exported_names() -> BTreeSet<String> {
     // An API server with one pod on this node, for the per-pod families.
     use node_agent_tests::apiserver::{pod, Api, Running};
@@ -427,6 +465,8 @@ fn exported_names() -> BTreeSet<String> {
         api.put(&mut st, "pods", "web", "web-0", p, false);
     }
     let cluster = Running::start(api).expect("API server");
+    // The pod's container with a CPU limit, for the throttling families.
+    let _limited = LimitedCgroup::new("0f9e2c6a-1b3d-4e5f-8a7b-9c0d1e2f3a4b", &"a".repeat(64));
     let m = node_agent::cmd::command()
         .try_get_matches_from([
             "node-agent".to_string(),
@@ -457,6 +497,7 @@ fn exported_names() -> BTreeSet<String> {
         if text.contains("node_ebpf_block_io_latency_seconds_bucket")
             && text.contains("node_ebpf_pod_attribution_synced 1")
             && text.contains("node_ebpf_skb_drops_total")
+            && text.contains("node_pod_cpu_cfs_throttled_periods_total{")
         {
             break;
         }
@@ -599,6 +640,9 @@ fn dashboard_and_rules_query_only_exported_metrics() {
         "node_ebpf_pod_block_io_bytes_total",
         "node_ebpf_pod_syscall_errors_total",
         "node_ebpf_pod_skb_drops_total",
+        "node_pod_cpu_cfs_throttled_periods_total",
+        "node_pod_cpu_cfs_throttled_seconds_total",
+        "node_pod_cpu_cfs_throttle_duration_seconds_bucket",
     ] {
         assert!(seen.contains(family), "{family} is not on the dashboard or in the rules");
     }

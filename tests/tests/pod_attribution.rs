@@ -84,6 +84,7 @@ impl Agent {
             "node-agent".to_string(),
             "--collector.disable-defaults".into(),
             "--collector.ebpf_pods".into(),
+            "--collector.pod_cpu_throttling".into(),
             format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
             format!("--collector.ebpf_pods.node-name={NODE}"),
             format!("--collector.ebpf_pods.grace-period={grace}"),
@@ -107,6 +108,7 @@ impl Agent {
     fn samples(&self, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
         let text = String::from_utf8(self.scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8");
         assert!(text.contains("node_scrape_collector_success{collector=\"ebpf_pods\"} 1"), "ebpf_pods failed:\n{text}");
+        assert!(text.contains("node_scrape_collector_success{collector=\"pod_cpu_throttling\"} 1"), "pod_cpu_throttling failed:\n{text}");
         expfmt::parse(&text)
             .expect("exposition parses")
             .into_iter()
@@ -517,6 +519,120 @@ fn only_this_nodes_pods_are_watched_and_deleted_pods_go_after_grace() {
     eprintln!("db-0's series went {gone_after:?} after its deletion (grace 2s)");
     assert!(gone_after >= Duration::from_secs(2));
     assert_eq!(pods("node_ebpf_pod_oom_kills_total"), ["/", "web/web-0"]);
+}
+
+/// The hierarchy with the CPU controller, as the agent picks it: v2 when
+/// its root offers `cpu`, else v1's `cpu` hierarchy. (root, is v2)
+fn cpu_hierarchy() -> (PathBuf, bool) {
+    let v2 = v2_root();
+    if std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default().split_whitespace().any(|c| c == "cpu") {
+        return (v2, true);
+    }
+    let v1 = ["cpu", "cpu,cpuacct"].iter().map(|n| Path::new("/sys/fs/cgroup").join(n)).find(|p| p.join("cpu.cfs_quota_us").exists());
+    (v1.expect("a CPU controller in cgroup v2 or v1"), false)
+}
+
+/// cpu.stat's (nr_periods, nr_throttled, throttled time in ns).
+fn cpu_stat(dir: &Path) -> (u64, u64, u64) {
+    let text = std::fs::read_to_string(dir.join("cpu.stat")).expect("cpu.stat");
+    let get = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix(' ')?.trim().parse::<u64>().ok());
+    let ns = get("throttled_usec").map(|us| us * 1000).or_else(|| get("throttled_time")).expect("throttled time");
+    (get("nr_periods").expect("nr_periods"), get("nr_throttled").expect("nr_throttled"), ns)
+}
+
+/// Pod A's container limited to 10 ms per 100 ms (its pod to 50 ms) runs a
+/// busy loop for 1.5 s: the container is throttled in nearly every period,
+/// for about 90 ms each, and the exported counters rise by exactly
+/// cpu.stat's deltas; the pod, under its own larger limit, is not throttled.
+#[test]
+fn cpu_throttling_matches_cpu_stat() {
+    let Some(t) = truth("5m") else { return };
+    let agent = &t.agent;
+    let (root, v2) = cpu_hierarchy();
+    let rel = format!("kubepods/burstable/pod{UID_A}/{CID_A}");
+    let mut made = Vec::new();
+    let mut dir = root.clone();
+    for c in rel.split('/') {
+        if v2 {
+            let _ = std::fs::write(dir.join("cgroup.subtree_control"), "+cpu");
+        }
+        dir.push(c);
+        if !dir.exists() {
+            std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+            made.push(dir.clone());
+        }
+    }
+    let cg = PodCgroup { made, v2: dir.clone(), memory: None };
+    let pod_dir = dir.parent().expect("pod cgroup").to_path_buf();
+    let limit = |d: &Path, quota: u64| {
+        if v2 {
+            std::fs::write(d.join("cpu.max"), format!("{quota} 100000")).expect("cpu.max");
+        } else {
+            std::fs::write(d.join("cpu.cfs_period_us"), "100000").expect("cpu.cfs_period_us");
+            std::fs::write(d.join("cpu.cfs_quota_us"), quota.to_string()).expect("cpu.cfs_quota_us");
+        }
+    };
+    limit(&pod_dir, 50_000);
+    limit(&dir, 10_000);
+    let labels = |container: &'static str| [("namespace", "web"), ("pod", "web-0"), ("container", container)];
+    let read = |container: &'static str| {
+        let l = labels(container);
+        (
+            agent.value("node_pod_cpu_cfs_periods_total", &l),
+            agent.value("node_pod_cpu_cfs_throttled_periods_total", &l),
+            agent.value("node_pod_cpu_cfs_throttled_seconds_total", &l),
+        )
+    };
+    // The exported values and cpu.stat, read while cpu.stat stood still (a
+    // period may still end just after the cgroup went idle).
+    let settled = || {
+        for _ in 0..20 {
+            let before = (cpu_stat(&dir), cpu_stat(&pod_dir));
+            let got = (read("app"), read(""));
+            if (cpu_stat(&dir), cpu_stat(&pod_dir)) == before {
+                return (got, before);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("cpu.stat never stood still");
+    };
+    let ((c0, p0), (truth_c0, truth_p0)) = settled();
+    assert_eq!(agent.value("node_pod_cpu_cfs_limit_cores", &labels("app")), 0.1, "10 ms per 100 ms");
+    assert_eq!(agent.value("node_pod_cpu_cfs_limit_cores", &labels("")), 0.5);
+    let h0 = agent.value("node_pod_cpu_cfs_throttle_duration_seconds_count", &labels("app"));
+    let le = |b: &'static str| agent.value("node_pod_cpu_cfs_throttle_duration_seconds_bucket", &[("container", "app"), ("le", b)]);
+    let (b050, b100) = (le("0.05"), le("0.1"));
+
+    let mut busy = cg.spawn("/bin/sh -c 'while :; do :; done'");
+    std::thread::sleep(Duration::from_millis(2000));
+    let _ = busy.kill();
+    let _ = busy.wait();
+    let ((c1, p1), (truth_c1, truth_p1)) = settled();
+
+    let (dp, dn, dns) = (truth_c1.0 - truth_c0.0, truth_c1.1 - truth_c0.1, truth_c1.2 - truth_c0.2);
+    eprintln!(
+        "cpu.stat: +{dp} periods, +{dn} throttled, +{:.3}s; exported +{} periods, +{} throttled, +{:.3}s; the pod: +{} throttled",
+        dns as f64 / 1e9,
+        c1.0 - c0.0,
+        c1.1 - c0.1,
+        c1.2 - c0.2,
+        truth_p1.1 - truth_p0.1
+    );
+    assert!(dn >= 10, "a busy loop under 10 ms/100 ms for 2 s is throttled in most of its ~20 periods: {dn}");
+    assert_eq!(c1.0 - c0.0, dp as f64, "periods");
+    assert_eq!(c1.1 - c0.1, dn as f64, "throttled periods");
+    assert!(((c1.2 - c0.2) - dns as f64 / 1e9).abs() < 1e-6, "throttled seconds");
+    assert_eq!(p1.1 - p0.1, (truth_p1.1 - truth_p0.1) as f64, "the pod's own cgroup, exactly too");
+    assert_eq!(truth_p1.1 - truth_p0.1, 0, "the pod's 50 ms limit is never reached by a 10 ms container");
+    // No scrape while the loop ran: the new throttled periods are observed
+    // at their mean, up to 90 ms each (the period less the 10 ms the
+    // container ran), at least 50 ms unless the machine is overloaded.
+    let h1 = agent.value("node_pod_cpu_cfs_throttle_duration_seconds_count", &labels("app"));
+    assert_eq!(h1 - h0, dn as f64, "the histogram counts every throttled period");
+    let mean = dns as f64 / 1e9 / dn as f64;
+    assert!(mean > 0.05 && mean <= 0.1, "50 to 90 ms throttled per 100 ms period: {mean}");
+    assert_eq!((le("0.1") - b100, le("0.05") - b050), (dn as f64, 0.0), "in the (50 ms, 100 ms] buckets");
+    drop(cg);
 }
 
 /// Started outside any cluster and without a kubeconfig, the agent runs

@@ -58,7 +58,7 @@ pub fn agent_args() -> Vec<String> {
 
 /// The eBPF collectors (their flags turn them off in the no-ebpf overlay).
 pub fn ebpf_collectors() -> Vec<&'static str> {
-    crate::probes::definitions().into_iter().map(|d| d.name).collect()
+    crate::probes::definitions().into_iter().map(|d| d.name).filter(|n| n.starts_with("ebpf_")).collect()
 }
 
 /// What deploy/ itself applies, as an overlay refers to it (kustomize

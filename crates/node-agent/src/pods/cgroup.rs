@@ -85,9 +85,35 @@ pub struct Cgroup {
 const MAX_DEPTH: usize = 32;
 pub const MAX_CGROUPS: usize = 100_000;
 
+/// Whether a cgroup path is a pod's own cgroup or one of its containers'
+/// (not a cgroup below a container, nor a pod's other cgroups such as
+/// CRI-O's conmon): the cgroups the kubelet sets CPU limits on.
+pub fn is_own(rel: &str) -> bool {
+    let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+    let Some((last, parents)) = comps.split_last() else { return false };
+    if parse_path(rel).is_none() {
+        return false;
+    }
+    pod_uid(last).is_some() || (container_id(last).is_some() && parents.last().is_some_and(|p| pod_uid(p).is_some()))
+}
+
 /// Every cgroup under `root` by id. Uses readdir's inode numbers only (no
 /// stat): on cgroupfs the inode number is the cgroup id.
 pub fn walk(root: &Path) -> HashMap<u64, Cgroup> {
+    walk_where(root, |_, _| true)
+}
+
+/// The pods' cgroups only: the subtrees of the `kubepods` cgroups (found
+/// at the root, or in a `.slice` just below it), not the host's.
+pub fn walk_pods(root: &Path) -> HashMap<u64, Cgroup> {
+    let mut out = walk_where(root, |rel, depth| rel.contains("kubepods") || (depth == 0 && rel.ends_with(".slice")));
+    out.retain(|_, c| c.pod.is_some());
+    out
+}
+
+/// The cgroups under `root`, descending only into those `descend(path,
+/// depth)` accepts.
+fn walk_where(root: &Path, descend: impl Fn(&str, usize) -> bool) -> HashMap<u64, Cgroup> {
     use std::os::unix::fs::{DirEntryExt, MetadataExt};
     let mut out = HashMap::new();
     if let Ok(m) = std::fs::metadata(root) {
@@ -104,7 +130,7 @@ pub fn walk(root: &Path) -> HashMap<u64, Cgroup> {
             let path = if rel.is_empty() { name } else { format!("{rel}/{name}") };
             let pod = parse_path(&path);
             out.insert(e.ino(), Cgroup { path: path.clone(), pod });
-            if depth + 1 < MAX_DEPTH {
+            if depth + 1 < MAX_DEPTH && descend(&path, depth) {
                 stack.push((e.path(), path, depth + 1));
             }
         }
@@ -121,6 +147,45 @@ mod tests {
 
     fn pod(container: Option<&str>) -> Option<PodRef> {
         Some(PodRef { uid: UID.into(), container: container.map(str::to_string) })
+    }
+
+    #[test]
+    fn own_cgroups_are_the_pods_and_its_containers() {
+        assert!(is_own(&format!("kubepods/burstable/pod{UID}")));
+        assert!(is_own(&format!("kubepods/burstable/pod{UID}/{CID}")));
+        let systemd = format!("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice", UID.replace('-', "_"));
+        assert!(is_own(&systemd));
+        assert!(is_own(&format!("{systemd}/cri-containerd-{CID}.scope")));
+        assert!(!is_own(&format!("{systemd}/crio-conmon-{CID}.scope")), "conmon is the pod's, not limited");
+        assert!(!is_own(&format!("kubepods/burstable/pod{UID}/{CID}/sub")), "below a container");
+        assert!(!is_own("kubepods/burstable"));
+        assert!(!is_own("system.slice/containerd.service"));
+        assert!(!is_own(""));
+    }
+
+    #[test]
+    fn pod_walk_keeps_to_the_pods_subtrees() {
+        let dir = std::env::temp_dir().join(format!("na-walk-pods-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for rel in [
+            format!("kubepods/burstable/pod{UID}/{CID}"),
+            format!("kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod{}.slice", UID.replace('-', "_")),
+            "system.slice/kubepods-lookalike/deeper".to_string(),
+            format!("user.slice/x/kubepods/pod{UID}"),
+        ] {
+            std::fs::create_dir_all(dir.join(rel)).expect("mkdir");
+        }
+        let mut found: Vec<String> = walk_pods(&dir).into_values().map(|c| c.path).collect();
+        found.sort();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            found,
+            [
+                format!("kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod{}.slice", UID.replace('-', "_")),
+                format!("kubepods/burstable/pod{UID}"),
+                format!("kubepods/burstable/pod{UID}/{CID}"),
+            ]
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_common::pods::{
@@ -30,7 +30,6 @@ use crate::ebpf::maps::{self, MapError};
 use crate::ebpf::{btf, Globals, Probe};
 use crate::pods::attrib::Attribution;
 use crate::pods::cgroup::{self, Cgroup};
-use crate::pods::index::PodIndex;
 use crate::pods::watch;
 
 pub fn args() -> Vec<Arg> {
@@ -51,30 +50,24 @@ pub fn args() -> Vec<Arg> {
     ]
 }
 
-/// Parses `30s`, `5m`, `1h` (or plain seconds): whole numbers only.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, ""), |i| s.split_at(i));
-    let n: u64 = num.parse().ok()?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n.checked_mul(60)?,
-        "h" => n.checked_mul(3600)?,
-        _ => return None,
-    };
-    Some(Duration::from_secs(secs))
-}
-
-/// Decides before the eBPF object loads whether attribution is on: it needs
-/// the Kubernetes API. Logs one line when it is off; a kubeconfig named by
-/// the flag that cannot be read is a start-up error.
+/// Decides before the eBPF object loads whether the pod collectors are
+/// on: they need the Kubernetes API. Logs one line when they are off; a
+/// kubeconfig named by the flag that cannot be read is a start-up error.
+/// The kernel's BTF is read only for attribution.
 pub fn prepare(f: &Flags, paths: &Paths, ctx: &mut Context) -> Result<(), ConfigError> {
     let flag = "collector.ebpf_pods.kubeconfig";
     let kubeconfig = Some(f.string(flag)).filter(|s| !s.is_empty()).map(PathBuf::from);
     match watch::source(kubeconfig.as_deref()) {
         Ok(s) => {
-            ctx.pods_source = Some(s);
-            ctx.pods_btf = Some(paths.sys("kernel/btf/vmlinux"));
+            let node = Some(f.string("collector.ebpf_pods.node-name"))
+                .filter(|n| !n.is_empty())
+                .or_else(|| std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()))
+                .or_else(|| host::sys::uname().ok().map(|u| u.nodename.to_lowercase()))
+                .unwrap_or_default();
+            ctx.pods_source = Some((s, node));
+            if ctx.pods_attribution {
+                ctx.pods_btf = Some(paths.sys("kernel/btf/vmlinux"));
+            }
         }
         Err(e) if kubeconfig.is_some() => return Err(ConfigError::Invalid { flag: flag.into(), msg: e }),
         Err(e) => tracing::info!(reason = %e, "pod attribution off: no Kubernetes API to name pods with"),
@@ -180,8 +173,7 @@ fn programs(bits: u32, k: &Kernel) -> Vec<Program> {
 
 struct Active {
     probe: Probe,
-    index: Arc<Mutex<PodIndex>>,
-    _watch: watch::Watch,
+    pods: Arc<crate::pods::Watched>,
     attrib: Attribution,
     root: Option<PathBuf>,
     cgroups: HashMap<u64, Cgroup>,
@@ -203,14 +195,9 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
 pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigError> {
     let flag = "collector.ebpf_pods.grace-period";
     let value = f.string(flag);
-    let grace = parse_duration(&value)
+    let grace = crate::pods::parse_duration(&value)
         .ok_or_else(|| ConfigError::Invalid { flag: flag.into(), msg: format!("not a duration: {value:?} (e.g. 30s, 5m, 1h)") })?;
-    let Some(source) = ctx.pods_source.take() else { return Ok(Collector { active: None }) };
-    let node = Some(f.string("collector.ebpf_pods.node-name"))
-        .filter(|n| !n.is_empty())
-        .or_else(|| std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()))
-        .or_else(|| host::sys::uname().ok().map(|u| u.nodename.to_lowercase()))
-        .unwrap_or_default();
+    let Some(pods) = ctx.pods()? else { return Ok(Collector { active: None }) };
     let root = cgroup::v2_root(&p.sysfs);
     if root.is_none() {
         tracing::warn!(sysfs = %p.sysfs.display(), "no cgroup v2 hierarchy: every task's events count for the host");
@@ -218,9 +205,6 @@ pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigE
     let shared = ctx.ebpf();
     let bits = if shared.is_ok() { ctx.pod_events } else { SYSCALLS };
     let probe = Probe::attach(shared, &programs(bits, Kernel::get()));
-    let index = Arc::new(Mutex::new(PodIndex::default()));
-    let watch = watch::spawn(source, node.clone(), Arc::clone(&index))
-        .map_err(|e| ConfigError::Invalid { flag: "collector.ebpf_pods".into(), msg: format!("starting the pod watch: {e}") })?;
     let names: Vec<&str> = [
         (SYSCALLS, "syscall_errors"),
         (RUNQ, "runqueue"),
@@ -233,12 +217,11 @@ pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigE
     .filter(|(b, _)| bits & b != 0)
     .map(|(_, n)| *n)
     .collect();
-    tracing::info!(node = %node, events = %names.join(","), "pod attribution on");
+    tracing::info!(node = %pods.node, events = %names.join(","), "pod attribution on");
     Ok(Collector {
         active: Some(Active {
             probe,
-            index,
-            _watch: watch,
+            pods,
             attrib: Attribution::new(grace),
             root,
             cgroups: HashMap::new(),
@@ -281,7 +264,7 @@ impl host::Collector for Collector {
             None => a.cgroups = entries.iter().map(|(id, _)| (*id, Cgroup { path: String::new(), pod: None })).collect(),
         }
         let (out, pods, synced) = {
-            let mut idx = a.index.lock().unwrap_or_else(|e| e.into_inner());
+            let mut idx = a.pods.lock();
             let out = a.attrib.update(&entries, &a.cgroups, &mut idx, now);
             (out, idx.live(now, a.attrib.grace).count(), idx.synced)
         };
@@ -365,17 +348,6 @@ fn emit(sink: &mut Sink, series: &BTreeMap<(String, String, String), PodCounters
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
-        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("45"), Some(Duration::from_secs(45)));
-        for bad in ["", "m", "5x", "-1s", "1.5m", "99999999999999999999h"] {
-            assert_eq!(parse_duration(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn walks_when_due() {

@@ -6,6 +6,10 @@
 //!
 //! Adding a probe: its module in each of the three crates, and one
 //! `probe!` line in [`definitions`].
+//!
+//! `pod_cpu_throttling` is registered here too, though it reads cgroup
+//! files and no eBPF map: it names pods through the pod watch the
+//! [`Context`] shares with `ebpf_pods`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +30,7 @@ pub mod ebpf_runqueue;
 pub mod ebpf_skb_drops;
 pub mod ebpf_syscalls;
 pub mod ebpf_tcp_retransmits;
+pub mod pod_cpu_throttling;
 
 /// Sets a probe's read-only global from the kernel's facts.
 pub type GlobalsFn = fn(&Kernel, &mut Context, &mut Globals);
@@ -40,8 +45,12 @@ pub struct Context {
     pub bpf_stats: bool,
     /// Pod attribution is on: the kernel's BTF, read when the programs load.
     pub pods_btf: Option<PathBuf>,
-    /// Pod attribution is on: where the Kubernetes API is.
-    pub pods_source: Option<crate::pods::watch::Source>,
+    /// The pod collectors are on: where the Kubernetes API is, and this
+    /// node's name (the watch starts when the first collector asks).
+    pub pods_source: Option<(crate::pods::watch::Source, String)>,
+    pods_watch: Option<Arc<crate::pods::Watched>>,
+    /// `ebpf_pods` is on: it expires deleted pods from the shared index.
+    pub pods_attribution: bool,
     /// The events pod attribution serves on this kernel (`agent_common::pods` bits).
     pub pod_events: u32,
     globals: Vec<GlobalsFn>,
@@ -52,7 +61,9 @@ impl Context {
     /// decided here, before the object loads, since it changes what loads.
     pub fn new(f: &Flags, paths: &Paths, probes: &[Definition<Context>]) -> Result<Context, ConfigError> {
         let mut ctx = Context::with_object(crate::ebpf::OBJECT, f.bool("ebpf.bpf-stats", false));
-        if probes.iter().any(|d| d.name == "ebpf_pods" && host::registry::enabled(f, d)) {
+        let on = |name: &str| probes.iter().any(|d| d.name == name && host::registry::enabled(f, d));
+        ctx.pods_attribution = on("ebpf_pods");
+        if ctx.pods_attribution || on("pod_cpu_throttling") {
             ebpf_pods::prepare(f, paths, &mut ctx)?;
         }
         Ok(ctx)
@@ -60,7 +71,31 @@ impl Context {
 
     /// A context loading `object` (the test suite's has test programs too).
     pub fn with_object(object: &'static [u8], bpf_stats: bool) -> Context {
-        Context { ebpf: None, object, bpf_stats, pods_btf: None, pods_source: None, pod_events: 0, globals: globals() }
+        Context {
+            ebpf: None,
+            object,
+            bpf_stats,
+            pods_btf: None,
+            pods_source: None,
+            pods_watch: None,
+            pods_attribution: false,
+            pod_events: 0,
+            globals: globals(),
+        }
+    }
+
+    /// The watch on this node's pods, shared by the pod collectors: started
+    /// by the first that asks; None when there is no Kubernetes API.
+    pub fn pods(&mut self) -> Result<Option<Arc<crate::pods::Watched>>, ConfigError> {
+        if let Some(w) = &self.pods_watch {
+            return Ok(Some(Arc::clone(w)));
+        }
+        let Some((source, node)) = self.pods_source.take() else { return Ok(None) };
+        let w = crate::pods::Watched::start(source, node)
+            .map_err(|e| ConfigError::Invalid { flag: "collector.ebpf_pods".into(), msg: format!("starting the pod watch: {e}") })?;
+        let w = Arc::new(w);
+        self.pods_watch = Some(Arc::clone(&w));
+        Ok(Some(w))
     }
 
     /// The loaded object: loaded on the first call, with every probe's global.
@@ -113,6 +148,7 @@ fn entries() -> Vec<Entry> {
         probe!("ebpf_skb_drops", ebpf_skb_drops, globals),
         probe!("ebpf_syscalls", ebpf_syscalls, globals),
         probe!("ebpf_tcp_retransmits", ebpf_tcp_retransmits, globals),
+        probe!("pod_cpu_throttling", pod_cpu_throttling),
     ]
 }
 
