@@ -94,3 +94,107 @@ impl Drop for SysfsMount {
         }
     }
 }
+
+/// Two network namespaces joined by a path with a known delay, made
+/// without netem (this kernel has none): each has a TUN device, `tun0`
+/// (10.77.0.1/24 in `a`, 10.77.0.2/24 in `b`), and threads of the test
+/// relay every packet from one device to the other, holding those from `a`
+/// to `b` for `a_to_b` and those back for `b_to_a`. A round trip between
+/// the two therefore takes the two delays plus the relay's own few
+/// microseconds.
+pub struct DelayLink {
+    pub a: Netns,
+    pub b: Netns,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// `struct ifreq` as TUNSETIFF reads it: the name, then the flags.
+#[repr(C)]
+struct IfReq {
+    name: [u8; libc::IFNAMSIZ],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// Opens `/dev/net/tun` as `tun0` of the namespace the calling thread is in.
+fn open_tun() -> std::fs::File {
+    let f = std::fs::OpenOptions::new().read(true).write(true).open("/dev/net/tun").expect("open /dev/net/tun");
+    let mut req = IfReq { name: [0; libc::IFNAMSIZ], flags: (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short, _pad: [0; 22] };
+    req.name[..4].copy_from_slice(b"tun0");
+    // SAFETY: TUNSETIFF reads a `struct ifreq`, which `req` is laid out as,
+    // from a valid pointer on an open tun fd.
+    let rc = unsafe { libc::ioctl(f.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReq) };
+    assert_eq!(rc, 0, "TUNSETIFF: {}", std::io::Error::last_os_error());
+    f
+}
+
+/// Relays packets from `from` to `to`, each `delay` after it was read,
+/// until `stop`.
+fn relay(
+    from: std::fs::File,
+    to: std::fs::File,
+    delay: std::time::Duration,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> [std::thread::JoinHandle<()>; 2] {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    use std::time::Instant;
+    let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+    let stop2 = std::sync::Arc::clone(&stop);
+    let reader = std::thread::spawn(move || {
+        let mut from = from;
+        let mut buf = vec![0u8; 65536];
+        while !stop.load(Ordering::Relaxed) {
+            let mut pfd = libc::pollfd { fd: from.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd.
+            if unsafe { libc::poll(&mut pfd, 1, 20) } <= 0 {
+                continue;
+            }
+            match from.read(&mut buf) {
+                Ok(n) if n > 0 => {
+                    if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+                _ => return,
+            }
+        }
+    });
+    let writer = std::thread::spawn(move || {
+        let mut to = to;
+        while !stop2.load(Ordering::Relaxed) {
+            let Ok((due, pkt)) = rx.recv_timeout(std::time::Duration::from_millis(20)) else { continue };
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            let _ = to.write(&pkt);
+        }
+    });
+    [reader, writer]
+}
+
+impl DelayLink {
+    pub fn new(tag: &str, a_to_b: std::time::Duration, b_to_a: std::time::Duration) -> DelayLink {
+        let (a, b) = (Netns::new(&format!("{tag}a")), Netns::new(&format!("{tag}b")));
+        let (ta, tb) = (a.run(|_| open_tun()), b.run(|_| open_tun()));
+        a.batch("link set lo up\naddr add 10.77.0.1/24 dev tun0\nlink set tun0 up\n");
+        b.batch("link set lo up\naddr add 10.77.0.2/24 dev tun0\nlink set tun0 up\n");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (ta2, tb2) = (ta.try_clone().expect("dup tun"), tb.try_clone().expect("dup tun"));
+        let mut threads = Vec::new();
+        threads.extend(relay(ta, tb2, a_to_b, std::sync::Arc::clone(&stop)));
+        threads.extend(relay(tb, ta2, b_to_a, std::sync::Arc::clone(&stop)));
+        DelayLink { a, b, stop, threads }
+    }
+}
+
+impl Drop for DelayLink {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}

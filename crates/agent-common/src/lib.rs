@@ -18,6 +18,7 @@ pub mod program;
 pub mod runqueue;
 pub mod skb_drops;
 pub mod syscalls;
+pub mod tcp_latency;
 pub mod tcp_retransmits;
 pub mod test_programs;
 
@@ -45,10 +46,13 @@ pub const MAPS: &[&str] = &[
     runqueue::DROPPED,
     skb_drops::COUNTS,
     syscalls::COUNTS,
+    tcp_latency::HISTS,
+    tcp_latency::COUNTERS,
+    tcp_latency::STARTS,
     tcp_retransmits::RETRANSMITS,
 ];
 pub const GLOBALS: &[&str] =
-    &[block_io::OFFSETS, pods::OFFSETS, runqueue::OFFSETS, skb_drops::OFFSETS, syscalls::OFFSETS, tcp_retransmits::OFFSETS];
+    &[block_io::OFFSETS, pods::OFFSETS, runqueue::OFFSETS, skb_drops::OFFSETS, syscalls::OFFSETS, tcp_latency::OFFSETS, tcp_retransmits::OFFSETS];
 pub const PROGRAMS: &[&[Program]] = &[
     &block_io::PROGRAMS,
     &oom_kills::PROGRAMS,
@@ -59,6 +63,7 @@ pub const PROGRAMS: &[&[Program]] = &[
     &runqueue::TP_PROGRAMS,
     &skb_drops::PROGRAMS,
     &syscalls::PROGRAMS,
+    &tcp_latency::PROGRAMS,
     &tcp_retransmits::PROGRAMS,
 ];
 /// Compiled in only with `agent-ebpf`'s `test-programs` feature.

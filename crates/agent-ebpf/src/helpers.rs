@@ -1,7 +1,7 @@
 //! Helpers every probe uses: counting into per-CPU arrays, recording into a
 //! histogram, reading kernel memory.
 
-use agent_common::{log2_bucket, Hist};
+use agent_common::{log2_bucket, native_bucket, Hist, NativeHist};
 use aya_ebpf::{helpers::bpf_probe_read_kernel, maps::PerCpuArray};
 
 /// Adds one to slot `index` of a per-CPU counter array.
@@ -42,4 +42,21 @@ pub fn read_kernel<T>(base: u64, off: u32) -> Option<T> {
 pub fn now_ns() -> u64 {
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() }
+}
+
+/// Records `ns` into this CPU's native histogram `h` (0 ns in its zero
+/// bucket).
+#[inline(always)]
+pub fn record_native(h: *mut NativeHist, ns: u64) {
+    // SAFETY: `h` points to this CPU's map value; the slot is
+    // bounds-checked by `get_mut`.
+    unsafe {
+        if ns == 0 {
+            (*h).zero += 1;
+        } else if let Some(slot) = (*h).buckets.get_mut(native_bucket(ns)) {
+            *slot += 1;
+        }
+        (*h).sum_ns += ns;
+        (*h).count += 1;
+    }
 }

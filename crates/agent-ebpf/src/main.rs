@@ -23,6 +23,7 @@ mod process;
 mod runqueue;
 mod skb_drops;
 mod syscalls;
+mod tcp_latency;
 mod tcp_retransmits;
 #[cfg(feature = "test-programs")]
 mod test_programs;

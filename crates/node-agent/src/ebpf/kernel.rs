@@ -82,6 +82,19 @@ impl Kernel {
         d.as_ref().map_err(String::as_str)
     }
 
+    /// What the TCP latency program reads, from the kernel's BTF (read
+    /// once per process): why not, when the kernel cannot serve it.
+    pub fn tcp_latency(&self) -> Result<agent_common::tcp_latency::Offsets, &'static str> {
+        static T: OnceLock<Result<agent_common::tcp_latency::Offsets, String>> = OnceLock::new();
+        let t = T.get_or_init(|| {
+            let path = "/sys/kernel/btf/vmlinux";
+            let data = read_btf(Path::new(path)).map_err(|e| format!("no kernel BTF ({path}): {e}"))?;
+            let btf = crate::ebpf::btf::Btf::parse(&data).map_err(|e| format!("kernel BTF unusable: {e}"))?;
+            tcp_latency(&btf)
+        });
+        t.as_ref().copied().map_err(String::as_str)
+    }
+
     /// Where the syscall number is in `struct pt_regs`: orig_ax on x86_64,
     /// syscallno on aarch64.
     pub fn regs_syscall_nr(&self) -> u32 {
@@ -125,6 +138,20 @@ pub fn drop_reasons(btf: &crate::ebpf::btf::Btf) -> Result<DropReasons, String> 
         .map(|(n, v)| (v, n.strip_prefix("SKB_DROP_REASON_").or_else(|| n.strip_prefix("SKB_")).unwrap_or(n).to_string()))
         .collect();
     Ok(DropReasons { reason_arg, skb_arg, rx_sk_arg: find("struct sock *"), skb_sk: btf.offset("sk_buff", &["sk"]).ok(), names })
+}
+
+/// The TCP latency program's offsets from a parsed BTF: an error (the
+/// probe's reason to be down) when inet_sock_set_state's arguments are not
+/// the `(const struct sock *, int, int)` the program reads.
+pub fn tcp_latency(btf: &crate::ebpf::btf::Btf) -> Result<agent_common::tcp_latency::Offsets, String> {
+    let params = btf.typedef_params("btf_trace_inet_sock_set_state").map_err(|e| format!("no inet_sock_set_state tracepoint: {e}"))?;
+    let args: Vec<&str> = params.iter().skip(1).map(String::as_str).collect();
+    if args != ["struct sock *", "int", "int"] {
+        return Err(format!("inet_sock_set_state passes {args:?}, not (struct sock *, int, int)"));
+    }
+    let sk_protocol = btf.offset("sock", &["sk_protocol"]).map_err(|e| e.to_string())?;
+    let srtt_us = btf.offset("tcp_sock", &["srtt_us"]).map_err(|e| e.to_string())?;
+    Ok(agent_common::tcp_latency::Offsets { sk_protocol, srtt_us })
 }
 
 /// The (value, name) pairs of a tracepoint format's `__print_symbolic` list.
