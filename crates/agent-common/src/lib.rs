@@ -21,7 +21,7 @@ pub mod syscalls;
 pub mod tcp_retransmits;
 pub mod test_programs;
 
-pub use hist::{log2_bucket, Hist, HIST_BUCKETS};
+pub use hist::{log2_bucket, native_bucket, Hist, NativeHist, HIST_BUCKETS, NATIVE_OFFSET, NATIVE_SCHEMA, NATIVE_SLOTS};
 pub use program::{Hook, Program};
 
 /// The licence the eBPF object declares to the kernel (its `license`
