@@ -17,6 +17,7 @@ pub mod process;
 pub mod program;
 pub mod runqueue;
 pub mod skb_drops;
+pub mod syscall_latency;
 pub mod syscalls;
 pub mod tcp_retransmits;
 pub mod test_programs;
@@ -44,11 +45,22 @@ pub const MAPS: &[&str] = &[
     runqueue::TASK_START,
     runqueue::DROPPED,
     skb_drops::COUNTS,
+    syscall_latency::START,
+    syscall_latency::HIST,
+    syscall_latency::DROPPED,
+    syscall_latency::CONFIG,
     syscalls::COUNTS,
     tcp_retransmits::RETRANSMITS,
 ];
-pub const GLOBALS: &[&str] =
-    &[block_io::OFFSETS, pods::OFFSETS, runqueue::OFFSETS, skb_drops::OFFSETS, syscalls::OFFSETS, tcp_retransmits::OFFSETS];
+pub const GLOBALS: &[&str] = &[
+    block_io::OFFSETS,
+    pods::OFFSETS,
+    runqueue::OFFSETS,
+    skb_drops::OFFSETS,
+    syscall_latency::FAMILIES,
+    syscalls::OFFSETS,
+    tcp_retransmits::OFFSETS,
+];
 pub const PROGRAMS: &[&[Program]] = &[
     &block_io::PROGRAMS,
     &oom_kills::PROGRAMS,
@@ -58,6 +70,7 @@ pub const PROGRAMS: &[&[Program]] = &[
     &runqueue::RAW_PROGRAMS,
     &runqueue::TP_PROGRAMS,
     &skb_drops::PROGRAMS,
+    &syscall_latency::PROGRAMS,
     &syscalls::PROGRAMS,
     &tcp_retransmits::PROGRAMS,
 ];
