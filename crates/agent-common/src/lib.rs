@@ -17,6 +17,7 @@ pub mod process;
 pub mod program;
 pub mod runqueue;
 pub mod skb_drops;
+pub mod syscall_latency;
 pub mod syscalls;
 pub mod tcp_latency;
 pub mod tcp_retransmits;
@@ -45,14 +46,26 @@ pub const MAPS: &[&str] = &[
     runqueue::TASK_START,
     runqueue::DROPPED,
     skb_drops::COUNTS,
+    syscall_latency::START,
+    syscall_latency::HIST,
+    syscall_latency::DROPPED,
+    syscall_latency::CONFIG,
     syscalls::COUNTS,
     tcp_latency::HISTS,
     tcp_latency::COUNTERS,
     tcp_latency::STARTS,
     tcp_retransmits::RETRANSMITS,
 ];
-pub const GLOBALS: &[&str] =
-    &[block_io::OFFSETS, pods::OFFSETS, runqueue::OFFSETS, skb_drops::OFFSETS, syscalls::OFFSETS, tcp_latency::OFFSETS, tcp_retransmits::OFFSETS];
+pub const GLOBALS: &[&str] = &[
+    block_io::OFFSETS,
+    pods::OFFSETS,
+    runqueue::OFFSETS,
+    skb_drops::OFFSETS,
+    syscall_latency::FAMILIES,
+    syscalls::OFFSETS,
+    tcp_latency::OFFSETS,
+    tcp_retransmits::OFFSETS,
+];
 pub const PROGRAMS: &[&[Program]] = &[
     &block_io::PROGRAMS,
     &oom_kills::PROGRAMS,
@@ -62,6 +75,7 @@ pub const PROGRAMS: &[&[Program]] = &[
     &runqueue::RAW_PROGRAMS,
     &runqueue::TP_PROGRAMS,
     &skb_drops::PROGRAMS,
+    &syscall_latency::PROGRAMS,
     &syscalls::PROGRAMS,
     &tcp_latency::PROGRAMS,
     &tcp_retransmits::PROGRAMS,

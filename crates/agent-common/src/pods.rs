@@ -1,5 +1,5 @@
 //! `ebpf_pods`: kernel events counted per cgroup v2 id, named by pod in
-//! user space. The run-queue, syscall, TCP and packet-drop programs add to these
+//! user space. The run-queue, syscall, syscall-latency, TCP and packet-drop programs add to these
 //! counters too, when the bits of `Offsets::events` say so.
 
 use crate::program::Program;
@@ -44,6 +44,9 @@ pub struct PodCounters {
     pub syscall_errors: u64,
     /// Packets of the cgroup's sockets the kernel dropped (skb:kfree_skb).
     pub skb_drops: u64,
+    /// Syscalls of the cgroup's tasks that took longer than the slow
+    /// threshold (`--collector.ebpf_syscall_latency.slow-threshold`).
+    pub slow_syscalls: u64,
 }
 
 impl PodCounters {
@@ -56,6 +59,7 @@ impl PodCounters {
         write_bytes: 0,
         syscall_errors: 0,
         skb_drops: 0,
+        slow_syscalls: 0,
     };
 }
 
@@ -68,6 +72,7 @@ pub const READ_BYTES: usize = 4;
 pub const WRITE_BYTES: usize = 5;
 pub const SYSCALL_ERRORS: usize = 6;
 pub const SKB_DROPS: usize = 7;
+pub const SLOW_SYSCALLS: usize = 8;
 
 /// Bits of `Offsets::events`: which events the programs attribute.
 pub const SYSCALLS: u32 = 1;
@@ -76,7 +81,9 @@ pub const OOM: u32 = 4;
 pub const TCP: u32 = 8;
 pub const BLOCK: u32 = 16;
 pub const SKB: u32 = 32;
-pub const ALL: u32 = SYSCALLS | RUNQ | OOM | TCP | BLOCK | SKB;
+/// Slow syscalls (counted by the ebpf_syscall_latency programs).
+pub const SLOW: u32 = 64;
+pub const ALL: u32 = SYSCALLS | RUNQ | OOM | TCP | BLOCK | SKB | SLOW;
 
 /// What attribution needs: the events on, kernel structure offsets from
 /// the kernel's BTF (task or socket to cgroup v2 id), and tracepoint

@@ -22,6 +22,7 @@ mod pods;
 mod process;
 mod runqueue;
 mod skb_drops;
+mod syscall_latency;
 mod syscalls;
 mod tcp_latency;
 mod tcp_retransmits;

@@ -60,7 +60,7 @@ pub fn add(cgroup: u64, field: usize, v: u64) {
             }
         }
     };
-    // SAFETY: `p` points to the map value, a `PodCounters` of eight
+    // SAFETY: `p` points to the map value, a `PodCounters` of nine
     // aligned u64 words, and `field` is one of the word indices.
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>((p as *mut u64).add(field), v) };
 }

@@ -2,7 +2,7 @@
 //! the histograms in Prometheus form. Errors are typed and become the
 //! collector's error (`node_scrape_collector_success 0`).
 
-use agent_common::{Hist, HIST_BUCKETS};
+use agent_common::{Hist, NativeHist, HIST_BUCKETS, NATIVE_OFFSET};
 use aya::maps::{PerCpuArray, PerCpuValues};
 use aya::Ebpf;
 
@@ -72,6 +72,43 @@ pub fn to_prometheus(per_cpu: &[Hist]) -> (Vec<(f64, u64)>, f64, u64) {
     (out, sum as f64 / 1e9, count)
 }
 
+/// Entry `index` of a per-CPU array of native histograms, per CPU.
+pub fn native_histogram(ebpf: &Ebpf, map: &'static str, index: u32) -> Result<PerCpuValues<NativeHist>, MapError> {
+    per_cpu_array::<NativeHist>(ebpf, map)?.get(&index, 0).map_err(|source| MapError::Map { map, source })
+}
+
+/// A native histogram summed over CPUs, in Prometheus form.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NativeSum {
+    /// Latencies of 0 (the zero bucket).
+    pub zero: u64,
+    /// (native bucket index, count), ascending, non-empty buckets only.
+    pub buckets: Vec<(i32, u64)>,
+    /// Sum in seconds.
+    pub sum: f64,
+    pub count: u64,
+}
+
+/// Sums per-CPU native histograms into `out` (its vector reused).
+pub fn sum_native(per_cpu: &[NativeHist], out: &mut NativeSum) {
+    let (mut zero, mut sum, mut count) = (0u64, 0u64, 0u64);
+    out.buckets.clear();
+    for h in per_cpu {
+        zero = zero.wrapping_add(h.zero);
+        sum = sum.wrapping_add(h.sum_ns);
+        count = count.wrapping_add(h.count);
+    }
+    for slot in 0..agent_common::NATIVE_SLOTS {
+        let n = per_cpu.iter().fold(0u64, |a, h| a.wrapping_add(h.buckets[slot]));
+        if n > 0 {
+            out.buckets.push((slot as i32 + NATIVE_OFFSET, n));
+        }
+    }
+    out.zero = zero;
+    out.sum = sum as f64 / 1e9;
+    out.count = count;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +126,37 @@ mod tests {
         assert_eq!(b[1], (2048.0 / 1e9, 3));
         assert_eq!(b.last().map(|x| x.1), Some(3));
         assert_eq!((sum, count), (2.0, 4));
+    }
+
+    #[test]
+    fn native_histogram_sums_over_cpus_by_native_index() {
+        use agent_common::native_bucket;
+        let mut a = NativeHist::ZERO;
+        let mut b = NativeHist::ZERO;
+        // 1 ms: native index ceil(8·log2(1e-3)) = ceil(-79.73) = -79.
+        a.buckets[native_bucket(1_000_000)] += 2;
+        b.buckets[native_bucket(1_000_000)] += 1;
+        // 1 s: exactly the upper bound of bucket 0.
+        b.buckets[native_bucket(1_000_000_000)] += 1;
+        // 1 ns: the first slot, index -239.
+        a.buckets[native_bucket(1)] += 1;
+        a.zero = 1;
+        (a.sum_ns, a.count) = (2_000_001, 4);
+        (b.sum_ns, b.count) = (1_001_000_000, 2);
+        let mut s = NativeSum::default();
+        sum_native(&[a, b], &mut s);
+        assert_eq!(s.buckets, vec![(-239, 1), (-79, 3), (0, 1)]);
+        assert_eq!((s.zero, s.count), (1, 6));
+        assert!((s.sum - 1.003000001).abs() < 1e-12);
+        // The indices mean what Prometheus says: bucket i is (2^((i-1)/8), 2^(i/8)] s.
+        for &(i, _) in &s.buckets {
+            let (lo, hi) = (f64::from(i - 1) / 8.0, f64::from(i) / 8.0);
+            let v = match i {
+                -239 => 1e-9,
+                -79 => 1e-3,
+                _ => 1.0,
+            };
+            assert!(lo.exp2() < v && v <= hi.exp2() * (1.0 + 1e-15), "{v} s in bucket {i}");
+        }
     }
 }

@@ -9,6 +9,7 @@ pub mod btf;
 pub mod kernel;
 pub mod loader;
 pub mod maps;
+pub mod syscall_families;
 pub mod syscall_names;
 
 pub use loader::{AttachError, Globals, LoadError, Probe, Shared};

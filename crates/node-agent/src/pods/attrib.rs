@@ -54,6 +54,7 @@ pub fn add(a: &mut PodCounters, b: &PodCounters) {
     a.write_bytes = a.write_bytes.wrapping_add(b.write_bytes);
     a.syscall_errors = a.syscall_errors.wrapping_add(b.syscall_errors);
     a.skb_drops = a.skb_drops.wrapping_add(b.skb_drops);
+    a.slow_syscalls = a.slow_syscalls.wrapping_add(b.slow_syscalls);
 }
 
 /// The state kept between scrapes.

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_common::pods::{
-    Offsets, PodCounters, BLOCK, BLOCK_PROGRAMS, DROPPED, OFFSETS, OOM, OOM_CURRENT, OOM_VICTIM, RUNQ, SKB, STATS, SYSCALLS, TCP,
+    Offsets, PodCounters, BLOCK, BLOCK_PROGRAMS, DROPPED, OFFSETS, OOM, OOM_CURRENT, OOM_VICTIM, RUNQ, SKB, SLOW, STATS, SYSCALLS, TCP,
 };
 use agent_common::{runqueue, skb_drops, syscalls, tcp_retransmits, Program};
 use clap::Arg;
@@ -91,7 +91,7 @@ pub fn globals(k: &Kernel, ctx: &mut Context, g: &mut Globals) {
 }
 
 fn offsets(k: &Kernel, btf_path: &std::path::Path) -> Offsets {
-    let mut o = Offsets { events: SYSCALLS, ..Offsets::DEFAULT };
+    let mut o = Offsets { events: SYSCALLS | SLOW, ..Offsets::DEFAULT };
     let (io, merge) = (k.format("block", "block_io_start"), k.format("block", "block_bio_backmerge"));
     (o.io_start_bytes, o.io_start_rwbs, o.bio_merge_nr_sector, o.bio_merge_rwbs) =
         (io.offset("bytes"), io.offset("rwbs"), merge.offset("nr_sector"), merge.offset("rwbs"));
@@ -148,6 +148,8 @@ fn offsets(k: &Kernel, btf_path: &std::path::Path) -> Offsets {
 }
 
 /// The programs serving the events `bits` says the loaded object has on.
+/// (Slow syscalls are counted by ebpf_syscall_latency's programs, which
+/// that collector attaches, with its threshold.)
 fn programs(bits: u32, k: &Kernel) -> Vec<Program> {
     let mut p = Vec::new();
     if bits & SYSCALLS != 0 {
@@ -212,6 +214,7 @@ pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigE
         (TCP, "tcp_retransmits"),
         (SKB, "skb_drops"),
         (BLOCK, "block_io"),
+        (SLOW, "slow_syscalls"),
     ]
     .iter()
     .filter(|(b, _)| bits & b != 0)
@@ -342,6 +345,14 @@ fn emit(sink: &mut Sink, series: &BTreeMap<(String, String, String), PodCounters
     let mut f = sink.family("node_ebpf_pod_syscall_errors_total", "System calls of the pod's tasks that returned an error.", Kind::Counter);
     for ((ns, pod), c) in &pods {
         f.sample(&[("namespace", ns), ("pod", pod)], c.syscall_errors as f64);
+    }
+    let mut f = sink.family(
+        "node_ebpf_pod_slow_syscalls_total",
+        "System calls of the pod's tasks that took at least --collector.ebpf_syscall_latency.slow-threshold (counted while ebpf_syscall_latency is on).",
+        Kind::Counter,
+    );
+    for ((ns, pod), c) in &pods {
+        f.sample(&[("namespace", ns), ("pod", pod)], c.slow_syscalls as f64);
     }
 }
 

@@ -1,0 +1,172 @@
+//! `ebpf_syscall_latency`: how long system calls take, by syscall family,
+//! measured in the kernel from the raw sys_enter to the raw sys_exit
+//! tracepoint into per-CPU native histograms (Prometheus schema 3: 8
+//! buckets per power of two, ≤ 9.05 % relative error per bucket, so a p99
+//! read from them is within that), as `node_ebpf_syscall_latency_seconds`.
+//!
+//! The families are those of `ebpf::syscall_families` (the probe's
+//! read-only global maps each syscall number of the running architecture to
+//! one). Cardinality: 10 families; per family up to 513 native buckets
+//! (only non-empty ones are exposed; in practice a few dozen) and the 24
+//! classic buckets of [`CLASSIC_BOUNDS`] plus `+Inf` in the text formats.
+//! exit and exit_group, which never return, are not timed.
+//!
+//! Per pod (with `ebpf_pods` on): syscalls slower than
+//! `--collector.ebpf_syscall_latency.slow-threshold` are counted as
+//! `node_ebpf_pod_slow_syscalls_total`.
+
+use std::time::Duration;
+
+use agent_common::syscall_latency::{CONFIG, DROPPED, FAMILIES, FAMILY_NAMES, HIST, PROGRAMS};
+use agent_common::NATIVE_SCHEMA;
+use clap::Arg;
+use expo::{Kind, Native, Sink};
+use host::flags::{string_arg, Flags};
+use host::{ConfigError, Paths};
+
+use super::Context;
+use crate::ebpf::kernel::Kernel;
+use crate::ebpf::maps::{self, MapError, NativeSum};
+use crate::ebpf::{syscall_families, Globals, Probe};
+
+const SLOW_FLAG: &str = "collector.ebpf_syscall_latency.slow-threshold";
+
+/// Classic `le` bounds of the text formats: the powers of two of seconds
+/// from 2^-20 s (≈ 0.95 µs) to 2^3 s (8 s), which are native bucket
+/// boundaries, so the classic counts are exact.
+pub const CLASSIC_BOUNDS: [f64; 24] = classic_bounds();
+
+const fn classic_bounds() -> [f64; 24] {
+    let mut b = [0.0; 24];
+    let mut i = 0;
+    while i < 24 {
+        // 2^(i-20): exact in f64.
+        b[i] = if i < 20 { 1.0 / (1u64 << (20 - i)) as f64 } else { (1u64 << (i - 20)) as f64 };
+        i += 1;
+    }
+    b
+}
+
+/// Values at or below this (only 0 ns: the first native bucket holds 1 ns)
+/// count in the zero bucket: 2^-30 s, the first bucket's lower bound.
+pub const ZERO_THRESHOLD: f64 = 1.0 / (1u64 << 30) as f64;
+
+/// The family of every syscall number of this architecture.
+pub fn globals(_k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
+    g.set(FAMILIES, &syscall_families::native_table());
+}
+
+pub fn args() -> Vec<Arg> {
+    vec![string_arg(
+        SLOW_FLAG,
+        "100ms",
+        "Syscalls taking at least this long count as slow for their pod (node_ebpf_pod_slow_syscalls_total, with ebpf_pods on); 0 counts none.",
+    )]
+}
+
+pub struct Collector {
+    probe: Probe,
+    sums: Vec<NativeSum>,
+}
+
+pub fn build(f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
+    let slow = f.duration(SLOW_FLAG)?;
+    Ok(Box::new(Collector::new(ctx, slow)))
+}
+
+impl Collector {
+    /// Attaches the programs and sets the slow threshold; a probe that
+    /// cannot attach (or set it) is down, never fatal.
+    pub fn new(ctx: &mut Context, slow: Duration) -> Collector {
+        let shared = ctx.ebpf();
+        let mut probe = Probe::attach(shared, &PROGRAMS);
+        if let Some(s) = probe.ebpf() {
+            if let Err(e) = set_threshold(s, slow) {
+                tracing::warn!(err = %e, "ebpf_syscall_latency: slow-syscall threshold not set");
+                probe = Probe::down(&PROGRAMS, &format!("setting the slow-syscall threshold: {e}"));
+            }
+        }
+        Collector { probe, sums: vec![NativeSum::default(); FAMILY_NAMES.len()] }
+    }
+}
+
+fn set_threshold(shared: &crate::ebpf::Shared, slow: Duration) -> Result<(), MapError> {
+    let mut ebpf = shared.lock().ok_or(MapError::Poisoned)?;
+    let map = ebpf.map_mut(CONFIG).ok_or(MapError::Missing(CONFIG))?;
+    let mut config: aya::maps::Array<_, u64> = aya::maps::Array::try_from(map).map_err(|source| MapError::Map { map: CONFIG, source })?;
+    let ns = u64::try_from(slow.as_nanos()).unwrap_or(u64::MAX);
+    config.set(0, ns, 0).map_err(|source| MapError::Map { map: CONFIG, source })
+}
+
+impl host::Collector for Collector {
+    fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
+        self.probe.self_metrics(sink);
+        let Some(shared) = self.probe.ebpf() else { return Ok(()) };
+        let dropped = {
+            let ebpf = shared.lock().ok_or(MapError::Poisoned)?;
+            for (i, s) in self.sums.iter_mut().enumerate() {
+                maps::sum_native(&maps::native_histogram(&ebpf, HIST, i as u32)?, s);
+            }
+            maps::counter(&ebpf, DROPPED, 0)?
+        };
+        write(sink, &self.sums);
+        sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
+            .sample(&[("probe", "syscall_latency")], dropped as f64);
+        Ok(())
+    }
+}
+
+/// Writes the family's histograms, one per syscall family.
+fn write(sink: &mut Sink, sums: &[NativeSum]) {
+    let mut f = sink.family(
+        "node_ebpf_syscall_latency_seconds",
+        "Time system calls took from entry to exit, by syscall family (native buckets of schema 3).",
+        Kind::Histogram,
+    );
+    for (name, s) in FAMILY_NAMES.iter().zip(sums) {
+        let native = Native { schema: NATIVE_SCHEMA, zero_threshold: ZERO_THRESHOLD, zero_count: s.zero, buckets: &s.buckets };
+        f.native_histogram(&[("family", name)], s.sum, s.count, &native, &CLASSIC_BOUNDS);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classic_bounds_are_powers_of_two_of_seconds() {
+        for (i, b) in CLASSIC_BOUNDS.iter().enumerate() {
+            assert_eq!(*b, (i as f64 - 20.0).exp2());
+        }
+        assert_eq!(ZERO_THRESHOLD, (-30f64).exp2());
+    }
+
+    #[test]
+    fn written_with_native_and_exact_classic_buckets() {
+        use agent_common::{native_bucket, NativeHist};
+        let mut h = NativeHist::ZERO;
+        // 200 sleeps of about 1.05 ms, 3 reads of 1 µs, one of exactly 2^-10 s.
+        h.buckets[native_bucket(1_050_000)] = 200;
+        h.buckets[native_bucket(1_000)] = 3;
+        h.buckets[native_bucket(976_562)] = 1; // 2^-10 s = 976562.5 ns: below
+        (h.count, h.sum_ns) = (204, 200 * 1_050_000 + 3_000 + 976_562);
+        let mut sums = vec![NativeSum::default(); FAMILY_NAMES.len()];
+        maps::sum_native(&[h], &mut sums[8]);
+        let mut sink = Sink::new();
+        write(&mut sink, &sums);
+        let fams = sink.families();
+        let f = fams.iter().find(|f| f.name() == "node_ebpf_syscall_latency_seconds").expect("family");
+        let natives: Vec<_> = f.natives().collect();
+        assert_eq!(natives.len(), FAMILY_NAMES.len());
+        let (n, buckets) = natives[8];
+        assert_eq!(n.schema, 3);
+        // 1.05 ms: ceil(8·log2(1.05e-3)) = ceil(-79.16) = -79; 1 µs: -159; 976562 ns: -80.
+        assert_eq!(buckets, &[(-159, 3), (-80, 1), (-79, 200)]);
+        let mut text = String::new();
+        expo::encode(vec![sink], expo::Format::Text, &mut text);
+        assert!(text.contains("node_ebpf_syscall_latency_seconds_bucket{family=\"sleep\",le=\"0.0009765625\"} 4"), "{text}");
+        assert!(text.contains("node_ebpf_syscall_latency_seconds_bucket{family=\"sleep\",le=\"0.001953125\"} 204"), "{text}");
+        assert!(text.contains("node_ebpf_syscall_latency_seconds_count{family=\"sleep\"} 204"), "{text}");
+        assert!(text.contains("node_ebpf_syscall_latency_seconds_count{family=\"read\"} 0"), "{text}");
+    }
+}
