@@ -499,6 +499,107 @@ fn skb_drops_by_reason_match_what_the_test_sent() {
 }
 
 /// Loaded BPF programs with one of our program names.
+/// Cumulative count of a histogram's classic bucket `le`.
+fn bucket(p: &Probe, family: &str, le: &str) -> f64 {
+    p.value(&format!("{family}_bucket"), &[("le", le)])
+}
+
+/// Through a path that holds every packet from `a` to `b` for 20 ms (TUN
+/// devices and a relay of the test's, `netns::DelayLink`), N connects take
+/// 20 ms and a bit: each lands in the classic bucket (2^-6 s, 2^-5 s] =
+/// (15.6 ms, 31.3 ms], and so does the smoothed RTT the connections had when
+/// established; M connects to a closed port fail. Exact deltas, up to 3
+/// attempts since the counters are host-wide.
+#[test]
+fn tcp_connect_latency_and_rtt_through_a_20ms_path() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    const N: usize = 20;
+    const M: usize = 5;
+    let p = Probe::new(&["ebpf_tcp_latency"]);
+    let link = node_agent_tests::netns::DelayLink::new("tcplat", Duration::from_millis(20), Duration::ZERO);
+    let (lo, hi) = ("0.015625", "0.03125");
+    let connect = "node_ebpf_tcp_connect_latency_seconds";
+    let rtt = "node_ebpf_tcp_rtt_seconds";
+    let mut attempts = Vec::new();
+    for attempt in 1..=3 {
+        let read = || {
+            (
+                p.value(&format!("{connect}_count"), &[]),
+                bucket(&p, connect, hi) - bucket(&p, connect, lo),
+                p.value(&format!("{rtt}_count"), &[]),
+                bucket(&p, rtt, hi) - bucket(&p, rtt, lo),
+                p.value("node_ebpf_tcp_connect_failures_total", &[]),
+            )
+        };
+        let before = read();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let took: Vec<Duration> = std::thread::scope(|s| {
+            s.spawn(|| {
+                link.b.run(|_| {
+                    let l = std::net::TcpListener::bind("10.77.0.2:0").expect("bind");
+                    tx.send(l.local_addr().expect("addr").port()).expect("send port");
+                    for _ in 0..N {
+                        let (mut c, _) = l.accept().expect("accept");
+                        let mut b = [0u8; 4];
+                        c.read_exact(&mut b).expect("read");
+                        c.write_all(&b).expect("echo");
+                    }
+                })
+            });
+            let port = rx.recv().expect("port");
+            link.a.run(|_| {
+                let mut took = Vec::new();
+                for _ in 0..N {
+                    let t = Instant::now();
+                    let mut c = std::net::TcpStream::connect(("10.77.0.2", port)).expect("connect");
+                    took.push(t.elapsed());
+                    c.write_all(b"ping").expect("write");
+                    let mut b = [0u8; 4];
+                    c.read_exact(&mut b).expect("read the echo");
+                }
+                // A port nothing listens on: refused (an RST back).
+                let closed = std::net::TcpListener::bind("10.77.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+                for _ in 0..M {
+                    assert!(std::net::TcpStream::connect(("10.77.0.2", closed)).is_err(), "nothing listens there");
+                }
+                took
+            })
+        });
+        // The closes finish a round trip later.
+        std::thread::sleep(Duration::from_millis(200));
+        let after = read();
+        let d = (after.0 - before.0, after.1 - before.1, after.2 - before.2, after.3 - before.3, after.4 - before.4);
+        eprintln!(
+            "attempt {attempt}: connects took {:?}..{:?} (user space); connect latency +{} (+{} in ({lo}, {hi}] s), RTT samples +{} (+{} there), failures +{}",
+            took.iter().min(),
+            took.iter().max(),
+            d.0,
+            d.1,
+            d.2,
+            d.3,
+            d.4
+        );
+        assert!(took.iter().all(|t| *t >= Duration::from_millis(20) && *t < Duration::from_millis(31)), "the path's delay: {took:?}");
+        attempts.push(d);
+        // Every connect of the test timed there; four RTT samples per
+        // connection there (each side when established and when it left
+        // ESTABLISHED); exactly the refused connects failed.
+        let (n, m) = (N as f64, M as f64);
+        if d == (n, n, 4.0 * n, 4.0 * n, m) {
+            break;
+        }
+    }
+    let (n, m) = (N as f64, M as f64);
+    assert_eq!(
+        attempts.last().copied(),
+        Some((n, n, 4.0 * n, 4.0 * n, m)),
+        "(connects, connects in 15.6..31.3 ms, RTT samples, RTT samples there, failures) per attempt: {attempts:?}"
+    );
+}
+
 fn loaded(name: &str) -> usize {
     aya::programs::loaded_programs().filter_map(Result::ok).filter(|p| p.name_as_str() == Some(name)).count()
 }

@@ -462,6 +462,74 @@ print(in_errors() - before)
 /// Packets dropped at a pod's socket are the pod's (kfree_skb's receiving
 /// socket, whose cgroup is the pod's), exactly as many as its namespace
 /// counts.
+/// In its own network namespace: 10 connects to a closed port (refused),
+/// then 5 connections on loopback with one exchange each; prints the
+/// refused count.
+const CONNECTS: &str = r#"
+import socket
+probe = socket.socket()
+probe.bind(("127.0.0.1", 0))
+port = probe.getsockname()[1]
+probe.close()
+refused = 0
+for _ in range(10):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+    except ConnectionRefusedError:
+        refused += 1
+    s.close()
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(16)
+for _ in range(5):
+    c = socket.create_connection(l.getsockname())
+    a, _ = l.accept()
+    c.sendall(b"ping")
+    a.recv(4)
+    a.sendall(b"pong")
+    c.recv(4)
+    c.close()
+    a.close()
+print(refused)
+"#;
+
+#[test]
+fn tcp_connect_failures_and_rtt_are_the_connecting_pods() {
+    let Some(t) = truth("5m") else { return };
+    let agent = &t.agent;
+    let a = pod_cgroup('A', None);
+    let script = tempfile::NamedTempFile::new().expect("script");
+    std::fs::write(script.path(), CONNECTS).expect("write script");
+    let read = |ns: &str, p: &str| {
+        (
+            agent.pod("node_ebpf_pod_tcp_connect_failures_total", ns, p),
+            agent.pod("node_ebpf_pod_tcp_rtt_samples_total", ns, p),
+            agent.pod("node_ebpf_pod_tcp_rtt_seconds_total", ns, p),
+        )
+    };
+    let (a0, b0) = (read("web", "web-0"), read("db", "db-0"));
+    let child = a.spawn_piped(&format!("unshare -n /bin/sh -c 'ip link set lo up && exec python3 {}'", script.path().display()));
+    let out = child.wait_with_output().expect("connecting workload");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "workload failed: {text} {}", String::from_utf8_lossy(&out.stderr));
+    let refused: f64 = text.trim().parse().expect("refused count");
+    std::thread::sleep(Duration::from_millis(100));
+    let (a1, b1) = (read("web", "web-0"), read("db", "db-0"));
+    let (failures, samples, rtt) = (a1.0 - a0.0, a1.1 - a0.1, a1.2 - a0.2);
+    eprintln!(
+        "refused {refused}; web-0: failures +{failures}, RTT samples +{samples} summing {rtt:.6}s; db-0 +{:?}",
+        (b1.0 - b0.0, b1.1 - b0.1)
+    );
+    assert_eq!(refused, 10.0);
+    assert_eq!(failures, refused, "every refused connect is web-0's");
+    // Each of the 5 connections: both sides when established and when
+    // leaving ESTABLISHED.
+    assert_eq!(samples, 20.0, "RTT samples");
+    assert!(rtt > 0.0 && rtt < samples * 0.01, "loopback RTTs are microseconds: {rtt}s over {samples}");
+    assert_eq!((b1.0 - b0.0, b1.1 - b0.1), (0.0, 0.0), "nothing of db-0's");
+}
+
 #[test]
 fn skb_drops_are_the_receiving_pods() {
     let Some(t) = truth("5m") else { return };

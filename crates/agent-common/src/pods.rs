@@ -1,5 +1,5 @@
 //! `ebpf_pods`: kernel events counted per cgroup v2 id, named by pod in
-//! user space. The run-queue, syscall, syscall-latency, TCP and packet-drop programs add to these
+//! user space. The run-queue, syscall, syscall-latency, TCP, TCP-latency and packet-drop programs add to these
 //! counters too, when the bits of `Offsets::events` say so.
 
 use crate::program::Program;
@@ -47,6 +47,12 @@ pub struct PodCounters {
     /// Syscalls of the cgroup's tasks that took longer than the slow
     /// threshold (`--collector.ebpf_syscall_latency.slow-threshold`).
     pub slow_syscalls: u64,
+    /// TCP connects of the cgroup's sockets that failed (SYN_SENT to
+    /// CLOSE), and the smoothed RTT samples of its connections: their sum
+    /// (ns) and number.
+    pub tcp_connect_failures: u64,
+    pub tcp_rtt_ns: u64,
+    pub tcp_rtt_samples: u64,
 }
 
 impl PodCounters {
@@ -60,6 +66,9 @@ impl PodCounters {
         syscall_errors: 0,
         skb_drops: 0,
         slow_syscalls: 0,
+        tcp_connect_failures: 0,
+        tcp_rtt_ns: 0,
+        tcp_rtt_samples: 0,
     };
 }
 
@@ -73,6 +82,9 @@ pub const WRITE_BYTES: usize = 5;
 pub const SYSCALL_ERRORS: usize = 6;
 pub const SKB_DROPS: usize = 7;
 pub const SLOW_SYSCALLS: usize = 8;
+pub const TCP_CONNECT_FAILURES: usize = 9;
+pub const TCP_RTT_NS: usize = 10;
+pub const TCP_RTT_SAMPLES: usize = 11;
 
 /// Bits of `Offsets::events`: which events the programs attribute.
 pub const SYSCALLS: u32 = 1;
@@ -83,7 +95,10 @@ pub const BLOCK: u32 = 16;
 pub const SKB: u32 = 32;
 /// Slow syscalls (counted by the ebpf_syscall_latency programs).
 pub const SLOW: u32 = 64;
-pub const ALL: u32 = SYSCALLS | RUNQ | OOM | TCP | BLOCK | SKB | SLOW;
+/// TCP connect failures and RTT samples (counted by the ebpf_tcp_latency
+/// program), by socket cgroup.
+pub const TCP_CONN: u32 = 128;
+pub const ALL: u32 = SYSCALLS | RUNQ | OOM | TCP | BLOCK | SKB | SLOW | TCP_CONN;
 
 /// What attribution needs: the events on, kernel structure offsets from
 /// the kernel's BTF (task or socket to cgroup v2 id), and tracepoint

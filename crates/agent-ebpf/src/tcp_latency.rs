@@ -15,7 +15,10 @@ use aya_ebpf::{
     Global,
 };
 
+use agent_common::pods::{self as pod_words, TCP_CONN as PODS_TCP_CONN};
+
 use crate::helpers::{inc, now_ns, read_kernel, record_native};
+use crate::pods;
 
 // SAFETY: the symbol name is unique in the object; user space finds the
 // global by it (EbpfLoader::set_global) and nothing else defines it.
@@ -38,13 +41,31 @@ fn record(hist: u32, ns: u64) {
     }
 }
 
+/// Adds `v` to word `field` of the socket's cgroup, with attribution on.
+/// The socket carries the cgroup of the task that created it (state
+/// changes mostly run in softirq, in no task's context).
+#[inline(always)]
+fn pod_add(sk: u64, field: usize, v: u64) {
+    let pod = pods::offsets();
+    if pod.events & PODS_TCP_CONN == 0 {
+        return;
+    }
+    let Some(cgroup) = read_kernel::<u64>(sk, pod.sock_cgroup) else { return };
+    if let Some(id) = pods::cgroup_id(cgroup, &pod) {
+        pods::add(id, field, v);
+    }
+}
+
 /// Records the socket's smoothed RTT, when it has one.
 #[inline(always)]
 fn rtt_sample(sk: u64, off: &Offsets) {
     let srtt: u32 = read_kernel(sk, off.srtt_us).unwrap_or(0);
     // srtt_us holds the smoothed RTT in µs, times 8.
     if srtt != 0 {
-        record(RTT, (srtt >> 3) as u64 * 1000);
+        let ns = (srtt >> 3) as u64 * 1000;
+        record(RTT, ns);
+        pod_add(sk, pod_words::TCP_RTT_NS, ns);
+        pod_add(sk, pod_words::TCP_RTT_SAMPLES, 1);
     }
 }
 
@@ -75,6 +96,7 @@ fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
             rtt_sample(sk, &off);
         } else if new == TCP_CLOSE {
             inc(&TCP_LAT_COUNTERS, FAILED);
+            pod_add(sk, pod_words::TCP_CONNECT_FAILURES, 1);
         }
         return Ok(());
     }

@@ -72,6 +72,41 @@ pub fn to_prometheus(per_cpu: &[Hist]) -> (Vec<(f64, u64)>, f64, u64) {
     (out, sum as f64 / 1e9, count)
 }
 
+/// Classic `le` bounds native histograms are written with in the text
+/// formats: the powers of two of seconds from 2^-20 s (≈ 0.95 µs) to 2^3 s
+/// (8 s), which are native bucket boundaries, so the classic counts are
+/// exact.
+pub const NATIVE_CLASSIC_BOUNDS: [f64; 24] = classic_bounds();
+
+const fn classic_bounds() -> [f64; 24] {
+    let mut b = [0.0; 24];
+    let mut i = 0;
+    while i < 24 {
+        // 2^(i-20): exact in f64.
+        b[i] = if i < 20 { 1.0 / (1u64 << (20 - i)) as f64 } else { (1u64 << (i - 20)) as f64 };
+        i += 1;
+    }
+    b
+}
+
+/// Values at or below this (only 0 ns: the first native bucket holds 1 ns)
+/// count in the zero bucket: 2^-30 s, the first bucket's lower bound.
+pub const NATIVE_ZERO_THRESHOLD: f64 = 1.0 / (1u64 << 30) as f64;
+
+impl NativeSum {
+    /// Writes this histogram as a sample of `f`: native buckets, and the
+    /// classic ones of [`NATIVE_CLASSIC_BOUNDS`].
+    pub fn write(&self, f: &mut expo::FamilyMut, labels: &[(&str, &str)]) {
+        let native = expo::Native {
+            schema: agent_common::NATIVE_SCHEMA,
+            zero_threshold: NATIVE_ZERO_THRESHOLD,
+            zero_count: self.zero,
+            buckets: &self.buckets,
+        };
+        f.native_histogram(labels, self.sum, self.count, &native, &NATIVE_CLASSIC_BOUNDS);
+    }
+}
+
 /// Entry `index` of a per-CPU array of native histograms, per CPU.
 pub fn native_histogram(ebpf: &Ebpf, map: &'static str, index: u32) -> Result<PerCpuValues<NativeHist>, MapError> {
     per_cpu_array::<NativeHist>(ebpf, map)?.get(&index, 0).map_err(|source| MapError::Map { map, source })

@@ -55,6 +55,9 @@ pub fn add(a: &mut PodCounters, b: &PodCounters) {
     a.syscall_errors = a.syscall_errors.wrapping_add(b.syscall_errors);
     a.skb_drops = a.skb_drops.wrapping_add(b.skb_drops);
     a.slow_syscalls = a.slow_syscalls.wrapping_add(b.slow_syscalls);
+    a.tcp_connect_failures = a.tcp_connect_failures.wrapping_add(b.tcp_connect_failures);
+    a.tcp_rtt_ns = a.tcp_rtt_ns.wrapping_add(b.tcp_rtt_ns);
+    a.tcp_rtt_samples = a.tcp_rtt_samples.wrapping_add(b.tcp_rtt_samples);
 }
 
 /// The state kept between scrapes.

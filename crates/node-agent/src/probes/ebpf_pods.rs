@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use agent_common::pods::{
     Offsets, PodCounters, BLOCK, BLOCK_PROGRAMS, DROPPED, OFFSETS, OOM, OOM_CURRENT, OOM_VICTIM, RUNQ, SKB, SLOW, STATS, SYSCALLS, TCP,
+    TCP_CONN,
 };
-use agent_common::{runqueue, skb_drops, syscalls, tcp_retransmits, Program};
+use agent_common::{runqueue, skb_drops, syscalls, tcp_latency, tcp_retransmits, Program};
 use clap::Arg;
 use expo::{Kind, Sink};
 use host::flags::Flags;
@@ -138,8 +139,12 @@ fn offsets(k: &Kernel, btf_path: &std::path::Path) -> Offsets {
                         Ok(_) => tracing::info!("no sk_buff.sk in the kernel's BTF: packet drops are not attributed to pods"),
                         Err(e) => tracing::info!(reason = e, "packet drops are not attributed to pods"),
                     }
+                    match k.tcp_latency() {
+                        Ok(_) => o.events |= TCP_CONN,
+                        Err(e) => tracing::info!(reason = e, "TCP connect failures and RTT are not attributed to pods"),
+                    }
                 }
-                Err(e) => tracing::info!(err = %e, "TCP retransmits and packet drops are not attributed to pods"),
+                Err(e) => tracing::info!(err = %e, "TCP retransmits, connects and packet drops are not attributed to pods"),
             }
         }
         Err(e) => tracing::warn!(err = %e, "kernel BTF unusable: run-queue wait, OOM kills and TCP retransmits are not attributed to pods"),
@@ -163,6 +168,9 @@ fn programs(bits: u32, k: &Kernel) -> Vec<Program> {
     }
     if bits & SKB != 0 {
         p.push(skb_drops::KFREE_SKB);
+    }
+    if bits & TCP_CONN != 0 {
+        p.push(tcp_latency::SET_STATE);
     }
     if bits & OOM != 0 {
         p.push(if k.oom_passes_task() { OOM_VICTIM } else { OOM_CURRENT });
@@ -215,6 +223,7 @@ pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigE
         (SKB, "skb_drops"),
         (BLOCK, "block_io"),
         (SLOW, "slow_syscalls"),
+        (TCP_CONN, "tcp_connects"),
     ]
     .iter()
     .filter(|(b, _)| bits & b != 0)
@@ -354,6 +363,26 @@ fn emit(sink: &mut Sink, series: &BTreeMap<(String, String, String), PodCounters
     for ((ns, pod), c) in &pods {
         f.sample(&[("namespace", ns), ("pod", pod)], c.slow_syscalls as f64);
     }
+    let mut f = sink.family(
+        "node_ebpf_pod_tcp_connect_failures_total",
+        "TCP connects of the pod's sockets that failed (SYN sent to closed: refused, timed out, reset).",
+        Kind::Counter,
+    );
+    for ((ns, pod), c) in &pods {
+        f.sample(&[("namespace", ns), ("pod", pod)], c.tcp_connect_failures as f64);
+    }
+    let mut f = sink.family(
+        "node_ebpf_pod_tcp_rtt_seconds_total",
+        "Sum of the smoothed RTT samples of the pod's TCP connections (when established and when leaving ESTABLISHED).",
+        Kind::Counter,
+    );
+    for ((ns, pod), c) in &pods {
+        f.sample(&[("namespace", ns), ("pod", pod)], c.tcp_rtt_ns as f64 / 1e9);
+    }
+    let mut f = sink.family("node_ebpf_pod_tcp_rtt_samples_total", "Smoothed RTT samples of the pod's TCP connections.", Kind::Counter);
+    for ((ns, pod), c) in &pods {
+        f.sample(&[("namespace", ns), ("pod", pod)], c.tcp_rtt_samples as f64);
+    }
 }
 
 #[cfg(test)]
@@ -373,7 +402,7 @@ mod tests {
     fn programs_follow_the_kernel_features() {
         let k = Kernel { tracefs: None, release: "6.18.0".into() };
         assert_eq!(programs(SYSCALLS, &k).iter().map(|p| p.name).collect::<Vec<_>>(), ["sys_exit"]);
-        let all = programs(SYSCALLS | RUNQ | TCP | SKB | BLOCK, &k);
-        assert_eq!(all.len(), 1 + 3 + 1 + 1 + 3);
+        let all = programs(SYSCALLS | RUNQ | TCP | SKB | BLOCK | TCP_CONN, &k);
+        assert_eq!(all.len(), 1 + 3 + 1 + 1 + 3 + 1);
     }
 }

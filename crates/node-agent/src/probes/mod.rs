@@ -30,6 +30,7 @@ pub mod ebpf_runqueue;
 pub mod ebpf_skb_drops;
 pub mod ebpf_syscall_latency;
 pub mod ebpf_syscalls;
+pub mod ebpf_tcp_latency;
 pub mod ebpf_tcp_retransmits;
 pub mod pod_cpu_throttling;
 
@@ -149,6 +150,7 @@ fn entries() -> Vec<Entry> {
         probe!("ebpf_skb_drops", ebpf_skb_drops, globals),
         probe!("ebpf_syscall_latency", ebpf_syscall_latency, globals),
         probe!("ebpf_syscalls", ebpf_syscalls, globals),
+        probe!("ebpf_tcp_latency", ebpf_tcp_latency, globals),
         probe!("ebpf_tcp_retransmits", ebpf_tcp_retransmits, globals),
         probe!("pod_cpu_throttling", pod_cpu_throttling),
     ]
