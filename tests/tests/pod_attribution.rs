@@ -85,6 +85,7 @@ impl Agent {
             "--collector.disable-defaults".into(),
             "--collector.ebpf_pods".into(),
             "--collector.pod_cpu_throttling".into(),
+            "--collector.pod_tcp_listen".into(),
             format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
             format!("--collector.ebpf_pods.node-name={NODE}"),
             format!("--collector.ebpf_pods.grace-period={grace}"),
@@ -108,7 +109,9 @@ impl Agent {
     fn samples(&self, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
         let text = String::from_utf8(self.scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8");
         assert!(text.contains("node_scrape_collector_success{collector=\"ebpf_pods\"} 1"), "ebpf_pods failed:\n{text}");
-        assert!(text.contains("node_scrape_collector_success{collector=\"pod_cpu_throttling\"} 1"), "pod_cpu_throttling failed:\n{text}");
+        for c in ["pod_cpu_throttling", "pod_tcp_listen"] {
+            assert!(text.contains(&format!("node_scrape_collector_success{{collector=\"{c}\"}} 1")), "{c} failed:\n{text}");
+        }
         expfmt::parse(&text)
             .expect("exposition parses")
             .into_iter()
@@ -528,6 +531,63 @@ fn tcp_connect_failures_and_rtt_are_the_connecting_pods() {
     assert_eq!(samples, 20.0, "RTT samples");
     assert!(rtt > 0.0 && rtt < samples * 0.01, "loopback RTTs are microseconds: {rtt}s over {samples}");
     assert_eq!((b1.0 - b0.0, b1.1 - b0.1), (0.0, 0.0), "nothing of db-0's");
+}
+
+/// In its own network namespace: a listener with a backlog of 1 that never
+/// accepts, and 6 connects to it; prints the namespace's ListenOverflows,
+/// then waits for stdin to close (the scrape reads its namespace meanwhile).
+const OVERFLOWS: &str = r#"
+import socket, sys, time
+def overflows():
+    lines = open("/proc/self/net/netstat").read().split("\n")
+    for names, values in zip(lines[0::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            return dict(zip(names.split()[1:], map(int, values.split()[1:])))["ListenOverflows"]
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(1)
+kept = []
+for _ in range(6):
+    c = socket.socket()
+    c.setblocking(False)
+    try:
+        c.connect(l.getsockname())
+    except BlockingIOError:
+        pass
+    kept.append(c)
+    time.sleep(0.05)
+time.sleep(0.3)
+print(overflows(), flush=True)
+sys.stdin.read()
+"#;
+
+#[test]
+fn accept_queue_overflows_are_the_pods_namespaces() {
+    let Some(t) = truth("5m") else { return };
+    let agent = &t.agent;
+    let a = pod_cgroup('A', None);
+    let script = tempfile::NamedTempFile::new().expect("script");
+    std::fs::write(script.path(), OVERFLOWS).expect("write script");
+    let mut child = a
+        .command(&format!("unshare -n /bin/sh -c 'ip link set lo up && exec python3 {}'", script.path().display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn in pod");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().expect("stdout")), &mut line).expect("read");
+    let truth: f64 = line.trim().parse().unwrap_or_else(|_| panic!("ListenOverflows, got {line:?}"));
+    let got = agent.pod("node_pod_tcp_listen_overflows_total", "web", "web-0");
+    let drops = agent.pod("node_pod_tcp_listen_drops_total", "web", "web-0");
+    let others: Vec<_> = agent.samples("node_pod_tcp_listen_overflows_total").into_iter().filter(|(l, _)| l["pod"] != "web-0").collect();
+    drop(child.stdin.take());
+    let _ = child.wait();
+    eprintln!("web-0's namespace: ListenOverflows {truth}; exported {got} (drops {drops}); other pods {others:?}");
+    assert!(truth >= 3.0, "a backlog of 1 and 6 connects overflow: {truth}");
+    assert_eq!(got, truth, "the pod's namespace's own count");
+    assert!(drops >= got);
+    assert!(others.is_empty(), "db-0 has no task, so no namespace to read: {others:?}");
 }
 
 #[test]

@@ -7,9 +7,9 @@
 //! Adding a probe: its module in each of the three crates, and one
 //! `probe!` line in [`definitions`].
 //!
-//! `pod_cpu_throttling` is registered here too, though it reads cgroup
-//! files and no eBPF map: it names pods through the pod watch the
-//! [`Context`] shares with `ebpf_pods`.
+//! `pod_cpu_throttling` and `pod_tcp_listen` are registered here too,
+//! though they read cgroup and /proc files and no eBPF map: they name pods
+//! through the pod watch the [`Context`] shares with `ebpf_pods`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,6 +33,7 @@ pub mod ebpf_syscalls;
 pub mod ebpf_tcp_latency;
 pub mod ebpf_tcp_retransmits;
 pub mod pod_cpu_throttling;
+pub mod pod_tcp_listen;
 
 /// Sets a probe's read-only global from the kernel's facts.
 pub type GlobalsFn = fn(&Kernel, &mut Context, &mut Globals);
@@ -65,7 +66,7 @@ impl Context {
         let mut ctx = Context::with_object(crate::ebpf::OBJECT, f.bool("ebpf.bpf-stats", false));
         let on = |name: &str| probes.iter().any(|d| d.name == name && host::registry::enabled(f, d));
         ctx.pods_attribution = on("ebpf_pods");
-        if ctx.pods_attribution || on("pod_cpu_throttling") {
+        if ctx.pods_attribution || on("pod_cpu_throttling") || on("pod_tcp_listen") {
             ebpf_pods::prepare(f, paths, &mut ctx)?;
         }
         Ok(ctx)
@@ -153,6 +154,7 @@ fn entries() -> Vec<Entry> {
         probe!("ebpf_tcp_latency", ebpf_tcp_latency, globals),
         probe!("ebpf_tcp_retransmits", ebpf_tcp_retransmits, globals),
         probe!("pod_cpu_throttling", pod_cpu_throttling),
+        probe!("pod_tcp_listen", pod_tcp_listen),
     ]
 }
 
