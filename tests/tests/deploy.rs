@@ -418,8 +418,9 @@ fn a_real_prometheus_scrapes_the_agent_through_the_shipped_config() {
 }
 
 /// A container cgroup with a CPU limit, in the hierarchy with the CPU
-/// controller (v2 when it has one, else v1's `cpu`); removed on drop.
-struct LimitedCgroup(Vec<std::path::PathBuf>);
+/// controller (v2 when it has one, else v1's `cpu`), holding a task in a
+/// network namespace of its own; both removed on drop.
+struct LimitedCgroup(Vec<std::path::PathBuf>, std::process::Child);
 
 impl LimitedCgroup {
     fn new(uid: &str, cid: &str) -> LimitedCgroup {
@@ -443,12 +444,19 @@ impl LimitedCgroup {
         } else {
             std::fs::write(dir.join("cpu.cfs_quota_us"), "50000").expect("cpu.cfs_quota_us");
         }
-        LimitedCgroup(made)
+        let task = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!("echo $$ > {}/cgroup.procs && exec unshare -n sleep 120", dir.display()))
+            .spawn()
+            .expect("a task in the pod");
+        LimitedCgroup(made, task)
     }
 }
 
 impl Drop for LimitedCgroup {
     fn drop(&mut self) {
+        let _ = self.1.kill();
+        let _ = self.1.wait();
         for d in self.0.iter().rev() {
             let _ = std::fs::remove_dir(d);
         }
@@ -498,6 +506,7 @@ fn exported_names() -> BTreeSet<String> {
             && text.contains("node_ebpf_pod_attribution_synced 1")
             && text.contains("node_ebpf_skb_drops_total")
             && text.contains("node_pod_cpu_cfs_throttled_periods_total{")
+            && text.contains("node_pod_tcp_listen_overflows_total{")
         {
             break;
         }
@@ -643,6 +652,13 @@ fn dashboard_and_rules_query_only_exported_metrics() {
         "node_pod_cpu_cfs_throttled_periods_total",
         "node_pod_cpu_cfs_throttled_seconds_total",
         "node_pod_cpu_cfs_throttle_duration_seconds_bucket",
+        "node_pod_tcp_listen_overflows_total",
+        "node_ebpf_syscall_latency_seconds_bucket",
+        "node_ebpf_tcp_connect_latency_seconds_bucket",
+        "node_ebpf_tcp_rtt_seconds_bucket",
+        "node_ebpf_tcp_connect_failures_total",
+        "node_ebpf_pod_tcp_connect_failures_total",
+        "node_ebpf_pod_tcp_rtt_seconds_total",
     ] {
         assert!(seen.contains(family), "{family} is not on the dashboard or in the rules");
     }
