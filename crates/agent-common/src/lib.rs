@@ -35,6 +35,7 @@ pub const LICENSE: &str = "Dual MIT/GPL";
 /// compiled object (and that the object has nothing else).
 pub const MAPS: &[&str] = &[
     block_io::START,
+    block_io::RQ_START,
     block_io::HIST,
     block_io::DROPPED,
     oom_kills::KILLS,
@@ -68,10 +69,13 @@ pub const GLOBALS: &[&str] = &[
 ];
 pub const PROGRAMS: &[&[Program]] = &[
     &block_io::PROGRAMS,
+    &block_io::RAW_PROGRAMS,
     &oom_kills::PROGRAMS,
+    &oom_kills::RAW_PROGRAMS,
     &[pods::OOM_VICTIM, pods::OOM_CURRENT],
     &pods::BLOCK_PROGRAMS,
     &process::PROGRAMS,
+    &process::RAW_PROGRAMS,
     &runqueue::RAW_PROGRAMS,
     &runqueue::TP_PROGRAMS,
     &skb_drops::PROGRAMS,
@@ -79,6 +83,7 @@ pub const PROGRAMS: &[&[Program]] = &[
     &syscalls::PROGRAMS,
     &tcp_latency::PROGRAMS,
     &tcp_retransmits::PROGRAMS,
+    &tcp_retransmits::RAW_PROGRAMS,
 ];
 /// Compiled in only with `agent-ebpf`'s `test-programs` feature.
 pub const TEST_PROGRAMS: &[Program] = &[test_programs::VERIFIER_REJECTS, test_programs::EMPTY];

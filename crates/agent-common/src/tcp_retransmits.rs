@@ -9,11 +9,18 @@ pub const V4: u32 = 0;
 pub const V6: u32 = 1;
 pub const COUNTERS: u32 = 2;
 
-/// `tcp_retransmit_skb`, which also counts retransmits for pod attribution.
+/// `tcp_retransmit_skb` on the classic tracepoint (without kernel BTF),
+/// which also counts retransmits for pod attribution.
 pub const RETRANSMIT_SKB: Program = Program::tracepoint("tcp_retransmit_skb", "tcp", "tcp_retransmit_skb");
 pub const PROGRAMS: [Program; 1] = [RETRANSMIT_SKB];
+/// The same on the raw tracepoint, guarded on its own (a classic one is
+/// skipped while another BPF program runs on the CPU).
+pub const RETRANSMIT_SKB_RAW: Program = Program::raw("tcp_retransmit_skb_raw", "tcp_retransmit_skb");
+pub const RAW_PROGRAMS: [Program; 1] = [RETRANSMIT_SKB_RAW];
 
-/// Field offsets of tcp_retransmit_skb, from tracefs.
+/// Field offsets of tcp_retransmit_skb, from tracefs (classic program),
+/// and from the kernel's BTF (raw program: `TP_PROTO(const struct sock *sk,
+/// const struct sk_buff *skb[, int err])`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Offsets {
@@ -23,10 +30,14 @@ pub struct Offsets {
     pub err: u32,
     /// `skaddr`, the socket (for pod attribution).
     pub skaddr: u32,
+    /// Byte offset of `sock.__sk_common.skc_family`.
+    pub sk_family: u32,
+    /// 1 when the raw tracepoint passes `err` as its third argument.
+    pub raw_err: u32,
 }
 
 impl Offsets {
-    pub const DEFAULT: Offsets = Offsets { family: 0, err: 0, skaddr: 0 };
+    pub const DEFAULT: Offsets = Offsets { family: 0, err: 0, skaddr: 0, sk_family: 0, raw_err: 0 };
 }
 
 crate::pod!(Offsets);

@@ -1,17 +1,17 @@
 //! `ebpf_block_io`: block request latency from issue to completion, by
 //! device and operation, keyed in flight by (device, sector).
 
-use agent_common::block_io::{BioKey, BioReq, BioStart, Offsets, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE};
+use agent_common::block_io::{BioKey, BioReq, BioStart, Offsets, RqStart, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE, REQ_OP_MASK};
 use agent_common::Hist;
 use aya_ebpf::{
-    macros::{map, tracepoint},
+    macros::{map, raw_tracepoint, tracepoint},
     maps::{LruHashMap, PerCpuArray, PerCpuHashMap},
-    programs::TracePointContext,
-    Global,
+    programs::{RawTracePointContext, TracePointContext},
+    EbpfContext, Global,
 };
 use aya_log_ebpf::warn;
 
-use crate::helpers::{inc, now_ns, record};
+use crate::helpers::{inc, now_ns, read_kernel, record};
 
 // SAFETY: the symbol name is unique in the object; user space finds the
 // global by it (EbpfLoader::set_global) and nothing else defines it.
@@ -20,6 +20,11 @@ static BLOCK_OFFSETS: Global<Offsets> = Global::new(Offsets::DEFAULT);
 
 #[map]
 static BIO_START: LruHashMap<BioReq, BioStart> = LruHashMap::with_max_entries(16384, 0);
+/// Raw programs: in flight by request address (a request reissued after a
+/// requeue overwrites its entry; LRU, so a request never completed cannot
+/// hold a slot for ever).
+#[map]
+static BIO_RQ_START: LruHashMap<u64, RqStart> = LruHashMap::with_max_entries(16384, 0);
 #[map]
 static BIO_HIST: PerCpuHashMap<BioKey, Hist> = PerCpuHashMap::with_max_entries(1024, 0);
 #[map]
@@ -75,8 +80,14 @@ fn try_rq_complete(ctx: &TracePointContext) -> Result<(), i32> {
     // SAFETY: the value is copied out before the entry is removed.
     let Some(start) = (unsafe { BIO_START.get(req) }).copied() else { return Ok(()) };
     let _ = BIO_START.remove(req);
-    let delta = now_ns().saturating_sub(start.ts_ns);
-    let key = BioKey { dev, op: start.op };
+    record_latency(ctx, BioKey { dev, op: start.op }, now_ns().saturating_sub(start.ts_ns));
+    Ok(())
+}
+
+/// Records `delta` ns into this CPU's histogram of `key`, creating it.
+#[inline(always)]
+fn record_latency<C: EbpfContext>(ctx: &C, key: BioKey, delta: u64) {
+    let dev = key.dev;
     let h = match BIO_HIST.get_ptr_mut(key) {
         Some(h) => h,
         None => {
@@ -85,21 +96,73 @@ fn try_rq_complete(ctx: &TracePointContext) -> Result<(), i32> {
                 if BIO_HIST.get_ptr_mut(key).is_none() {
                     inc(&BIO_DROPPED, 0);
                     warn!(ctx, "block I/O histogram map full, dropping device {}", dev);
-                    return Ok(());
+                    return;
                 }
             }
             match BIO_HIST.get_ptr_mut(key) {
                 Some(h) => h,
-                None => return Ok(()),
+                None => return,
             }
         }
     };
     record(h, delta);
-    Ok(())
 }
 
 #[tracepoint(category = "block", name = "block_rq_complete")]
 pub fn block_rq_complete(ctx: TracePointContext) -> u32 {
     let _ = try_rq_complete(&ctx);
+    0
+}
+
+/// The operation of `request.cmd_flags`, among those counted.
+#[inline(always)]
+fn req_op(flags: u32) -> Option<u32> {
+    match flags & REQ_OP_MASK {
+        0 => Some(OP_READ),
+        1 => Some(OP_WRITE),
+        2 => Some(OP_FLUSH),
+        3 => Some(OP_DISCARD),
+        _ => None,
+    }
+}
+
+fn try_rq_issue_raw(ctx: &RawTracePointContext) -> Result<(), i32> {
+    // TP_PROTO(struct request *rq) since Linux 5.11.
+    let rq: u64 = ctx.arg(0);
+    let off = BLOCK_OFFSETS.load();
+    let flags: u32 = read_kernel(rq, off.rq_cmd_flags).ok_or(0)?;
+    let Some(op) = req_op(flags) else { return Ok(()) };
+    // The whole disk's device number, as the classic tracepoint's `dev`:
+    // MKDEV(disk->major, disk->first_minor).
+    let q: u64 = read_kernel(rq, off.rq_q).ok_or(0)?;
+    let disk: u64 = read_kernel(q, off.q_disk).ok_or(0)?;
+    let major: u32 = read_kernel(disk, off.disk_major).ok_or(0)?;
+    let minor: u32 = read_kernel(disk, off.disk_first_minor).ok_or(0)?;
+    let start = RqStart { ts_ns: now_ns(), op, dev: (major << 20) | (minor & 0xf_ffff) };
+    if BIO_RQ_START.insert(rq, start, 0).is_err() {
+        inc(&BIO_DROPPED, 0);
+    }
+    Ok(())
+}
+
+#[raw_tracepoint(tracepoint = "block_rq_issue")]
+pub fn block_rq_issue_raw(ctx: RawTracePointContext) -> i32 {
+    let _ = try_rq_issue_raw(&ctx);
+    0
+}
+
+fn try_rq_complete_raw(ctx: &RawTracePointContext) -> Result<(), i32> {
+    // TP_PROTO(struct request *rq, blk_status_t error, unsigned int nr_bytes)
+    let rq: u64 = ctx.arg(0);
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(start) = (unsafe { BIO_RQ_START.get(rq) }).copied() else { return Ok(()) };
+    let _ = BIO_RQ_START.remove(rq);
+    record_latency(ctx, BioKey { dev: start.dev, op: start.op }, now_ns().saturating_sub(start.ts_ns));
+    Ok(())
+}
+
+#[raw_tracepoint(tracepoint = "block_rq_complete")]
+pub fn block_rq_complete_raw(ctx: RawTracePointContext) -> i32 {
+    let _ = try_rq_complete_raw(&ctx);
     0
 }

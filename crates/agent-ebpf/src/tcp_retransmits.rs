@@ -4,9 +4,9 @@
 use agent_common::pods::{self as pod_words, TCP as PODS_TCP};
 use agent_common::tcp_retransmits::{Offsets, COUNTERS, V4, V6};
 use aya_ebpf::{
-    macros::{map, tracepoint},
+    macros::{map, raw_tracepoint, tracepoint},
     maps::PerCpuArray,
-    programs::TracePointContext,
+    programs::{RawTracePointContext, TracePointContext},
     Global,
 };
 
@@ -33,6 +33,21 @@ fn try_tcp_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
             return Ok(());
         }
     }
+    let pod = pods::offsets();
+    let sk: u64 = if pod.events & PODS_TCP != 0 {
+        // SAFETY: the offset comes from this tracepoint's format file.
+        unsafe { ctx.read_at(off.skaddr as usize)? }
+    } else {
+        0
+    };
+    count(family, sk);
+    Ok(())
+}
+
+/// Counts a retransmit of `family` and, with attribution on, for the
+/// socket's cgroup.
+#[inline(always)]
+fn count(family: u16, sk: u64) {
     match family {
         2 => inc(&TCP_RETRANSMITS, V4),
         10 => inc(&TCP_RETRANSMITS, V6),
@@ -42,14 +57,29 @@ fn try_tcp_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
     // carries the cgroup of the task that created it.
     let pod = pods::offsets();
     if pod.events & PODS_TCP != 0 {
-        // SAFETY: the offset comes from this tracepoint's format file.
-        let sk: u64 = unsafe { ctx.read_at(off.skaddr as usize)? };
-        let cgroup: u64 = read_kernel(sk, pod.sock_cgroup).ok_or(0)?;
+        let Some(cgroup) = read_kernel::<u64>(sk, pod.sock_cgroup) else { return };
         if let Some(id) = pods::cgroup_id(cgroup, &pod) {
             pods::add(id, pod_words::TCP_RETRANSMITS, 1);
         }
     }
+}
+
+fn try_tcp_retransmit_raw(ctx: &RawTracePointContext) -> Result<(), i32> {
+    let off = TCP_OFFSETS.load();
+    let sk: u64 = ctx.arg(0);
+    // Count retransmits that went out, as RetransSegs does.
+    if off.raw_err != 0 && ctx.arg::<u64>(2) as i32 != 0 {
+        return Ok(());
+    }
+    let family: u16 = read_kernel(sk, off.sk_family).ok_or(0)?;
+    count(family, sk);
     Ok(())
+}
+
+#[raw_tracepoint(tracepoint = "tcp_retransmit_skb")]
+pub fn tcp_retransmit_skb_raw(ctx: RawTracePointContext) -> i32 {
+    let _ = try_tcp_retransmit_raw(&ctx);
+    0
 }
 
 #[tracepoint(category = "tcp", name = "tcp_retransmit_skb")]

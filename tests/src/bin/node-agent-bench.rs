@@ -528,7 +528,7 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
     });
 
     let k = if quick { 2000 } else { 10_000 };
-    let (b, w, s) = with_without(reps, &agent_common::process::PROGRAMS, false, || fork_loop(k))?;
+    let (b, w, s) = with_without(reps, &agent_common::process::RAW_PROGRAMS, false, || fork_loop(k))?;
     out.push(EventCost {
         probe: "ebpf_process",
         event: "fork + exit + wait",
@@ -539,7 +539,10 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
 
     let dev = loop_dev()?;
     let m = if quick { 5_000 } else { 20_000 };
-    let (b, w, s) = with_without(reps, &agent_common::block_io::PROGRAMS, false, || direct_reads(&dev.path, m))?;
+    let (b, w, s) =
+        with_without(reps, node_agent::probes::ebpf_block_io::programs(node_agent::ebpf::kernel::Kernel::get()), false, || {
+            direct_reads(&dev.path, m)
+        })?;
     out.push(EventCost {
         probe: "ebpf_block_io",
         event: "O_DIRECT 4 KiB read (loop device)",

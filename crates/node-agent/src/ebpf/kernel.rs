@@ -70,29 +70,29 @@ impl Kernel {
     }
 
     /// kfree_skb's drop reasons and argument positions, from the kernel's
-    /// BTF (read once per process): why not, when the kernel has none.
+    /// BTF: why not, when the kernel has none.
     pub fn drop_reasons(&self) -> Result<&'static DropReasons, &'static str> {
-        static D: OnceLock<Result<DropReasons, String>> = OnceLock::new();
-        let d = D.get_or_init(|| {
-            let path = "/sys/kernel/btf/vmlinux";
-            let data = read_btf(Path::new(path)).map_err(|e| format!("no kernel BTF ({path}): {e}"))?;
-            let btf = crate::ebpf::btf::Btf::parse(&data).map_err(|e| format!("kernel BTF unusable: {e}"))?;
-            drop_reasons(&btf)
-        });
-        d.as_ref().map_err(String::as_str)
+        btf_facts().drop_reasons.as_ref().map_err(String::as_str)
     }
 
-    /// What the TCP latency program reads, from the kernel's BTF (read
-    /// once per process): why not, when the kernel cannot serve it.
+    /// What the TCP latency program reads, from the kernel's BTF: why not,
+    /// when the kernel cannot serve it.
     pub fn tcp_latency(&self) -> Result<agent_common::tcp_latency::Offsets, &'static str> {
-        static T: OnceLock<Result<agent_common::tcp_latency::Offsets, String>> = OnceLock::new();
-        let t = T.get_or_init(|| {
-            let path = "/sys/kernel/btf/vmlinux";
-            let data = read_btf(Path::new(path)).map_err(|e| format!("no kernel BTF ({path}): {e}"))?;
-            let btf = crate::ebpf::btf::Btf::parse(&data).map_err(|e| format!("kernel BTF unusable: {e}"))?;
-            tcp_latency(&btf)
-        });
-        t.as_ref().copied().map_err(String::as_str)
+        btf_facts().tcp_latency.as_ref().copied().map_err(String::as_str)
+    }
+
+    /// Where the raw tcp_retransmit_skb program finds a socket's family,
+    /// from the kernel's BTF: why not, when only the classic tracepoint can
+    /// serve.
+    pub fn retransmit_raw(&self) -> Result<u32, &'static str> {
+        btf_facts().retransmit_raw.as_ref().copied().map_err(String::as_str)
+    }
+
+    /// Where the raw block_rq_issue and block_rq_complete programs find a
+    /// request's device and operation, from the kernel's BTF: why not, when
+    /// only the classic tracepoints can serve.
+    pub fn block_raw(&self) -> Result<BlockRaw, &'static str> {
+        btf_facts().block_raw.as_ref().copied().map_err(String::as_str)
     }
 
     /// Where the syscall number is in `struct pt_regs`: orig_ax on x86_64,
@@ -104,6 +104,84 @@ impl Kernel {
             120
         }
     }
+}
+
+/// The facts the probes read from the kernel's BTF
+/// (`/sys/kernel/btf/vmlinux`), parsed once per process and kept only as
+/// these few numbers and names.
+struct BtfFacts {
+    drop_reasons: Result<DropReasons, String>,
+    tcp_latency: Result<agent_common::tcp_latency::Offsets, String>,
+    block_raw: Result<BlockRaw, String>,
+    retransmit_raw: Result<u32, String>,
+}
+
+fn btf_facts() -> &'static BtfFacts {
+    static F: OnceLock<BtfFacts> = OnceLock::new();
+    F.get_or_init(|| {
+        let path = "/sys/kernel/btf/vmlinux";
+        let parsed = read_btf(Path::new(path)).map_err(|e| format!("no kernel BTF ({path}): {e}")).and_then(|data| {
+            let btf = crate::ebpf::btf::Btf::parse(&data).map_err(|e| format!("kernel BTF unusable: {e}"))?;
+            Ok((drop_reasons(&btf), tcp_latency(&btf), block_raw(&btf), retransmit_raw(&btf)))
+        });
+        match parsed {
+            Ok((drop_reasons, tcp_latency, block_raw, retransmit_raw)) => BtfFacts { drop_reasons, tcp_latency, block_raw, retransmit_raw },
+            Err(e) => {
+                BtfFacts { drop_reasons: Err(e.clone()), tcp_latency: Err(e.clone()), block_raw: Err(e.clone()), retransmit_raw: Err(e) }
+            }
+        }
+    })
+}
+
+/// The raw tcp_retransmit_skb program's `sock.__sk_common.skc_family`
+/// offset: an error unless the tracepoint passes `(const struct sock *,
+/// const struct sk_buff *, int err)` (Linux >= 6.10), which the program
+/// reads.
+pub fn retransmit_raw(btf: &crate::ebpf::btf::Btf) -> Result<u32, String> {
+    let p = btf.typedef_params("btf_trace_tcp_retransmit_skb").map_err(|e| format!("no tcp_retransmit_skb: {e}"))?;
+    let args: Vec<&str> = p.iter().skip(1).map(String::as_str).collect();
+    if args != ["struct sock *", "struct sk_buff *", "int"] {
+        return Err(format!("tcp_retransmit_skb passes {args:?}, not (struct sock *, struct sk_buff *, int err) (Linux < 6.10)"));
+    }
+    btf.offset("sock", &["__sk_common", "skc_family"]).map_err(|e| e.to_string())
+}
+
+/// Member offsets the raw block programs read: `request.q`,
+/// `request.cmd_flags`, `request_queue.disk`, `gendisk.major`,
+/// `gendisk.first_minor`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockRaw {
+    pub rq_q: u32,
+    pub rq_cmd_flags: u32,
+    pub q_disk: u32,
+    pub disk_major: u32,
+    pub disk_first_minor: u32,
+}
+
+/// The raw block programs' offsets from a parsed BTF: an error when
+/// block_rq_issue does not pass the request alone (Linux < 5.11) or
+/// block_rq_complete does not pass it first.
+pub fn block_raw(btf: &crate::ebpf::btf::Btf) -> Result<BlockRaw, String> {
+    let args = |tp: &str| -> Result<Vec<String>, String> {
+        let p = btf.typedef_params(tp).map_err(|e| format!("no {tp}: {e}"))?;
+        Ok(p.into_iter().skip(1).collect())
+    };
+    let issue = args("btf_trace_block_rq_issue")?;
+    if issue != ["struct request *"] {
+        return Err(format!("block_rq_issue passes {issue:?}, not (struct request *) (Linux < 5.11)"));
+    }
+    let complete = args("btf_trace_block_rq_complete")?;
+    if complete.first().map(String::as_str) != Some("struct request *") {
+        return Err(format!("block_rq_complete passes {complete:?}, not the request first"));
+    }
+    let off = |s: &str, m: &str| btf.offset(s, &[m]).map_err(|e| e.to_string());
+    Ok(BlockRaw {
+        rq_q: off("request", "q")?,
+        rq_cmd_flags: off("request", "cmd_flags")?,
+        q_disk: off("request_queue", "disk")?,
+        disk_major: off("gendisk", "major")?,
+        disk_first_minor: off("gendisk", "first_minor")?,
+    })
 }
 
 /// What the kfree_skb program needs to know: the raw tracepoint argument

@@ -1,11 +1,18 @@
 //! `ebpf_block_io`: block I/O latency from issue to completion, measured in
 //! the kernel (block_rq_issue, block_rq_complete), per device and operation,
 //! as `node_ebpf_block_io_latency_seconds{device,operation}`.
+//!
+//! On the raw tracepoints where the kernel passes the request alone to
+//! block_rq_issue (Linux >= 5.11) and has BTF: requests keyed by address,
+//! exact. Otherwise on the classic tracepoints, keyed by (device, sector),
+//! where a run the kernel skips (another BPF program running on that CPU,
+//! e.g. an interrupt's completion during an issue) is counted in
+//! `node_ebpf_program_misses_total`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use agent_common::block_io::{BioKey, Offsets, DROPPED, HIST, OFFSETS, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE, PROGRAMS};
+use agent_common::block_io::{BioKey, Offsets, DROPPED, HIST, OFFSETS, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE, PROGRAMS, RAW_PROGRAMS};
 use agent_common::Hist;
 use aya::maps::PerCpuHashMap;
 use clap::Arg;
@@ -18,21 +25,36 @@ use crate::ebpf::kernel::Kernel;
 use crate::ebpf::maps::{self, MapError};
 use crate::ebpf::{Globals, Probe};
 
-/// block_rq_issue's and block_rq_complete's `dev`, `sector` and `rwbs`.
+/// block_rq_issue's and block_rq_complete's `dev`, `sector` and `rwbs`
+/// (classic), and the request members the raw programs read.
 pub fn globals(k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
     let i = k.format("block", "block_rq_issue");
     let c = k.format("block", "block_rq_complete");
-    g.set(
-        OFFSETS,
-        &Offsets {
-            rq_issue_dev: i.offset("dev"),
-            rq_issue_sector: i.offset("sector"),
-            rq_issue_rwbs: i.offset("rwbs"),
-            rq_complete_dev: c.offset("dev"),
-            rq_complete_sector: c.offset("sector"),
-            rq_complete_rwbs: c.offset("rwbs"),
-        },
-    );
+    let mut o = Offsets {
+        rq_issue_dev: i.offset("dev"),
+        rq_issue_sector: i.offset("sector"),
+        rq_issue_rwbs: i.offset("rwbs"),
+        rq_complete_dev: c.offset("dev"),
+        rq_complete_sector: c.offset("sector"),
+        rq_complete_rwbs: c.offset("rwbs"),
+        ..Offsets::DEFAULT
+    };
+    if let Ok(r) = k.block_raw() {
+        (o.rq_q, o.rq_cmd_flags, o.q_disk, o.disk_major, o.disk_first_minor) =
+            (r.rq_q, r.rq_cmd_flags, r.q_disk, r.disk_major, r.disk_first_minor);
+    }
+    g.set(OFFSETS, &o);
+}
+
+/// The programs for this kernel: raw where it can, classic otherwise.
+pub fn programs(k: &Kernel) -> &'static [agent_common::Program] {
+    match k.block_raw() {
+        Ok(_) => &RAW_PROGRAMS,
+        Err(why) => {
+            tracing::info!(reason = why, "block I/O latency on the classic tracepoints");
+            &PROGRAMS
+        }
+    }
 }
 
 pub struct Collector {
@@ -46,7 +68,8 @@ pub fn args() -> Vec<Arg> {
 }
 
 pub fn build(_f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
-    Ok(Box::new(Collector { probe: Probe::attach(ctx.ebpf(), &PROGRAMS), sys_dev_block: p.sys("dev/block"), names: HashMap::new() }))
+    let programs = programs(Kernel::get());
+    Ok(Box::new(Collector { probe: Probe::attach(ctx.ebpf(), programs), sys_dev_block: p.sys("dev/block"), names: HashMap::new() }))
 }
 
 impl Collector {

@@ -1,6 +1,7 @@
-//! `ebpf_oom_kills`: OOM kills counted in the kernel (oom:mark_victim).
+//! `ebpf_oom_kills`: OOM kills counted in the kernel (oom:mark_victim, on
+//! the raw tracepoint from Linux 4.17).
 
-use agent_common::oom_kills::{KILLS, PROGRAMS};
+use agent_common::oom_kills::{KILLS, PROGRAMS, RAW_PROGRAMS};
 use clap::Arg;
 use host::flags::Flags;
 use host::{Collector, ConfigError, Paths};
@@ -15,5 +16,7 @@ pub fn args() -> Vec<Arg> {
 }
 
 pub fn build(_f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn Collector>, ConfigError> {
-    Ok(Box::new(CounterProbe::new(ctx, &PROGRAMS, KILLS, COUNTERS)))
+    let programs: &'static [agent_common::Program] =
+        if crate::ebpf::kernel::Kernel::get().at_least(4, 17) { &RAW_PROGRAMS } else { &PROGRAMS };
+    Ok(Box::new(CounterProbe::new(ctx, programs, KILLS, COUNTERS)))
 }

@@ -129,7 +129,7 @@ fn offsets(k: &Kernel, btf_path: &std::path::Path) -> Offsets {
             match sock {
                 Ok(off) => {
                     o.sock_cgroup = off;
-                    if k.format("tcp", "tcp_retransmit_skb").has("skaddr") {
+                    if k.retransmit_raw().is_ok() || k.format("tcp", "tcp_retransmit_skb").has("skaddr") {
                         o.events |= TCP;
                     } else {
                         tracing::info!("tcp_retransmit_skb has no skaddr: TCP retransmits are not attributed to pods");
@@ -164,7 +164,8 @@ fn programs(bits: u32, k: &Kernel) -> Vec<Program> {
         p.extend(runqueue::RAW_PROGRAMS);
     }
     if bits & TCP != 0 {
-        p.push(tcp_retransmits::RETRANSMIT_SKB);
+        // The same program as ebpf_tcp_retransmits: raw where it can be.
+        p.push(if k.retransmit_raw().is_ok() { tcp_retransmits::RETRANSMIT_SKB_RAW } else { tcp_retransmits::RETRANSMIT_SKB });
     }
     if bits & SKB != 0 {
         p.push(skb_drops::KFREE_SKB);

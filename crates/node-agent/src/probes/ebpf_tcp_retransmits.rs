@@ -1,7 +1,7 @@
 //! `ebpf_tcp_retransmits`: TCP segment retransmits counted in the kernel
 //! (tcp:tcp_retransmit_skb), by address family.
 
-use agent_common::tcp_retransmits::{Offsets, OFFSETS, PROGRAMS, RETRANSMITS, V4, V6};
+use agent_common::tcp_retransmits::{Offsets, OFFSETS, PROGRAMS, RAW_PROGRAMS, RETRANSMITS, V4, V6};
 use clap::Arg;
 use host::flags::Flags;
 use host::{Collector, ConfigError, Paths};
@@ -18,10 +18,30 @@ const COUNTERS: &[Counter] = &[
     (V6, "node_ebpf_tcp_retransmits_total", HELP, &[("family", "ipv6")]),
 ];
 
-/// tcp_retransmit_skb's `family`, `err` (Linux >= 6.10) and `skaddr`.
+/// tcp_retransmit_skb's `family`, `err` (Linux >= 6.10) and `skaddr`
+/// (classic), and the socket's family offset (raw).
 pub fn globals(k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
     let f = k.format("tcp", "tcp_retransmit_skb");
-    g.set(OFFSETS, &Offsets { family: f.offset("family"), err: f.offset("err"), skaddr: f.offset("skaddr") });
+    let raw = k.retransmit_raw().ok();
+    g.set(
+        OFFSETS,
+        &Offsets {
+            family: f.offset("family"),
+            err: f.offset("err"),
+            skaddr: f.offset("skaddr"),
+            sk_family: raw.unwrap_or(0),
+            raw_err: u32::from(raw.is_some()),
+        },
+    );
+}
+
+/// The program for this kernel: raw where it can, classic otherwise.
+pub fn programs(k: &Kernel) -> &'static [agent_common::Program] {
+    if k.retransmit_raw().is_ok() {
+        &RAW_PROGRAMS
+    } else {
+        &PROGRAMS
+    }
 }
 
 pub fn args() -> Vec<Arg> {
@@ -29,5 +49,5 @@ pub fn args() -> Vec<Arg> {
 }
 
 pub fn build(_f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn Collector>, ConfigError> {
-    Ok(Box::new(CounterProbe::new(ctx, &PROGRAMS, RETRANSMITS, COUNTERS)))
+    Ok(Box::new(CounterProbe::new(ctx, programs(Kernel::get()), RETRANSMITS, COUNTERS)))
 }
