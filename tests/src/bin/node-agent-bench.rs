@@ -409,10 +409,9 @@ type Timings = (f64, f64, BTreeMap<String, (f64, u64)>);
 /// `pods`: with pod attribution on (cgroup lookups in the programs).
 fn with_without(reps: usize, programs: &[agent_common::Program], pods: bool, mut work: impl FnMut() -> f64) -> Res<Timings> {
     use node_agent::ebpf::{Probe, Shared};
-    let btf = Path::new("/sys/kernel/btf/vmlinux");
     let attach = |stats: bool| -> Res<(std::sync::Arc<Shared>, Probe)> {
         let mut ctx = node_agent::probes::Context::with_object(node_agent_tests::TEST_OBJECT, stats);
-        ctx.pods_btf = pods.then(|| btf.to_path_buf());
+        ctx.attribute = pods;
         let shared = ctx.ebpf().map_err(|e| e.to_string())?;
         if pods && ctx.pod_events != agent_common::pods::ALL {
             return Err(format!("pod attribution serves only events {:#x} here", ctx.pod_events));

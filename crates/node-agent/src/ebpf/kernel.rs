@@ -81,6 +81,12 @@ impl Kernel {
         btf_facts().tcp_latency.as_ref().copied().map_err(String::as_str)
     }
 
+    /// How pod attribution goes from a task or socket to its cgroup, from
+    /// the kernel's BTF: why not, without it.
+    pub fn cgroup_walk(&self) -> Result<CgroupWalk, &'static str> {
+        btf_facts().cgroup_walk.as_ref().copied().map_err(String::as_str)
+    }
+
     /// Where the raw tcp_retransmit_skb program finds a socket's family,
     /// from the kernel's BTF: why not, when only the classic tracepoint can
     /// serve.
@@ -107,13 +113,38 @@ impl Kernel {
 }
 
 /// The facts the probes read from the kernel's BTF
-/// (`/sys/kernel/btf/vmlinux`), parsed once per process and kept only as
-/// these few numbers and names.
+/// (`/sys/kernel/btf/vmlinux`), parsed once per process (and only when a
+/// probe asks) and kept only as these few numbers and names.
 struct BtfFacts {
     drop_reasons: Result<DropReasons, String>,
     tcp_latency: Result<agent_common::tcp_latency::Offsets, String>,
     block_raw: Result<BlockRaw, String>,
     retransmit_raw: Result<u32, String>,
+    cgroup_walk: Result<CgroupWalk, String>,
+}
+
+/// What pod attribution reads to go from a task or a socket to its cgroup
+/// v2 id: `task_struct.cgroups`, `css_set.dfl_cgrp`, `cgroup.kn`,
+/// `kernfs_node.id`, and `sock.sk_cgrp_data.cgroup` (None without it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CgroupWalk {
+    pub task_cgroups: u32,
+    pub css_set_dfl_cgrp: u32,
+    pub cgroup_kn: u32,
+    pub kernfs_node_id: u32,
+    pub sock_cgroup: Option<u32>,
+}
+
+/// Pod attribution's offsets from a parsed BTF.
+pub fn cgroup_walk(btf: &crate::ebpf::btf::Btf) -> Result<CgroupWalk, String> {
+    let off = |s: &str, m: &[&str]| btf.offset(s, m).map_err(|e| e.to_string());
+    Ok(CgroupWalk {
+        task_cgroups: off("task_struct", &["cgroups"])?,
+        css_set_dfl_cgrp: off("css_set", &["dfl_cgrp"])?,
+        cgroup_kn: off("cgroup", &["kn"])?,
+        kernfs_node_id: off("kernfs_node", &["id"])?,
+        sock_cgroup: off("sock", &["sk_cgrp_data", "cgroup"]).ok(),
+    })
 }
 
 fn btf_facts() -> &'static BtfFacts {
@@ -122,14 +153,21 @@ fn btf_facts() -> &'static BtfFacts {
         let path = "/sys/kernel/btf/vmlinux";
         let parsed = read_btf(Path::new(path)).map_err(|e| format!("no kernel BTF ({path}): {e}")).and_then(|data| {
             let btf = crate::ebpf::btf::Btf::parse(&data).map_err(|e| format!("kernel BTF unusable: {e}"))?;
-            Ok((drop_reasons(&btf), tcp_latency(&btf), block_raw(&btf), retransmit_raw(&btf)))
+            Ok(BtfFacts {
+                drop_reasons: drop_reasons(&btf),
+                tcp_latency: tcp_latency(&btf),
+                block_raw: block_raw(&btf),
+                retransmit_raw: retransmit_raw(&btf),
+                cgroup_walk: cgroup_walk(&btf),
+            })
         });
-        match parsed {
-            Ok((drop_reasons, tcp_latency, block_raw, retransmit_raw)) => BtfFacts { drop_reasons, tcp_latency, block_raw, retransmit_raw },
-            Err(e) => {
-                BtfFacts { drop_reasons: Err(e.clone()), tcp_latency: Err(e.clone()), block_raw: Err(e.clone()), retransmit_raw: Err(e) }
-            }
-        }
+        parsed.unwrap_or_else(|e| BtfFacts {
+            drop_reasons: Err(e.clone()),
+            tcp_latency: Err(e.clone()),
+            block_raw: Err(e.clone()),
+            retransmit_raw: Err(e.clone()),
+            cgroup_walk: Err(e),
+        })
     })
 }
 

@@ -28,7 +28,7 @@ use host::{ConfigError, Paths};
 use super::Context;
 use crate::ebpf::kernel::Kernel;
 use crate::ebpf::maps::{self, MapError};
-use crate::ebpf::{btf, Globals, Probe};
+use crate::ebpf::{Globals, Probe};
 use crate::pods::attrib::Attribution;
 use crate::pods::cgroup::{self, Cgroup};
 use crate::pods::watch;
@@ -54,8 +54,7 @@ pub fn args() -> Vec<Arg> {
 /// Decides before the eBPF object loads whether the pod collectors are
 /// on: they need the Kubernetes API. Logs one line when they are off; a
 /// kubeconfig named by the flag that cannot be read is a start-up error.
-/// The kernel's BTF is read only for attribution.
-pub fn prepare(f: &Flags, paths: &Paths, ctx: &mut Context) -> Result<(), ConfigError> {
+pub fn prepare(f: &Flags, ctx: &mut Context) -> Result<(), ConfigError> {
     let flag = "collector.ebpf_pods.kubeconfig";
     let kubeconfig = Some(f.string(flag)).filter(|s| !s.is_empty()).map(PathBuf::from);
     match watch::source(kubeconfig.as_deref()) {
@@ -66,9 +65,7 @@ pub fn prepare(f: &Flags, paths: &Paths, ctx: &mut Context) -> Result<(), Config
                 .or_else(|| host::sys::uname().ok().map(|u| u.nodename.to_lowercase()))
                 .unwrap_or_default();
             ctx.pods_source = Some((s, node));
-            if ctx.pods_attribution {
-                ctx.pods_btf = Some(paths.sys("kernel/btf/vmlinux"));
-            }
+            ctx.attribute = ctx.pods_attribution;
         }
         Err(e) if kubeconfig.is_some() => return Err(ConfigError::Invalid { flag: flag.into(), msg: e }),
         Err(e) => tracing::info!(reason = %e, "pod attribution off: no Kubernetes API to name pods with"),
@@ -84,14 +81,14 @@ pub fn prepare(f: &Flags, paths: &Paths, ctx: &mut Context) -> Result<(), Config
 /// [`prepare`] turned attribution on.
 pub fn globals(k: &Kernel, ctx: &mut Context, g: &mut Globals) {
     let mut o = Offsets::DEFAULT;
-    if let Some(btf) = ctx.pods_btf.clone() {
-        o = offsets(k, &btf);
+    if ctx.attribute {
+        o = offsets(k);
     }
     ctx.pod_events = o.events;
     g.set(OFFSETS, &o);
 }
 
-fn offsets(k: &Kernel, btf_path: &std::path::Path) -> Offsets {
+fn offsets(k: &Kernel) -> Offsets {
     let mut o = Offsets { events: SYSCALLS | SLOW, ..Offsets::DEFAULT };
     let (io, merge) = (k.format("block", "block_io_start"), k.format("block", "block_bio_backmerge"));
     (o.io_start_bytes, o.io_start_rwbs, o.bio_merge_nr_sector, o.bio_merge_rwbs) =
@@ -101,33 +98,17 @@ fn offsets(k: &Kernel, btf_path: &std::path::Path) -> Offsets {
     } else {
         tracing::info!("no block_io_start tracepoint (Linux < 6.5): block I/O is not attributed to pods");
     }
-    let data = match crate::ebpf::kernel::read_btf(btf_path) {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::warn!(path = %btf_path.display(), err = %e, "no kernel BTF: run-queue wait, OOM kills and TCP retransmits are not attributed to pods");
-            return o;
-        }
-    };
-    let walk = btf::Btf::parse(&data).and_then(|b| {
-        Ok((
-            [
-                b.offset("task_struct", &["cgroups"])?,
-                b.offset("css_set", &["dfl_cgrp"])?,
-                b.offset("cgroup", &["kn"])?,
-                b.offset("kernfs_node", &["id"])?,
-            ],
-            b.offset("sock", &["sk_cgrp_data", "cgroup"]),
-        ))
-    });
+    let walk = k.cgroup_walk();
     match walk {
-        Ok(([task, css, kn, id], sock)) => {
-            (o.task_cgroups, o.css_set_dfl_cgrp, o.cgroup_kn, o.kernfs_node_id) = (task, css, kn, id);
+        Ok(w) => {
+            (o.task_cgroups, o.css_set_dfl_cgrp, o.cgroup_kn, o.kernfs_node_id) =
+                (w.task_cgroups, w.css_set_dfl_cgrp, w.cgroup_kn, w.kernfs_node_id);
             o.events |= OOM;
             if k.raw_sched_switch() {
                 o.events |= RUNQ;
             }
-            match sock {
-                Ok(off) => {
+            match w.sock_cgroup {
+                Some(off) => {
                     o.sock_cgroup = off;
                     if k.retransmit_raw().is_ok() || k.format("tcp", "tcp_retransmit_skb").has("skaddr") {
                         o.events |= TCP;
@@ -144,10 +125,10 @@ fn offsets(k: &Kernel, btf_path: &std::path::Path) -> Offsets {
                         Err(e) => tracing::info!(reason = e, "TCP connect failures and RTT are not attributed to pods"),
                     }
                 }
-                Err(e) => tracing::info!(err = %e, "TCP retransmits, connects and packet drops are not attributed to pods"),
+                None => tracing::info!("no sock.sk_cgrp_data.cgroup in the kernel's BTF: TCP retransmits, connects and packet drops are not attributed to pods"),
             }
         }
-        Err(e) => tracing::warn!(err = %e, "kernel BTF unusable: run-queue wait, OOM kills and TCP retransmits are not attributed to pods"),
+        Err(e) => tracing::warn!(err = e, "no usable kernel BTF: run-queue wait, OOM kills and TCP retransmits are not attributed to pods"),
     }
     o
 }

@@ -11,12 +11,11 @@
 //! though they read cgroup and /proc files and no eBPF map: they name pods
 //! through the pod watch the [`Context`] shares with `ebpf_pods`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use host::flags::Flags;
 use host::registry::Definition;
-use host::{ConfigError, Paths};
+use host::ConfigError;
 
 use crate::ebpf::kernel::Kernel;
 use crate::ebpf::{Globals, LoadError, Shared};
@@ -46,8 +45,9 @@ pub struct Context {
     object: &'static [u8],
     /// Ask the kernel for BPF run-time statistics.
     pub bpf_stats: bool,
-    /// Pod attribution is on: the kernel's BTF, read when the programs load.
-    pub pods_btf: Option<PathBuf>,
+    /// Pod attribution is on (enabled, with a Kubernetes API): its global
+    /// is set from the kernel's facts when the programs load.
+    pub attribute: bool,
     /// The pod collectors are on: where the Kubernetes API is, and this
     /// node's name (the watch starts when the first collector asks).
     pub pods_source: Option<(crate::pods::watch::Source, String)>,
@@ -62,12 +62,12 @@ pub struct Context {
 impl Context {
     /// The context for `probes`, from the flags: pod attribution is
     /// decided here, before the object loads, since it changes what loads.
-    pub fn new(f: &Flags, paths: &Paths, probes: &[Definition<Context>]) -> Result<Context, ConfigError> {
+    pub fn new(f: &Flags, probes: &[Definition<Context>]) -> Result<Context, ConfigError> {
         let mut ctx = Context::with_object(crate::ebpf::OBJECT, f.bool("ebpf.bpf-stats", false));
         let on = |name: &str| probes.iter().any(|d| d.name == name && host::registry::enabled(f, d));
         ctx.pods_attribution = on("ebpf_pods");
         if ctx.pods_attribution || on("pod_cpu_throttling") || on("pod_tcp_listen") {
-            ebpf_pods::prepare(f, paths, &mut ctx)?;
+            ebpf_pods::prepare(f, &mut ctx)?;
         }
         Ok(ctx)
     }
@@ -78,7 +78,7 @@ impl Context {
             ebpf: None,
             object,
             bpf_stats,
-            pods_btf: None,
+            attribute: false,
             pods_source: None,
             pods_watch: None,
             pods_attribution: false,
