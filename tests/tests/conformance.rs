@@ -74,10 +74,10 @@ fn e2e_args(fixtures: &std::path::Path, root: &std::path::Path) -> Vec<String> {
 fn run_agent(root: &std::path::Path, fixtures: &std::path::Path) -> String {
     let mut args = vec!["node-agent".to_string()];
     args.extend(e2e_args(fixtures, root));
-    // node-agent's own metrics and its kernel-event collectors have no
+    // node-agent's own metrics and its own collectors (eBPF, pods) have no
     // node_exporter counterpart.
     args.push("--web.disable-exporter-metrics".into());
-    args.extend(node_agent::manifests::ebpf_collectors().iter().map(|c| format!("--no-collector.{c}")));
+    args.extend(node_agent::manifests::agent_only_collectors().iter().map(|c| format!("--no-collector.{c}")));
     let m = node_agent::cmd::command()
         .try_get_matches_from(&args)
         .unwrap_or_else(|e| panic!("node_exporter's e2e command line is accepted: {e}"));

@@ -56,6 +56,12 @@ pub fn agent_args() -> Vec<String> {
     ]
 }
 
+/// node-agent's own collectors, which node_exporter has no counterpart of:
+/// the eBPF probes and the pod collectors.
+pub fn agent_only_collectors() -> Vec<&'static str> {
+    crate::probes::definitions().into_iter().map(|d| d.name).collect()
+}
+
 /// The eBPF collectors (their flags turn them off in the no-ebpf overlay).
 pub fn ebpf_collectors() -> Vec<&'static str> {
     crate::probes::definitions().into_iter().map(|d| d.name).filter(|n| n.starts_with("ebpf_")).collect()

@@ -164,7 +164,7 @@ fn scrape_phase(agent_bin: &Path, ne_bin: &Path, ebpf: bool, quick: bool) -> Res
     let common: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
     let mut agent_flags = common.clone();
     if !ebpf {
-        agent_flags.extend(node_agent::manifests::ebpf_collectors().iter().map(|c| format!("--no-collector.{c}")));
+        agent_flags.extend(node_agent::manifests::agent_only_collectors().iter().map(|c| format!("--no-collector.{c}")));
     }
     let (_a, ua, pa) = start(agent_bin, &agent_flags)?;
     let (_n, un, pn) = start(ne_bin, &common)?;
