@@ -516,12 +516,13 @@ fn run(inner: &Arc<Inner>, job: &Arc<Job>, runner: u64) -> bool {
         };
         let mut st = lock(&job.state);
         st.running.retain(|r| !(r.runner == runner && r.item == item));
-        if st.outcomes[item].is_some() {
-            // Cut off at the deadline: the scrape went on without this
-            // runner, which returns to the pool.
-            return false;
+        // Cut off at the deadline (its outcome already written, or the
+        // scrape already encoded and its outcomes taken): the scrape went
+        // on without this runner, which returns to the pool.
+        match st.outcomes.get_mut(item) {
+            Some(slot @ None) => *slot = Some(outcome),
+            _ => return false,
         }
-        st.outcomes[item] = Some(outcome);
         st.left -= 1;
         if st.left == 0 {
             return true;
@@ -700,6 +701,20 @@ mod tests {
         }
         let back = text(&s, &Selection::default());
         assert!(back.contains("node_scrape_collector_success{collector=\"stuck\"} 1") && back.contains("blocked_value 1"), "{back}");
+        // The runner it held came back to the pool (it found its scrape long
+        // encoded): every runner idles again, none died.
+        let t = Instant::now();
+        loop {
+            let (idle, threads) = {
+                let st = lock(&s.inner.pool.state);
+                (st.idle, st.threads)
+            };
+            if idle == threads {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(5), "{idle} of {threads} runners idle: one never came back");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Sets its flag when dropped.
