@@ -186,7 +186,7 @@ pub fn run(root: &Path, budget: Duration, seed: u64) -> Report {
         }
         let before = panics.lock().map(|p| p.len()).unwrap_or(0);
         let t = Instant::now();
-        let _ = s.scrape(&Selection::default(), if rng.0.below(2) == 0 { Format::Text } else { Format::OpenMetrics });
+        let _ = s.scrape(&Selection::default(), [Format::Text, Format::OpenMetrics, Format::Protobuf][rng.0.below(3)]);
         let took = t.elapsed();
         report.slowest = report.slowest.max(took);
         let shown = String::from_utf8_lossy(&mutated[..mutated.len().min(200)]).into_owned();

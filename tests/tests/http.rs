@@ -103,6 +103,57 @@ fn serves_text_openmetrics_and_gzip() {
     assert!(head.contains("content-type: text/plain; version=0.0.4"), "OpenMetrics refused by q=0: {head}");
 }
 
+/// What Prometheus 2.42 sends with `--enable-feature=native-histograms`.
+const PROMETHEUS_NATIVE_ACCEPT: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+#[test]
+fn serves_protobuf_when_prometheus_asks_for_it() {
+    let t = host_tree();
+    let a = start(t.path(), &[]);
+    let addr = a.addrs[0];
+    let (status, head, b) = request(addr, "/metrics", &[("Accept", PROMETHEUS_NATIVE_ACCEPT)]);
+    assert_eq!(status, 200);
+    assert!(
+        head.contains("content-type: application/vnd.google.protobuf; proto=io.prometheus.client.metricfamily; encoding=delimited"),
+        "{head}"
+    );
+    let fams = expo::proto::read_delimited(&b).expect("length-delimited MetricFamily messages");
+    let find = |name: &str| fams.iter().find(|f| f.name.as_deref() == Some(name)).unwrap_or_else(|| panic!("{name} missing"));
+    let load = find("node_load1");
+    assert_eq!(load.r#type, Some(expo::proto::MetricType::Gauge as i32));
+    assert_eq!(load.metric[0].gauge.as_ref().and_then(|g| g.value), Some(0.21));
+    let cpu = find("process_cpu_seconds_total");
+    assert_eq!(cpu.r#type, Some(expo::proto::MetricType::Counter as i32), "counters keep _total in the protobuf format");
+    assert!(cpu.metric[0].counter.as_ref().and_then(|c| c.value).is_some());
+    let ok = find("node_scrape_collector_success");
+    assert_eq!(ok.metric.len(), 3, "one family, every collector's sample");
+
+    // The same families as the text format, by name.
+    let text = body(addr, "/metrics");
+    let mut text_names: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).collect();
+    let mut names: Vec<&str> = fams.iter().filter_map(|f| f.name.as_deref()).collect();
+    text_names.sort_unstable();
+    names.sort_unstable();
+    assert_eq!(names, text_names);
+
+    let (_, head, b) = request(addr, "/metrics", &[("Accept", PROMETHEUS_NATIVE_ACCEPT), ("Accept-Encoding", "gzip")]);
+    assert!(head.contains("content-encoding: gzip") && head.contains("content-type: application/vnd.google.protobuf"), "{head}");
+    let mut plain = Vec::new();
+    flate2::read::GzDecoder::new(&b[..]).read_to_end(&mut plain).expect("gunzip");
+    let gz = expo::proto::read_delimited(&plain).expect("decodes after gunzip");
+    assert_eq!(gz.len(), fams.len());
+
+    // Asked for without encoding=delimited, or less preferred: text.
+    let (_, head, _) = request(addr, "/metrics", &[("Accept", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily")]);
+    assert!(head.contains("content-type: text/plain; version=0.0.4"), "{head}");
+    let (_, head, _) = request(
+        addr,
+        "/metrics",
+        &[("Accept", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.3,text/plain;q=0.5")],
+    );
+    assert!(head.contains("content-type: text/plain; version=0.0.4"), "{head}");
+}
+
 #[test]
 fn collect_and_exclude_parameters() {
     let t = host_tree();

@@ -51,18 +51,44 @@ fn quality(accept: &str, media_type: &str, version: &str) -> f64 {
     best.map_or(0.0, |(_, q)| q)
 }
 
-/// The format `accept` prefers: OpenMetrics 1.0.0 when its q-value is above
-/// zero and not below text's; text otherwise (also when nothing matches, as
+/// The format `accept` prefers: protobuf when asked for by name (see
+/// [`protobuf_quality`]) with a q-value above zero and not below either
+/// text format's; else OpenMetrics 1.0.0 when its q-value is above zero and
+/// not below text's; text otherwise (also when nothing matches, as
 /// Prometheus exporters answer anything).
 pub fn format(accept: Option<&str>) -> Format {
     let Some(a) = accept else { return Format::Text };
     let om = quality(a, "application/openmetrics-text", "1.0.0").max(quality(a, "application/openmetrics-text", "0.0.1"));
     let text = quality(a, "text/plain", "0.0.4");
-    if om > 0.0 && om >= text && explicitly_openmetrics(a) {
+    let explicit_om = explicitly_openmetrics(a);
+    let pb = protobuf_quality(a);
+    if pb > 0.0 && pb >= text && (pb >= om || !explicit_om) {
+        Format::Protobuf
+    } else if om > 0.0 && om >= text && explicit_om {
         Format::OpenMetrics
     } else {
         Format::Text
     }
+}
+
+/// The media type of Prometheus's protobuf format, without parameters.
+const PROTOBUF: &str = "application/vnd.google.protobuf";
+
+/// The highest q-value of an `Accept` element naming the protobuf format
+/// exactly: `application/vnd.google.protobuf` with
+/// `proto=io.prometheus.client.MetricFamily` and `encoding=delimited` (what
+/// Prometheus sends with native histograms on). Wildcards never select a
+/// binary format; 0 when no element names it.
+fn protobuf_quality(accept: &str) -> f64 {
+    elements(accept)
+        .filter(|(range, params, _)| {
+            let param = |name: &str| params.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| *v);
+            range.eq_ignore_ascii_case(PROTOBUF)
+                && param("proto") == Some("io.prometheus.client.MetricFamily")
+                && param("encoding").is_some_and(|e| e.eq_ignore_ascii_case("delimited"))
+        })
+        .map(|(_, _, q)| q)
+        .fold(0.0, f64::max)
 }
 
 /// OpenMetrics only when asked for by name: `*/*` alone means text.
@@ -106,6 +132,45 @@ mod tests {
         assert_eq!(format(Some("application/openmetrics-text;q=0.2,text/plain;q=0.9")), Format::Text, "text preferred");
         assert_eq!(format(Some("application/openmetrics-text;version=9.9.9")), Format::Text, "a version we do not speak");
         assert_eq!(format(Some("application/json")), Format::Text);
+    }
+
+    #[test]
+    fn protobuf_only_when_named_and_preferred() {
+        // Prometheus 2.42's Accept header with --enable-feature=native-histograms
+        // (scrape.go, scrapeAcceptHeaderWithProtobuf), and without it.
+        let native = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(format(Some(native)), Format::Protobuf);
+        let classic = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(format(Some(classic)), Format::OpenMetrics);
+        let pb = "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited";
+        assert_eq!(format(Some(pb)), Format::Protobuf, "with spaces, as client_golang writes it");
+        assert_eq!(
+            format(Some("Application/Vnd.Google.Protobuf;Proto=io.prometheus.client.MetricFamily;Encoding=Delimited")),
+            Format::Protobuf
+        );
+        assert_eq!(format(Some(&format!("{pb};q=0.5,text/plain;q=0.9"))), Format::Text, "text preferred");
+        assert_eq!(
+            format(Some(&format!("{pb};q=0.5,application/openmetrics-text;version=1.0.0"))),
+            Format::OpenMetrics,
+            "OpenMetrics preferred"
+        );
+        assert_eq!(format(Some(&format!("{pb};q=0.5,*/*"))), Format::Text, "*/* is text, preferred");
+        assert_eq!(format(Some(&format!("{pb};q=0.5,*/*;q=0.1"))), Format::Protobuf);
+        assert_eq!(format(Some(&format!("{pb},application/openmetrics-text;version=1.0.0"))), Format::Protobuf, "a tie goes to protobuf");
+        assert_eq!(format(Some(&format!("{pb};q=0"))), Format::Text, "refused by q=0");
+        assert_eq!(format(Some("application/vnd.google.protobuf")), Format::Text, "no proto=");
+        assert_eq!(format(Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily")), Format::Text, "no encoding=");
+        assert_eq!(
+            format(Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text")),
+            Format::Text,
+            "the text encoding"
+        );
+        assert_eq!(
+            format(Some("application/vnd.google.protobuf;proto=io.prometheus.client.Metric;encoding=delimited")),
+            Format::Text,
+            "another message"
+        );
+        assert_eq!(format(Some("application/*;q=1")), Format::OpenMetrics, "a wildcard never picks protobuf");
     }
 
     #[test]

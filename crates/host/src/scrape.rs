@@ -579,8 +579,8 @@ fn finish(inner: &Arc<Inner>, job: &Arc<Job>) {
         let name = |i: usize| owners.get(i).map_or("node-agent", |&e| inner.entries[e].name);
         tracing::error!(family = %c.family, collector = name(c.dropped_from), kept_by = name(c.kept_by), "family dropped: another collector produces it");
     }
-    let mut out = String::with_capacity(inner.last_len.load(Ordering::Relaxed) + 4096);
-    let returned = expo::encode(sinks, job.format, &mut out);
+    let mut out = Vec::with_capacity(inner.last_len.load(Ordering::Relaxed) + 4096);
+    let returned = expo::encode_to(sinks, job.format, &mut out);
     inner.last_len.store(out.len(), Ordering::Relaxed);
     // Hand the sinks back so their buffers are reused next time; a sink
     // grown by an outsized scrape (a huge textfile) is freed instead, and
@@ -597,7 +597,7 @@ fn finish(inner: &Arc<Inner>, job: &Arc<Job>) {
     }
     let large = out.capacity() > KEEP_SINK_BYTES;
     if let Some(done) = done {
-        done(out.into_bytes());
+        done(out);
     }
     if freed || large {
         crate::sys::trim_heap();
