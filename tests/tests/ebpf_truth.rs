@@ -112,6 +112,117 @@ fn syscalls_counted_with_errors() {
     assert_eq!(p.value("node_ebpf_syscall_errors_total", &[("syscall", "getpid")]), 0.0);
 }
 
+/// The sleep family's native histogram now: (bucket index -> count, zero
+/// count, sum in seconds), with every program of the probe up.
+fn sleep_histogram(c: &mut node_agent::probes::ebpf_syscall_latency::Collector) -> (BTreeMap<i32, u64>, u64, f64) {
+    use host::Collector as _;
+    let mut sink = expo::Sink::new();
+    c.update(&mut sink).expect("ebpf_syscall_latency collects");
+    let fams = sink.families();
+    let up: Vec<_> = fams.iter().filter(|f| f.name() == "node_ebpf_program_up").flat_map(|f| f.samples().collect::<Vec<_>>()).collect();
+    assert_eq!(up.len(), 3, "three programs: {up:?}");
+    assert!(up.iter().all(|(_, v)| *v == 1.0), "eBPF program down: {up:?}");
+    let f = fams.iter().find(|f| f.name() == "node_ebpf_syscall_latency_seconds").expect("the latency family");
+    let samples: Vec<_> = f.samples().collect();
+    for (n, buckets) in f.natives() {
+        let (labels, sum) = &samples[n.sample as usize];
+        if labels.as_slice() == [("family", "sleep")] {
+            assert_eq!(n.schema, 3);
+            return (buckets.iter().copied().collect(), n.zero_count, *sum);
+        }
+    }
+    panic!("no sleep family");
+}
+
+/// Native bucket index of `ns` nanoseconds, from the definition
+/// (`ceil(8·log2(seconds))`), for the test's own measurements.
+fn native_index(ns: u64) -> i32 {
+    (8.0 * (ns as f64 * 1e-9).log2()).ceil() as i32
+}
+
+/// N nanosleep(1 ms) calls from a dedicated thread (timer slack 1 ns, so
+/// the kernel adds no slack of its own), each also timed in user space
+/// around the syscall with CLOCK_MONOTONIC (bpf_ktime_get_ns's clock): the
+/// kernel's interval lies inside the user one, so each call's latency is
+/// in [1 ms, its user time]. Checked exactly, whatever else on the machine
+/// sleeps meanwhile (other sleepers only add to the family; their number
+/// is the count's excess over N):
+/// - the count rises by at least N (`noise` = the excess);
+/// - at most `noise` calls land below 1 ms (native buckets up to index -80,
+///   whose upper bound 2^-10 s = 0.977 ms; 1 ms is in bucket -79);
+/// - for every bucket index j, the calls at or below j rose by at least the
+///   test's calls whose *user* time is at or below j (the kernel's time of
+///   a call is at most its user time).
+#[test]
+fn syscall_latency_of_nanosleep_in_its_native_buckets() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    use node_agent::probes::ebpf_syscall_latency::Collector;
+    let mut ctx = node_agent::probes::Context::with_object(node_agent::ebpf::OBJECT, false);
+    let mut c = Collector::new(&mut ctx, Duration::from_millis(100));
+    const N: usize = 200;
+    let (b0, z0, s0) = sleep_histogram(&mut c);
+    let user: Vec<u64> = std::thread::spawn(|| {
+        // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
+        let req = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+        let now = || {
+            let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: a valid timespec to fill.
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+            t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+        };
+        (0..N)
+            .map(|_| {
+                let t0 = now();
+                // SAFETY: a valid request, no remainder asked for.
+                let r =
+                    unsafe { libc::syscall(libc::SYS_nanosleep, &req as *const libc::timespec, std::ptr::null_mut::<libc::timespec>()) };
+                let t1 = now();
+                assert_eq!(r, 0, "nanosleep interrupted");
+                t1 - t0
+            })
+            .collect()
+    })
+    .join()
+    .expect("sleeper");
+    let (b1, z1, s1) = sleep_histogram(&mut c);
+    let delta: BTreeMap<i32, u64> = b1.iter().map(|(i, n)| (*i, n - b0.get(i).copied().unwrap_or(0))).filter(|(_, n)| *n > 0).collect();
+    let count = delta.values().sum::<u64>() + (z1 - z0);
+    let noise = count.saturating_sub(N as u64);
+    let below_1ms: u64 = delta.range(..=-80).map(|(_, n)| n).sum();
+    let mut sorted = user.clone();
+    sorted.sort_unstable();
+    eprintln!(
+        "{N} nanosleep(1 ms): sleep family +{count} calls (noise {noise}), +{:.6} s; buckets {delta:?}; user times min {} p50 {} p99 {} max {} ns",
+        s1 - s0,
+        sorted[0],
+        sorted[N / 2],
+        sorted[N * 99 / 100],
+        sorted[N - 1]
+    );
+    assert!(count >= N as u64, "the sleep family counted {count} calls, the test made {N}");
+    assert!(below_1ms <= noise, "{below_1ms} calls below 1 ms, and only {noise} calls not the test's");
+    assert!(s1 - s0 >= N as f64 * 1e-3, "the test slept at least {N} ms");
+    let mut user_index: BTreeMap<i32, u64> = BTreeMap::new();
+    for t in &user {
+        *user_index.entry(native_index(*t)).or_default() += 1;
+    }
+    let (mut kernel_cum, mut user_cum) = (0u64, 0u64);
+    let last = *user_index.keys().last().expect("calls");
+    for j in -239..=last {
+        kernel_cum += delta.get(&j).copied().unwrap_or(0);
+        user_cum += user_index.get(&j).copied().unwrap_or(0);
+        assert!(kernel_cum >= user_cum, "at or below bucket {j}: kernel {kernel_cum} calls, but {user_cum} of the test's took no longer");
+    }
+    // The test's calls are within [1 ms, ~1.2 ms] when the machine is not
+    // loaded: report where they went.
+    let in_1_to_1_27ms: u64 = delta.range(-79..=-77).map(|(_, n)| n).sum();
+    eprintln!("calls in (0.977 ms, 1.266 ms] (buckets -79..=-77): {in_1_to_1_27ms}");
+}
+
 #[test]
 fn process_churn_counted() {
     if !can_run() {
