@@ -58,12 +58,17 @@ struct Truth {
 /// Takes the turn and starts the API server and the agent; None (skip)
 /// when not root outside CI.
 fn truth(grace: &str) -> Option<Truth> {
+    truth_with(grace, &[])
+}
+
+/// The same, with more collectors or flags for the agent.
+fn truth_with(grace: &str, flags: &[&str]) -> Option<Truth> {
     if !root_or_skip("pod attribution truth tests") {
         return None;
     }
     let turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = cluster();
-    let agent = Agent::new(&cluster, grace);
+    let agent = Agent::new(&cluster, grace, flags);
     Some(Truth { agent, cluster, _turn: turn })
 }
 
@@ -79,8 +84,8 @@ struct Agent {
 }
 
 impl Agent {
-    fn new(c: &Running, grace: &str) -> Agent {
-        let args = [
+    fn new(c: &Running, grace: &str, flags: &[&str]) -> Agent {
+        let mut args = vec![
             "node-agent".to_string(),
             "--collector.disable-defaults".into(),
             "--collector.ebpf_pods".into(),
@@ -90,6 +95,7 @@ impl Agent {
             format!("--collector.ebpf_pods.node-name={NODE}"),
             format!("--collector.ebpf_pods.grace-period={grace}"),
         ];
+        args.extend(flags.iter().map(|f| f.to_string()));
         let m = node_agent::cmd::command().try_get_matches_from(args).expect("flags");
         let cfg = node_agent::config::resolve(&m).expect("config");
         let a = Agent { scraper: node_agent::agent::scraper(cfg.collectors, false) };
@@ -355,6 +361,28 @@ fn syscall_errors_are_the_failing_pods() {
     eprintln!("web-0 failed syscalls +{da}, db-0 +{db}: difference {}", da - db);
     assert!(db > 0.0, "starting a shell fails a few syscalls (loader probes)");
     assert!((da - db - 500.0).abs() <= 2.0, "web-0 failed 500 more than db-0: {da} vs {db}");
+}
+
+/// With ebpf_syscall_latency on (threshold 100 ms): pod A sleeps 250 ms
+/// three times (sleep exec'd in the pod: one clock_nanosleep each), pod B
+/// sleeps 0 s three times: A's slow syscalls rise by exactly 3, B's by 0.
+#[test]
+fn slow_syscalls_are_the_sleeping_pods() {
+    let Some(t) = truth_with("5m", &["--collector.ebpf_syscall_latency", "--collector.ebpf_syscall_latency.slow-threshold=100ms"]) else {
+        return;
+    };
+    let agent = &t.agent;
+    let a = pod_cgroup('A', None);
+    let b = pod_cgroup('B', None);
+    let slow = |ns: &str, p: &str| agent.pod("node_ebpf_pod_slow_syscalls_total", ns, p);
+    let (a0, b0) = (slow("web", "web-0"), slow("db", "db-0"));
+    for _ in 0..3 {
+        assert!(a.spawn("sleep 0.25").wait().expect("sleep").success());
+        assert!(b.spawn("sleep 0").wait().expect("sleep").success());
+    }
+    let (da, db) = (slow("web", "web-0") - a0, slow("db", "db-0") - b0);
+    eprintln!("slow syscalls: web-0 +{da}, db-0 +{db}");
+    assert_eq!((da, db), (3.0, 0.0), "web-0 slept 3 times 250 ms, db-0 never slept");
 }
 
 /// The kernel's cgroup table full (filled from outside through the map's
