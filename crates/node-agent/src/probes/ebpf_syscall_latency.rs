@@ -134,6 +134,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_bad_slow_threshold_is_a_start_up_error_naming_the_flag() {
+        let resolve = |v: &str| {
+            let args = ["--collector.disable-defaults", "--collector.ebpf_syscall_latency", v];
+            let m = crate::cmd::command().no_binary_name(true).try_get_matches_from(args).map_err(|e| e.to_string())?;
+            crate::config::resolve(&m).map(|_| ()).map_err(|e| e.to_string())
+        };
+        for bad in ["--collector.ebpf_syscall_latency.slow-threshold=abc", "--collector.ebpf_syscall_latency.slow-threshold=-5ms"] {
+            let e = resolve(bad).expect_err(bad);
+            assert!(e.contains("collector.ebpf_syscall_latency.slow-threshold"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn classic_bounds_are_powers_of_two_of_seconds() {
         for (i, b) in CLASSIC_BOUNDS.iter().enumerate() {
             assert_eq!(*b, (i as f64 - 20.0).exp2());
