@@ -6,6 +6,7 @@
 //! Usage: node-agent-bench --agent PATH [--out FILE] [--quick]
 //!        node-agent-bench --only network [--quick]   (that section alone, printed)
 //!        node-agent-bench --only skb_drops [--quick] (ebpf_skb_drops's per-event cost alone, printed)
+//!        node-agent-bench --only syscall_latency [--quick] (ebpf_syscall_latency's per-syscall cost, and bpftrace's, printed)
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -294,6 +295,68 @@ fn skb_drop_costs(quick: bool) -> Res<Vec<EventCost>> {
     Ok(out)
 }
 
+/// bpftrace's equivalent of ebpf_syscall_latency: a start time per thread
+/// on sys_enter, a log2 histogram per syscall number on sys_exit (bpftrace
+/// has no native buckets; `hist()` is its cheapest).
+const BPFTRACE_SYSLAT: &str = "tracepoint:raw_syscalls:sys_enter { @s[tid] = nsecs; } \
+tracepoint:raw_syscalls:sys_exit /@s[tid]/ { @h[args->id] = hist(nsecs - @s[tid]); delete(@s[tid]); }";
+
+/// `work` without and with bpftrace running `script` (minimum over `reps`
+/// alternations); None when bpftrace is not installed or does not attach.
+fn with_without_bpftrace(reps: usize, script: &str, mut work: impl FnMut() -> f64) -> Option<(f64, f64)> {
+    use std::io::BufRead;
+    let bpftrace = compare::which("bpftrace")?;
+    let (mut base, mut with) = (f64::MAX, f64::MAX);
+    for _ in 0..reps {
+        base = base.min(work());
+        let mut child = Command::new(&bpftrace)
+            .args(["-e", script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let stdout = child.stdout.take();
+        let kill = Kill(child);
+        let mut lines = std::io::BufReader::new(stdout?).lines();
+        // "Attaching N probes..." is printed once they are attached.
+        lines.next()?.ok()?;
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        with = with.min(work());
+        drop(kill);
+    }
+    Some((base, with))
+}
+
+/// ebpf_syscall_latency per syscall (getpid, the cheapest), alone and with
+/// pod attribution on, and bpftrace's equivalent.
+fn syscall_latency_costs(quick: bool) -> Res<Vec<EventCost>> {
+    let (reps, n) = if quick { (2, 500_000) } else { (5, 2_000_000) };
+    let mut out = Vec::new();
+    for (probe, pods) in [("ebpf_syscall_latency", false), ("ebpf_syscall_latency + ebpf_pods", true)] {
+        let (b, w, s) = with_without(reps, &agent_common::syscall_latency::PROGRAMS, pods, || getpid_loop(n))?;
+        // Two programs run per syscall (sys_enter, sys_exit): their sum.
+        let per_syscall: f64 = s.iter().filter(|(k, _)| !k.contains("task_exit")).map(|(_, (t, runs))| t / (*runs).max(1) as f64).sum();
+        out.push(EventCost {
+            probe,
+            event: "syscall (getpid)",
+            base_ns: b / n as f64 * 1e9,
+            with_ns: w / n as f64 * 1e9,
+            kernel_ns: (!s.is_empty()).then_some(per_syscall * 1e9),
+        });
+    }
+    match with_without_bpftrace(reps, BPFTRACE_SYSLAT, || getpid_loop(n)) {
+        Some((b, w)) => out.push(EventCost {
+            probe: "bpftrace (raw_syscalls enter/exit, hist by id)",
+            event: "syscall (getpid)",
+            base_ns: b / n as f64 * 1e9,
+            with_ns: w / n as f64 * 1e9,
+            kernel_ns: None,
+        }),
+        None => eprintln!("bench: bpftrace not installed (or not attaching): no bpftrace row"),
+    }
+    Ok(out)
+}
+
 fn proc_ctxt() -> u64 {
     std::fs::read_to_string("/proc/stat")
         .unwrap_or_default()
@@ -558,6 +621,7 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
         kernel_ns: kernel(&s),
     });
     out.extend(skb_drop_costs(quick)?);
+    out.extend(syscall_latency_costs(quick)?);
     Ok(out)
 }
 
@@ -716,8 +780,13 @@ fn run() -> Res<()> {
         }
         return Ok(());
     }
-    if get("--only").as_deref() == Some("skb_drops") {
-        for c in skb_drop_costs(quick)? {
+    let only = match get("--only").as_deref() {
+        Some("skb_drops") => Some(skb_drop_costs(quick)?),
+        Some("syscall_latency") => Some(syscall_latency_costs(quick)?),
+        _ => None,
+    };
+    if let Some(costs) = only {
+        for c in costs {
             println!(
                 "{}: {}: without {:.0} ns, with {:.0} ns, added {:.0} ns per event, kernel run time {} per program run",
                 c.probe,
