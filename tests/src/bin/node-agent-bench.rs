@@ -334,14 +334,13 @@ fn syscall_latency_costs(quick: bool) -> Res<Vec<EventCost>> {
     let mut out = Vec::new();
     for (probe, pods) in [("ebpf_syscall_latency", false), ("ebpf_syscall_latency + ebpf_pods", true)] {
         let (b, w, s) = with_without(reps, &agent_common::syscall_latency::PROGRAMS, pods, || getpid_loop(n))?;
-        // Two programs run per syscall (sys_enter, sys_exit): their sum.
-        let per_syscall: f64 = s.iter().filter(|(k, _)| !k.contains("task_exit")).map(|(_, (t, runs))| t / (*runs).max(1) as f64).sum();
+        let (t, runs) = s.values().fold((0.0, 0u64), |a, s| (a.0 + s.0, a.1 + s.1));
         out.push(EventCost {
             probe,
-            event: "syscall (getpid)",
+            event: "syscall (getpid; two programs run per syscall)",
             base_ns: b / n as f64 * 1e9,
             with_ns: w / n as f64 * 1e9,
-            kernel_ns: (!s.is_empty()).then_some(per_syscall * 1e9),
+            kernel_ns: (runs > 0).then(|| t / runs as f64 * 1e9),
         });
     }
     match with_without_bpftrace(reps, BPFTRACE_SYSLAT, || getpid_loop(n)) {
