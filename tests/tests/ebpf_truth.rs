@@ -223,6 +223,76 @@ fn syscall_latency_of_nanosleep_in_its_native_buckets() {
     eprintln!("calls in (0.977 ms, 1.266 ms] (buckets -79..=-77): {in_1_to_1_27ms}");
 }
 
+/// Threads in this system now (every /proc/PID/task entry).
+fn live_threads() -> usize {
+    std::fs::read_dir("/proc")
+        .map(|d| d.flatten().filter_map(|e| std::fs::read_dir(e.path().join("task")).ok()).map(|t| t.count()).sum())
+        .unwrap_or(0)
+}
+
+/// sched_process_exit deletes the in-flight entry of a task that exits:
+/// with only sys_enter and the exit cleanup attached (no sys_exit, so
+/// nothing else deletes), 300 threads parked in a syscall add at least 300
+/// keys (task addresses), and once they have exited at least 90 % of the
+/// new keys are gone (a freed task's address may be reused by a new task
+/// meanwhile) and the map holds no more entries than there are live
+/// threads. Without the cleanup all 300 stay (checked: 0 of 304 gone).
+#[test]
+fn syscall_latency_entries_of_exited_threads_are_deleted() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    use agent_common::syscall_latency::{Start, START, SYS_ENTER, TASK_EXIT};
+    let shared = node_agent::probes::Context::with_object(node_agent::ebpf::OBJECT, false).ebpf().expect("the object loads");
+    let probe = node_agent::ebpf::Probe::attach(Ok(shared.clone()), &[TASK_EXIT, SYS_ENTER]);
+    assert!(probe.up(), "sys_enter and sched_process_exit attach");
+    let keys = || -> std::collections::BTreeSet<u64> {
+        let ebpf = shared.lock().expect("eBPF state");
+        let map = ebpf.map(START).expect("the in-flight map");
+        aya::maps::HashMap::<_, u64, Start>::try_from(map).expect("a hash map").keys().filter_map(Result::ok).collect()
+    };
+    let entries = || keys().len();
+    let before = keys();
+    const T: usize = 300;
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(T + 1));
+    let threads: Vec<_> = (0..T)
+        .map(|_| {
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                b.wait();
+            })
+        })
+        .collect();
+    barrier.wait();
+    let parked_keys = keys();
+    let parked = parked_keys.len();
+    let new: Vec<u64> = parked_keys.difference(&before).copied().collect();
+    barrier.wait();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    // Exits finish asynchronously after join (the futex wake comes first).
+    let t0 = Instant::now();
+    let (mut after, mut live) = (entries(), live_threads());
+    while after > live && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+        (after, live) = (entries(), live_threads());
+    }
+    let now = keys();
+    let gone = new.iter().filter(|k| !now.contains(k)).count();
+    eprintln!(
+        "in-flight entries: {} before, {parked} with {T} threads parked ({} new keys), {after} after they exited ({gone} of the new keys gone; {live} live threads)",
+        before.len(),
+        new.len()
+    );
+    assert!(new.len() >= T, "{} new keys for {T} parked threads", new.len());
+    assert!(gone >= T * 9 / 10, "only {gone} of {} new keys gone after {T} threads exited", new.len());
+    assert!(after <= live, "{after} entries left for {live} live threads: exited threads' entries leaked");
+    drop(probe);
+}
+
 #[test]
 fn process_churn_counted() {
     if !can_run() {
