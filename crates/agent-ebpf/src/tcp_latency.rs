@@ -4,8 +4,8 @@
 //! established (either side) and when it leaves ESTABLISHED.
 
 use agent_common::tcp_latency::{
-    Offsets, CONNECT, DROPPED, FAILED, IPPROTO_TCP, MAX_IN_FLIGHT, NUM_COUNTERS, NUM_HISTS, RTT, TCP_CLOSE, TCP_ESTABLISHED,
-    TCP_SYN_RECV, TCP_SYN_SENT,
+    Offsets, CONNECT, DROPPED, FAILED, IPPROTO_TCP, MAX_IN_FLIGHT, NUM_COUNTERS, NUM_HISTS, RTT, TCP_CLOSE, TCP_ESTABLISHED, TCP_SYN_RECV,
+    TCP_SYN_SENT,
 };
 use agent_common::NativeHist;
 use aya_ebpf::{
