@@ -8,8 +8,6 @@
 //! lookups, and finding a handful of offsets needs only the type section's
 //! framing (about a hundred lines, unit-tested below).
 
-use std::collections::HashMap;
-
 /// Why offsets could not be read.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum BtfError {
@@ -42,23 +40,26 @@ const KIND_CONST: u32 = 10;
 const KIND_RESTRICT: u32 = 11;
 const KIND_TYPE_TAG: u32 = 18;
 
-/// One type of the type section: kind, name, referenced type (modifiers,
-/// pointers), members (structs and unions: name, type, bit offset; function
-/// prototypes: parameter name, type, 0) and enumerators (name, value).
-#[derive(Clone, Debug, Default)]
+/// One type of the type section, as read: kind, name, referenced type
+/// (modifiers, pointers) and where its members, parameters or enumerators
+/// are in the section (read from there when asked, so that parsing the
+/// kernel's whole BTF allocates 16 bytes per type and nothing more).
+#[derive(Clone, Copy, Debug, Default)]
 struct Type {
-    kind: u32,
+    kind: u8,
+    kind_flag: bool,
+    vlen: u16,
     name: u32,
     refers: u32,
-    members: Vec<(u32, u32, u32)>,
-    values: Vec<(u32, u64)>,
+    /// Byte offset of the type's trailing records in the type section.
+    extra: u32,
 }
 
 /// The parsed types and strings.
 pub struct Btf<'a> {
     strings: &'a [u8],
+    section: &'a [u8],
     types: Vec<Type>,
-    structs: HashMap<&'a str, u32>,
 }
 
 fn u32_at(data: &[u8], at: usize) -> Result<u32, BtfError> {
@@ -81,64 +82,74 @@ impl<'a> Btf<'a> {
             data.get(start..start.checked_add(len).ok_or(BtfError::Header)?).ok_or(BtfError::Truncated(start))
         };
         let (tsec, strings) = (section(type_off, type_len)?, section(str_off, str_len)?);
-        // Type ids start at 1; 0 is void.
-        let mut types = vec![Type::default()];
+        // Type ids start at 1; 0 is void. (About 16 bytes a type: the
+        // kernel's BTF has some 150,000.)
+        let mut types = Vec::with_capacity(tsec.len() / 24);
+        types.push(Type::default());
         let mut at = 0;
         while at < tsec.len() {
             let (name, info, size_or_type) = (u32_at(tsec, at)?, u32_at(tsec, at + 4)?, u32_at(tsec, at + 8)?);
             at += 12;
             let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
-            let kind_flag = info >> 31 == 1;
-            let mut t = Type { kind, name, refers: size_or_type, members: Vec::new(), values: Vec::new() };
             let extra = match kind {
                 2 | 7 | 8 | 9 | 10 | 11 | 12 | 16 | 18 => 0,
                 1 | 14 | 17 => 4,
                 3 => 12,
-                KIND_STRUCT | KIND_UNION => {
-                    for m in 0..vlen {
-                        let base = at + m * 12;
-                        let offset = u32_at(tsec, base + 8)?;
-                        let bits = if kind_flag { offset & 0xff_ffff } else { offset };
-                        t.members.push((u32_at(tsec, base)?, u32_at(tsec, base + 4)?, bits));
-                    }
-                    vlen * 12
-                }
-                KIND_ENUM | KIND_FUNC_PROTO => {
-                    for m in 0..vlen {
-                        let (name, v) = (u32_at(tsec, at + m * 8)?, u32_at(tsec, at + m * 8 + 4)?);
-                        if kind == KIND_ENUM {
-                            // The value as the kernel's 32-bit enum holds it.
-                            t.values.push((name, v as u64));
-                        } else {
-                            t.members.push((name, v, 0));
-                        }
-                    }
-                    vlen * 8
-                }
-                KIND_ENUM64 => {
-                    for m in 0..vlen {
-                        let base = at + m * 12;
-                        let (lo, hi) = (u32_at(tsec, base + 4)?, u32_at(tsec, base + 8)?);
-                        t.values.push((u32_at(tsec, base)?, (hi as u64) << 32 | lo as u64));
-                    }
-                    vlen * 12
-                }
-                15 => vlen * 12,
+                KIND_STRUCT | KIND_UNION | KIND_ENUM64 | 15 => vlen * 12,
+                KIND_ENUM | KIND_FUNC_PROTO => vlen * 8,
                 k => return Err(BtfError::Kind(k)),
             };
-            at += extra;
-            types.push(t);
-        }
-        let mut btf = Btf { strings, types, structs: HashMap::new() };
-        for (id, t) in btf.types.iter().enumerate() {
-            if t.kind == KIND_STRUCT {
-                if let Some(n) = btf.string(t.name).filter(|n| !n.is_empty()) {
-                    // The first definition wins (modules may repeat names).
-                    btf.structs.entry(n).or_insert(id as u32);
-                }
+            if at + extra > tsec.len() {
+                return Err(BtfError::Truncated(at));
             }
+            types.push(Type {
+                kind: kind as u8,
+                kind_flag: info >> 31 == 1,
+                vlen: vlen as u16,
+                name,
+                refers: size_or_type,
+                extra: at as u32,
+            });
+            at += extra;
         }
-        Ok(btf)
+        Ok(Btf { strings, section: tsec, types })
+    }
+
+    /// The `i`th u32 of a type's trailing records (in bounds: checked by
+    /// `parse`).
+    fn word(&self, t: &Type, i: usize) -> u32 {
+        u32_at(self.section, t.extra as usize + i * 4).unwrap_or(0)
+    }
+
+    /// A struct's or union's members: (name, type, bit offset).
+    fn members(&self, t: &'a Type) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        let is_aggregate = matches!(t.kind as u32, KIND_STRUCT | KIND_UNION);
+        (0..if is_aggregate { t.vlen as usize } else { 0 }).map(move |m| {
+            let offset = self.word(t, m * 3 + 2);
+            (self.word(t, m * 3), self.word(t, m * 3 + 1), if t.kind_flag { offset & 0xff_ffff } else { offset })
+        })
+    }
+
+    /// An enum's enumerators: (name, value; a 32-bit enum's value as the
+    /// kernel's enum holds it).
+    fn values(&self, t: &'a Type) -> impl Iterator<Item = (u32, u64)> + '_ {
+        let (n, wide) = match t.kind as u32 {
+            KIND_ENUM => (t.vlen as usize, false),
+            KIND_ENUM64 => (t.vlen as usize, true),
+            _ => (0, false),
+        };
+        (0..n).map(move |m| {
+            if wide {
+                (self.word(t, m * 3), (self.word(t, m * 3 + 2) as u64) << 32 | self.word(t, m * 3 + 1) as u64)
+            } else {
+                (self.word(t, m * 2), self.word(t, m * 2 + 1) as u64)
+            }
+        })
+    }
+
+    /// A function prototype's parameter types.
+    fn params(&self, t: &'a Type) -> impl Iterator<Item = u32> + '_ {
+        (0..if t.kind as u32 == KIND_FUNC_PROTO { t.vlen as usize } else { 0 }).map(move |m| self.word(t, m * 2 + 1))
     }
 
     fn string(&self, off: u32) -> Option<&'a str> {
@@ -151,7 +162,7 @@ impl<'a> Btf<'a> {
     fn resolve(&self, mut id: u32) -> Option<&Type> {
         for _ in 0..32 {
             let t = self.types.get(id as usize)?;
-            match t.kind {
+            match t.kind as u32 {
                 KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => id = t.refers,
                 _ => return Some(t),
             }
@@ -165,10 +176,10 @@ impl<'a> Btf<'a> {
         if depth > 8 {
             return None;
         }
-        for &(name, ty, bits) in &t.members {
+        for (name, ty, bits) in self.members(t) {
             if name == 0 {
                 let inner = self.resolve(ty)?;
-                if matches!(inner.kind, KIND_STRUCT | KIND_UNION) {
+                if matches!(inner.kind as u32, KIND_STRUCT | KIND_UNION) {
                     if let Some((b, mty)) = self.find(inner, member, depth + 1) {
                         return Some((bits + b, mty));
                     }
@@ -183,15 +194,15 @@ impl<'a> Btf<'a> {
     /// Byte offset of a member path in a struct: `("sock", &["sk_cgrp_data",
     /// "cgroup"])` is the offset of `sk->sk_cgrp_data.cgroup`.
     pub fn offset(&self, strukt: &str, path: &[&str]) -> Result<u32, BtfError> {
-        let id = *self.structs.get(strukt).ok_or_else(|| BtfError::NoStruct(strukt.to_string()))?;
-        let mut t = self.resolve(id).ok_or_else(|| BtfError::NoStruct(strukt.to_string()))?;
+        // The first definition wins (modules may repeat names).
+        let mut t = self.named(&[KIND_STRUCT], strukt).ok_or_else(|| BtfError::NoStruct(strukt.to_string()))?;
         let mut bits = 0;
         for (i, m) in path.iter().enumerate() {
             let missing = || BtfError::NoMember { strukt: strukt.to_string(), member: path[..=i].join(".") };
             let (b, ty) = self.find(t, m, 0).ok_or_else(missing)?;
             bits += b;
             if i + 1 < path.len() {
-                t = self.resolve(ty).filter(|t| matches!(t.kind, KIND_STRUCT | KIND_UNION)).ok_or_else(missing)?;
+                t = self.resolve(ty).filter(|t| matches!(t.kind as u32, KIND_STRUCT | KIND_UNION)).ok_or_else(missing)?;
             }
         }
         Ok(bits / 8)
@@ -199,13 +210,13 @@ impl<'a> Btf<'a> {
 
     /// The first type of one of `kinds` named `name`.
     fn named(&self, kinds: &[u32], name: &str) -> Option<&Type> {
-        self.types.iter().find(|t| kinds.contains(&t.kind) && self.string(t.name) == Some(name))
+        self.types.iter().find(|t| kinds.contains(&(t.kind as u32)) && t.name != 0 && self.string(t.name) == Some(name))
     }
 
     /// The enumerators (name, value) of `enum name`, in declaration order.
     pub fn enumerators(&self, name: &str) -> Result<Vec<(&'a str, u64)>, BtfError> {
         let t = self.named(&[KIND_ENUM, KIND_ENUM64], name).ok_or_else(|| BtfError::NoType(format!("enum {name}")))?;
-        Ok(t.values.iter().filter_map(|&(n, v)| Some((self.string(n)?, v))).collect())
+        Ok(self.values(t).filter_map(|(n, v)| Some((self.string(n)?, v))).collect())
     }
 
     /// The parameter types of the function prototype a typedef points to,
@@ -216,13 +227,13 @@ impl<'a> Btf<'a> {
         let missing = || BtfError::NoType(format!("function prototype {name}"));
         let t = self.named(&[KIND_TYPEDEF], name).ok_or_else(missing)?;
         let mut t = self.resolve(t.refers).ok_or_else(missing)?;
-        if t.kind == KIND_PTR {
+        if t.kind as u32 == KIND_PTR {
             t = self.resolve(t.refers).ok_or_else(missing)?;
         }
-        if t.kind != KIND_FUNC_PROTO {
+        if t.kind as u32 != KIND_FUNC_PROTO {
             return Err(missing());
         }
-        Ok(t.members.iter().map(|&(_, ty, _)| self.c_name(ty, 0)).collect())
+        Ok(self.params(t).map(|ty| self.c_name(ty, 0)).collect())
     }
 
     /// A type in C spelling, qualifiers and typedefs skipped.
@@ -232,7 +243,7 @@ impl<'a> Btf<'a> {
         }
         let Some(t) = self.resolve(id).filter(|_| depth < 8) else { return "?".into() };
         let name = self.string(t.name).unwrap_or("");
-        match t.kind {
+        match t.kind as u32 {
             KIND_PTR => format!("{} *", self.c_name(t.refers, depth + 1)),
             KIND_STRUCT => format!("struct {name}"),
             KIND_UNION => format!("union {name}"),
