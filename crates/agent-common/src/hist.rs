@@ -30,31 +30,7 @@ pub fn log2_bucket(v: u64) -> usize {
         return 0;
     }
     // ceil(log2(v)) = floor(log2(v - 1)) + 1 for v >= 2.
-    let mut x = v - 1;
-    let mut r = 0usize;
-    if x >= 1 << 32 {
-        x >>= 32;
-        r += 32;
-    }
-    if x >= 1 << 16 {
-        x >>= 16;
-        r += 16;
-    }
-    if x >= 1 << 8 {
-        x >>= 8;
-        r += 8;
-    }
-    if x >= 1 << 4 {
-        x >>= 4;
-        r += 4;
-    }
-    if x >= 1 << 2 {
-        x >>= 2;
-        r += 2;
-    }
-    if x >= 1 << 1 {
-        r += 1;
-    }
+    let r = floor_log2(v - 1) as usize;
     let b = r + 1;
     if b >= HIST_BUCKETS {
         HIST_BUCKETS - 1

@@ -5,7 +5,7 @@
 
 use agent_common::pods::{SLOW, SLOW_SYSCALLS};
 use agent_common::syscall_latency::{Families, Start, MAX_IN_FLIGHT, MAX_SYSCALLS, NOT_TIMED, NUM_FAMILIES, OTHER};
-use agent_common::{native_bucket, NativeHist};
+use agent_common::NativeHist;
 use aya_ebpf::{
     helpers::generated::bpf_get_current_task,
     macros::{map, raw_tracepoint},
@@ -14,7 +14,7 @@ use aya_ebpf::{
     Global,
 };
 
-use crate::helpers::{inc, now_ns};
+use crate::helpers::{inc, now_ns, record_native};
 use crate::pods;
 
 // SAFETY: the symbol name is unique in the object; user space finds the
@@ -78,17 +78,7 @@ fn try_sys_exit() -> Result<(), i32> {
     let _ = SYSLAT_START.remove(task);
     let ns = now_ns().saturating_sub(start.ns);
     let h = SYSLAT_HIST.get_ptr_mut(start.family).ok_or(0)?;
-    // SAFETY: this CPU's value of the family's histogram; the slot is
-    // bounds-checked by `get_mut`.
-    unsafe {
-        if ns == 0 {
-            (*h).zero += 1;
-        } else if let Some(slot) = (*h).buckets.get_mut(native_bucket(ns)) {
-            *slot += 1;
-        }
-        (*h).sum_ns += ns;
-        (*h).count += 1;
-    }
+    record_native(h, ns);
     if pods::on(SLOW) {
         let slow = SYSLAT_CONFIG.get(0).copied().unwrap_or(0);
         if slow != 0 && ns >= slow {

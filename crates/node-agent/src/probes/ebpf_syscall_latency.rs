@@ -18,9 +18,8 @@
 use std::time::Duration;
 
 use agent_common::syscall_latency::{CONFIG, DROPPED, FAMILIES, FAMILY_NAMES, HIST, PROGRAMS};
-use agent_common::NATIVE_SCHEMA;
 use clap::Arg;
-use expo::{Kind, Native, Sink};
+use expo::{Kind, Sink};
 use host::flags::{string_arg, Flags};
 use host::{ConfigError, Paths};
 
@@ -31,25 +30,9 @@ use crate::ebpf::{syscall_families, Globals, Probe};
 
 const SLOW_FLAG: &str = "collector.ebpf_syscall_latency.slow-threshold";
 
-/// Classic `le` bounds of the text formats: the powers of two of seconds
-/// from 2^-20 s (≈ 0.95 µs) to 2^3 s (8 s), which are native bucket
-/// boundaries, so the classic counts are exact.
-pub const CLASSIC_BOUNDS: [f64; 24] = classic_bounds();
-
-const fn classic_bounds() -> [f64; 24] {
-    let mut b = [0.0; 24];
-    let mut i = 0;
-    while i < 24 {
-        // 2^(i-20): exact in f64.
-        b[i] = if i < 20 { 1.0 / (1u64 << (20 - i)) as f64 } else { (1u64 << (i - 20)) as f64 };
-        i += 1;
-    }
-    b
-}
-
-/// Values at or below this (only 0 ns: the first native bucket holds 1 ns)
-/// count in the zero bucket: 2^-30 s, the first bucket's lower bound.
-pub const ZERO_THRESHOLD: f64 = 1.0 / (1u64 << 30) as f64;
+/// Classic `le` bounds of the text formats (those of every native
+/// histogram: exact, at powers of two of seconds).
+pub const CLASSIC_BOUNDS: [f64; 24] = maps::NATIVE_CLASSIC_BOUNDS;
 
 /// The family of every syscall number of this architecture.
 pub fn globals(_k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
@@ -124,8 +107,7 @@ fn write(sink: &mut Sink, sums: &[NativeSum]) {
         Kind::Histogram,
     );
     for (name, s) in FAMILY_NAMES.iter().zip(sums) {
-        let native = Native { schema: NATIVE_SCHEMA, zero_threshold: ZERO_THRESHOLD, zero_count: s.zero, buckets: &s.buckets };
-        f.native_histogram(&[("family", name)], s.sum, s.count, &native, &CLASSIC_BOUNDS);
+        s.write(&mut f, &[("family", name)]);
     }
 }
 
@@ -151,7 +133,7 @@ mod tests {
         for (i, b) in CLASSIC_BOUNDS.iter().enumerate() {
             assert_eq!(*b, (i as f64 - 20.0).exp2());
         }
-        assert_eq!(ZERO_THRESHOLD, (-30f64).exp2());
+        assert_eq!(maps::NATIVE_ZERO_THRESHOLD, (-30f64).exp2());
     }
 
     #[test]
