@@ -99,6 +99,8 @@ const TEST_PACKAGES: &[&str] = &[
     "runit",
     "chrony",
     "ethtool",
+    // The peer of the eBPF probes' per-event cost in `cargo xtask bench`.
+    "bpftrace",
 ];
 
 /// The offline eBPF toolchain (see ../shared/notes/ebpf-toolchain.md):

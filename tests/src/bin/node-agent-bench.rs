@@ -7,6 +7,7 @@
 //!        node-agent-bench --only network [--quick]   (that section alone, printed)
 //!        node-agent-bench --only skb_drops [--quick] (ebpf_skb_drops's per-event cost alone, printed)
 //!        node-agent-bench --only syscall_latency [--quick] (ebpf_syscall_latency's per-syscall cost, and bpftrace's, printed)
+//!        node-agent-bench --only bpftrace [--quick]  (each probe against its bpftrace equivalent, printed)
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -469,21 +470,27 @@ fn direct_reads(dev: &str, n: usize) -> f64 {
 type Timings = (f64, f64, BTreeMap<String, (f64, u64)>);
 
 /// `pods`: with pod attribution on (cgroup lookups in the programs).
+/// Loads the test object and attaches `programs` (detached when dropped).
+fn attach_programs(
+    programs: &[agent_common::Program],
+    pods: bool,
+    stats: bool,
+) -> Res<(std::sync::Arc<node_agent::ebpf::Shared>, node_agent::ebpf::Probe)> {
+    let mut ctx = node_agent::probes::Context::with_object(node_agent_tests::TEST_OBJECT, stats);
+    ctx.attribute = pods;
+    let shared = ctx.ebpf().map_err(|e| e.to_string())?;
+    if pods && ctx.pod_events != agent_common::pods::ALL {
+        return Err(format!("pod attribution serves only events {:#x} here", ctx.pod_events));
+    }
+    let p = node_agent::ebpf::Probe::attach(Ok(shared.clone()), programs);
+    if !p.up() {
+        return Err(format!("probe {:?} did not attach", programs.iter().map(|x| x.name).collect::<Vec<_>>()));
+    }
+    Ok((shared, p))
+}
+
 fn with_without(reps: usize, programs: &[agent_common::Program], pods: bool, mut work: impl FnMut() -> f64) -> Res<Timings> {
-    use node_agent::ebpf::{Probe, Shared};
-    let attach = |stats: bool| -> Res<(std::sync::Arc<Shared>, Probe)> {
-        let mut ctx = node_agent::probes::Context::with_object(node_agent_tests::TEST_OBJECT, stats);
-        ctx.attribute = pods;
-        let shared = ctx.ebpf().map_err(|e| e.to_string())?;
-        if pods && ctx.pod_events != agent_common::pods::ALL {
-            return Err(format!("pod attribution serves only events {:#x} here", ctx.pod_events));
-        }
-        let p = Probe::attach(Ok(shared.clone()), programs);
-        if !p.up() {
-            return Err(format!("probe {:?} did not attach", programs.iter().map(|x| x.name).collect::<Vec<_>>()));
-        }
-        Ok((shared, p))
-    };
+    let attach = |stats: bool| attach_programs(programs, pods, stats);
     let (mut base, mut probe) = (f64::MAX, f64::MAX);
     for _ in 0..reps {
         base = base.min(work());
@@ -622,6 +629,366 @@ fn ebpf_costs(quick: bool) -> Res<Vec<EventCost>> {
     out.extend(skb_drop_costs(quick)?);
     out.extend(syscall_latency_costs(quick)?);
     Ok(out)
+}
+
+// ---- bpftrace peers ----------------------------------------------------
+
+/// `n` loopback TCP connects, each accepted, then both ends closed (the
+/// client with SO_LINGER 0: a reset, so no TIME_WAIT piles up over rounds).
+fn tcp_connect_loop(n: usize) -> f64 {
+    use std::os::fd::AsRawFd;
+    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else { return 0.0 };
+    let Ok(addr) = listener.local_addr() else { return 0.0 };
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    let t = Instant::now();
+    for _ in 0..n {
+        let Ok(c) = std::net::TcpStream::connect(addr) else { break };
+        // SAFETY: a valid socket and an option value sized as SO_LINGER requires.
+        unsafe {
+            libc::setsockopt(
+                c.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&linger as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as u32,
+            )
+        };
+        let accepted = listener.accept();
+        drop(c);
+        drop(accepted);
+    }
+    t.elapsed().as_secs_f64()
+}
+
+/// CPUs online (bpftrace opens one perf ring buffer on each).
+fn cpus_online() -> usize {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    text.trim()
+        .split(',')
+        .filter_map(|r| match r.split_once('-') {
+            Some((a, b)) => Some(b.parse::<usize>().ok()? + 1 - a.parse::<usize>().ok()?),
+            None => r.parse::<usize>().ok().map(|_| 1),
+        })
+        .sum::<usize>()
+        .max(1)
+}
+
+fn perf_event_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("perf_event")))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A bpftrace program, running and attached.
+struct Bpftrace {
+    child: Option<std::process::Child>,
+    out: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Bpftrace {
+    /// Starts `bpftrace -e program` and returns once its `tracepoints`
+    /// probes are attached: bpftrace holds one perf event per CPU (its
+    /// output ring) and one per tracepoint it attaches, opened, given the
+    /// program and enabled back to back (its BEGIN printf does not
+    /// reliably reach a pipe on bpftrace 0.17, so no "ready" line).
+    fn start(program: &str, tracepoints: usize) -> Res<Bpftrace> {
+        use std::process::Stdio;
+        let mut child = Command::new("bpftrace")
+            .args(["-B", "line", "-e", program])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("bpftrace: {e}"))?;
+        let pid = child.id();
+        let read = |r: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                if let Some(mut r) = r {
+                    let _ = r.read_to_string(&mut s);
+                }
+                s
+            })
+        };
+        let out = read(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+        let err = read(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+        let mut bt = Bpftrace { child: Some(child), out: Some(out) };
+        let want = cpus_online() + tracepoints;
+        let t = Instant::now();
+        while perf_event_fds(pid) < want {
+            let exited = bt.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                let e = err.join().unwrap_or_default();
+                return Err(format!("bpftrace exited ({status}) before attaching: {}\n{program}", e.trim()));
+            }
+            if t.elapsed().as_secs() > 120 {
+                return Err(format!("bpftrace did not attach {tracepoints} tracepoints in 120 s:\n{program}"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        Ok(bt)
+    }
+
+    /// SIGINT, then its output (the maps it prints on exit). bpftrace 0.17
+    /// misses a SIGINT that lands between attaching and its poll loop (it
+    /// then sleeps in epoll_wait for good), so the signal is repeated every
+    /// 2 s, and SIGKILL after 30 s.
+    fn stop(&mut self) -> String {
+        if let Some(mut c) = self.child.take() {
+            let pid = c.id() as i32;
+            for i in 0..=150 {
+                if i % 10 == 0 {
+                    // SAFETY: signalling our own child, not yet reaped.
+                    unsafe { libc::kill(pid, if i == 150 { libc::SIGKILL } else { libc::SIGINT }) };
+                }
+                if !matches!(c.try_wait(), Ok(None)) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            let _ = c.wait();
+        }
+        self.out.take().and_then(|h| h.join().ok()).unwrap_or_default()
+    }
+}
+
+impl Drop for Bpftrace {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The count bpftrace printed for `key` (e.g. `@calls[39]`).
+fn bpftrace_count(out: &str, key: &str) -> Option<u64> {
+    out.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(": ")?.trim().parse().ok())
+}
+
+/// One probe against its bpftrace equivalent.
+struct PeerCase {
+    probe: &'static str,
+    event: &'static str,
+    programs: &'static [agent_common::Program],
+    bpftrace: String,
+    /// Tracepoints the bpftrace program attaches.
+    tracepoints: usize,
+    /// A key bpftrace must have counted at least once per event, as a check
+    /// that it was attached while the workload ran.
+    check: Option<String>,
+    /// Events per workload run.
+    events: usize,
+    work: Box<dyn FnMut() -> f64>,
+}
+
+struct PeerRow {
+    probe: &'static str,
+    event: &'static str,
+    base_ns: f64,
+    /// Added ns per event, per round: node-agent's, bpftrace's.
+    agent: Vec<f64>,
+    bpftrace: Vec<f64>,
+}
+
+/// (25th percentile, median, 75th percentile).
+fn quartiles(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    (percentile(&s, 0.25), percentile(&s, 0.5), percentile(&s, 0.75))
+}
+
+/// Rounds of: the workload alone, with node-agent's programs attached,
+/// with the bpftrace program running; the order rotates every round.
+fn peer_rounds(rounds: usize, c: &mut PeerCase) -> Res<PeerRow> {
+    let per = |secs: f64| secs / c.events as f64 * 1e9;
+    let mut row = PeerRow { probe: c.probe, event: c.event, base_ns: 0.0, agent: Vec::new(), bpftrace: Vec::new() };
+    let mut bases = Vec::new();
+    for r in 0..rounds {
+        let mut t = [0.0f64; 3];
+        for k in 0..3 {
+            let which = (r + k) % 3;
+            t[which] = match which {
+                0 => (c.work)(),
+                1 => {
+                    let _attached = attach_programs(c.programs, false, false)?;
+                    (c.work)()
+                }
+                _ => {
+                    let mut bt = Bpftrace::start(&c.bpftrace, c.tracepoints)?;
+                    let secs = (c.work)();
+                    let out = bt.stop();
+                    if let Some(key) = &c.check {
+                        let n = bpftrace_count(&out, key).unwrap_or(0);
+                        if n < c.events as u64 {
+                            return Err(format!("bpftrace counted {n} {key}, fewer than the {} events run:\n{out}", c.events));
+                        }
+                    }
+                    secs
+                }
+            };
+        }
+        bases.push(per(t[0]));
+        row.agent.push(per(t[1]) - per(t[0]));
+        row.bpftrace.push(per(t[2]) - per(t[0]));
+    }
+    row.base_ns = quartiles(&bases).1;
+    Ok(row)
+}
+
+/// node-agent's probes against the same aggregation written in bpftrace,
+/// and the empty program (ours and bpftrace's) for the floor.
+fn bpftrace_peers(quick: bool) -> Res<Vec<PeerRow>> {
+    use node_agent::ebpf::kernel::Kernel;
+    let rounds = if quick { 5 } else { 9 };
+    let (n, k, m, c) = if quick { (200_000, 1000, 5000, 1000) } else { (1_000_000, 4000, 20_000, 4000) };
+    let getpid = libc::SYS_getpid;
+    let close = libc::SYS_close;
+    let syscalls_bt = "tracepoint:raw_syscalls:sys_exit { @calls[args->id] = count(); if (args->ret < 0) { @err[args->id] = count(); } }";
+    let dev = std::rc::Rc::new(loop_dev()?);
+    let dev2 = dev.clone();
+    let mut cases = vec![
+        PeerCase {
+            probe: "empty program (floor)",
+            event: "syscall (getpid)",
+            programs: &[agent_common::test_programs::EMPTY],
+            bpftrace: "tracepoint:raw_syscalls:sys_exit { }".into(),
+            tracepoints: 1,
+            check: None,
+            events: n,
+            work: Box::new(move || getpid_loop(n)),
+        },
+        PeerCase {
+            probe: "ebpf_syscalls",
+            event: "syscall (getpid)",
+            programs: &agent_common::syscalls::PROGRAMS,
+            bpftrace: syscalls_bt.into(),
+            tracepoints: 1,
+            check: Some(format!("@calls[{getpid}]")),
+            events: n,
+            work: Box::new(move || getpid_loop(n)),
+        },
+        PeerCase {
+            probe: "ebpf_syscalls",
+            event: "failed syscall (close(-1))",
+            programs: &agent_common::syscalls::PROGRAMS,
+            bpftrace: syscalls_bt.into(),
+            tracepoints: 1,
+            check: Some(format!("@err[{close}]")),
+            events: n,
+            work: Box::new(move || failing_loop(n)),
+        },
+        PeerCase {
+            probe: "ebpf_syscall_latency",
+            event: "syscall (getpid)",
+            programs: &agent_common::syscall_latency::PROGRAMS,
+            bpftrace: "tracepoint:raw_syscalls:sys_enter { @s[tid] = nsecs; } \
+                       tracepoint:raw_syscalls:sys_exit /@s[tid]/ { @h = hist(nsecs - @s[tid]); delete(@s[tid]); } \
+                       tracepoint:sched:sched_process_exit { delete(@s[tid]); }"
+                .into(),
+            tracepoints: 3,
+            check: None,
+            events: n,
+            work: Box::new(move || getpid_loop(n)),
+        },
+        PeerCase {
+            probe: "ebpf_process",
+            event: "fork + exit + wait",
+            programs: &agent_common::process::RAW_PROGRAMS,
+            bpftrace: "tracepoint:sched:sched_process_exec { @exec = count(); } \
+                       tracepoint:sched:sched_process_fork { @fork = count(); } \
+                       tracepoint:sched:sched_process_exit { @exit = count(); }"
+                .into(),
+            tracepoints: 3,
+            check: Some("@fork".into()),
+            events: k,
+            work: Box::new(move || fork_loop(k)),
+        },
+        PeerCase {
+            probe: "ebpf_block_io",
+            event: "O_DIRECT 4 KiB read (loop device)",
+            programs: node_agent::probes::ebpf_block_io::programs(Kernel::get()),
+            bpftrace: "tracepoint:block:block_rq_issue { @s[args->dev, args->sector] = nsecs; } \
+                       tracepoint:block:block_rq_complete /@s[args->dev, args->sector]/ { \
+                       @h[args->dev] = hist(nsecs - @s[args->dev, args->sector]); delete(@s[args->dev, args->sector]); }"
+                .into(),
+            tracepoints: 2,
+            check: None,
+            events: m,
+            work: Box::new(move || direct_reads(&dev2.path, m)),
+        },
+        PeerCase {
+            probe: "ebpf_tcp_latency",
+            event: "TCP connect + accept + close (loopback)",
+            programs: &agent_common::tcp_latency::PROGRAMS,
+            bpftrace: "tracepoint:sock:inet_sock_set_state /args->protocol == 6/ { \
+                       if (args->newstate == 2) { @start[args->skaddr] = nsecs; } \
+                       else if (args->oldstate == 2) { \
+                         if (args->newstate == 1) { @connect = hist(nsecs - @start[args->skaddr]); \
+                           @rtt = hist((((struct tcp_sock *)args->skaddr)->srtt_us >> 3) * 1000); } \
+                         else if (args->newstate == 7) { @failed = count(); } \
+                         delete(@start[args->skaddr]); } \
+                       else if ((args->oldstate == 3 && args->newstate == 1) || args->oldstate == 1) { \
+                         @rtt = hist((((struct tcp_sock *)args->skaddr)->srtt_us >> 3) * 1000); } }"
+                .into(),
+            tracepoints: 1,
+            check: None,
+            events: c,
+            work: Box::new(move || tcp_connect_loop(c)),
+        },
+    ];
+    let mut rows = Vec::new();
+    for case in &mut cases {
+        eprintln!("bench: bpftrace peer: {} ({})", case.probe, case.event);
+        rows.push(peer_rounds(rounds, case)?);
+    }
+    drop(cases);
+    drop(dev);
+    Ok(rows)
+}
+
+/// How the bpftrace section is measured, for BENCHMARKS.md.
+const BPFTRACE_METHOD: &str = "Each probe against the same in-kernel aggregation written as a bpftrace program (Debian's bpftrace; maps only, nothing printed per event), in the same run: every round runs the workload alone, with node-agent's programs attached and with the bpftrace program running (started, waited for until its tracepoints are attached, SIGINT after), in an order that rotates each round. Added cost per event is the round's time minus that round's workload alone; medians over the rounds, interquartile range in brackets; the ratio is the median of the rounds' node-agent/bpftrace ratios with their interquartile range (rounds where bpftrace added nothing measurable left out; \"-\" when bpftrace's median added cost is not above zero), \"within noise\" when the two added costs' ranges overlap. The first row is an empty program on the same hook (ours a raw tracepoint, bpftrace's a tracepoint). Target: node-agent's median added cost at most 0.50× bpftrace's, or no more than the empty program's (its upper quartile); \"undecided\" when the two ranges overlap.";
+
+/// The section's table, markdown.
+fn bpftrace_table(rows: &[PeerRow]) -> String {
+    let mut md = String::new();
+    let floor = rows.first().map(|r| quartiles(&r.agent)).unwrap_or_default();
+    let _ = writeln!(md, "| probe | event | workload alone | node-agent added (IQR) | bpftrace added (IQR) | node-agent / bpftrace (IQR) | target ≤ 0.50× or the floor |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    for (i, r) in rows.iter().enumerate() {
+        let (a25, a50, a75) = quartiles(&r.agent);
+        let (b25, b50, b75) = quartiles(&r.bpftrace);
+        // Rounds where bpftrace added nothing measurable give no ratio.
+        let ratios: Vec<f64> = r.agent.iter().zip(&r.bpftrace).filter(|(_, b)| **b > 0.0).map(|(a, b)| a / b).collect();
+        let noise = a75 >= b25 && b75 >= a25;
+        let ratio = if b50 <= 0.0 || ratios.len() * 2 < r.bpftrace.len() {
+            "-".to_string()
+        } else {
+            let (r25, r50, r75) = quartiles(&ratios);
+            format!("{r50:.2}× ({r25:.2}–{r75:.2})")
+        };
+        let ratio = if noise { format!("{ratio} — within noise") } else { ratio };
+        let target = if i == 0 {
+            "(floor)".to_string()
+        } else if noise {
+            "undecided (noise)".into()
+        } else if a50 <= floor.2 {
+            "at the floor".into()
+        } else if a50 <= 0.5 * b50 {
+            "met".into()
+        } else {
+            "not met".into()
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.0} ns | {a50:.0} ns ({a25:.0}–{a75:.0}) | {b50:.0} ns ({b25:.0}–{b75:.0}) | {ratio} | {target} |",
+            r.probe, r.event, r.base_ns
+        );
+    }
+    md
 }
 
 fn planner(quick: bool) -> Vec<(usize, f64)> {
@@ -779,6 +1146,10 @@ fn run() -> Res<()> {
         }
         return Ok(());
     }
+    if get("--only").as_deref() == Some("bpftrace") {
+        print!("{}", bpftrace_table(&bpftrace_peers(quick)?));
+        return Ok(());
+    }
     let only = match get("--only").as_deref() {
         Some("skb_drops") => Some(skb_drop_costs(quick)?),
         Some("syscall_latency") => Some(syscall_latency_costs(quick)?),
@@ -816,6 +1187,8 @@ fn run() -> Res<()> {
     let (ae, ne2) = scrape_phase(&agent, &ne, true, quick)?;
     eprintln!("bench: eBPF per-event costs");
     let costs = ebpf_costs(quick)?;
+    eprintln!("bench: eBPF per-event costs against bpftrace");
+    let peers = bpftrace_peers(quick)?;
     eprintln!("bench: network devices, rtnetlink vs /proc and /sys");
     let (devices, net) = netlink_vs_files(quick)?;
     eprintln!("bench: planner");
@@ -887,6 +1260,9 @@ fn run() -> Res<()> {
             c.kernel_ns.map(|k| format!("{k:.0} ns")).unwrap_or_else(|| "-".into())
         );
     }
+    let _ = writeln!(md, "\n## eBPF: cost per event against bpftrace\n");
+    let _ = writeln!(md, "{BPFTRACE_METHOD}\n");
+    md.push_str(&bpftrace_table(&peers));
     let _ = writeln!(md, "\n## Network devices: rtnetlink against /proc and /sys\n");
     let _ = writeln!(md, "The netdev and netclass collectors alone, in a network namespace of {devices} devices (veth pairs and lo), CPU of the collecting thread (getrusage RUSAGE_THREAD) per scrape, median of interleaved rounds; the ratio is the rtnetlink read's CPU over the file read's, lowest and highest round. node_exporter 1.12 reads netdev over rtnetlink by default, netclass from sysfs (`--collector.netclass.netlink` switches).\n");
     let _ = writeln!(md, "| read | user | kernel | CPU vs the file read (min–max) |\n|---|---|---|---|");
