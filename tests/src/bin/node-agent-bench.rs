@@ -844,6 +844,7 @@ fn bpftrace_peers(quick: bool) -> Res<Vec<PeerRow>> {
     use node_agent::ebpf::kernel::Kernel;
     let rounds = if quick { 5 } else { 9 };
     let (n, k, m, c) = if quick { (200_000, 1000, 5000, 1000) } else { (1_000_000, 4000, 20_000, 4000) };
+    let (d, r) = if quick { (20_000, 20_000) } else { (100_000, 100_000) };
     let getpid = libc::SYS_getpid;
     let close = libc::SYS_close;
     let syscalls_bt = "tracepoint:raw_syscalls:sys_exit { @calls[args->id] = count(); if (args->ret < 0) { @err[args->id] = count(); } }";
@@ -937,6 +938,30 @@ fn bpftrace_peers(quick: bool) -> Res<Vec<PeerRow>> {
             check: None,
             events: c,
             work: Box::new(move || tcp_connect_loop(c)),
+        },
+        PeerCase {
+            probe: "ebpf_skb_drops",
+            event: "UDP datagram to a closed port (loopback)",
+            programs: &agent_common::skb_drops::PROGRAMS,
+            bpftrace: "tracepoint:skb:kfree_skb { @drops[args->reason] = count(); }".into(),
+            tracepoints: 1,
+            check: None,
+            events: d,
+            work: Box::new(move || closed_port_loop(d)),
+        },
+        // Last: the ping-pong pins the bench to CPU 0.
+        PeerCase {
+            probe: "ebpf_runqueue",
+            event: "ping-pong round trip (2 context switches)",
+            programs: node_agent::probes::ebpf_runqueue::programs(Kernel::get()),
+            bpftrace: "tracepoint:sched:sched_wakeup,tracepoint:sched:sched_wakeup_new { @q[args->pid] = nsecs; } \
+                       tracepoint:sched:sched_switch { if (args->prev_state == 0) { @q[args->prev_pid] = nsecs; } \
+                       $t = @q[args->next_pid]; if ($t) { @h = hist(nsecs - $t); delete(@q[args->next_pid]); } }"
+                .into(),
+            tracepoints: 3,
+            check: None,
+            events: r,
+            work: Box::new(move || ping_pong(r).0),
         },
     ];
     let mut rows = Vec::new();
