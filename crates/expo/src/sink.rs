@@ -554,45 +554,51 @@ pub struct Conflict {
 /// user-data sink's), and their error gauge is set to 1. Returns what was
 /// dropped, for the caller to log.
 pub fn reconcile(sinks: &mut [Sink]) -> Vec<Conflict> {
-    let mut owner: rustc_hash::FxHashMap<String, usize> = rustc_hash::FxHashMap::default();
-    let order: Vec<usize> = (0..sinks.len())
-        .filter(|&i| sinks[i].untrusted.is_none())
-        .chain((0..sinks.len()).filter(|&i| sinks[i].untrusted.is_some()))
-        .collect();
-    let mut conflicts = Vec::new();
-    for i in order {
-        let own_error = sinks[i].untrusted;
-        if own_error.is_none() {
+    // First decide, borrowing the names (no copy of each family's name per
+    // scrape); then drop, in the sinks that lose something (rare).
+    let conflicts = {
+        let order =
+            (0..sinks.len()).filter(|&i| sinks[i].untrusted.is_none()).chain((0..sinks.len()).filter(|&i| sinks[i].untrusted.is_some()));
+        let families = sinks.iter().map(|s| s.live).sum();
+        let mut owner: rustc_hash::FxHashMap<&str, usize> = rustc_hash::FxHashMap::with_capacity_and_hasher(families, Default::default());
+        let mut conflicts = Vec::new();
+        for i in order {
+            let own_error = sinks[i].untrusted;
+            let first = conflicts.len();
+            if own_error.is_some() {
+                for f in sinks[i].live_families() {
+                    match owner.get(f.name.as_str()) {
+                        Some(&o) if o != i && Some(f.name.as_str()) != own_error => {
+                            conflicts.push(Conflict { family: f.name.clone(), kept_by: o, dropped_from: i })
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            let dropped = &conflicts[first..];
             for f in sinks[i].live_families() {
-                owner.entry(f.name.clone()).or_insert(i);
-            }
-            continue;
-        }
-        let mut dropped = Vec::new();
-        for f in sinks[i].live_families() {
-            match owner.get(f.name.as_str()) {
-                Some(&o) if o != i && Some(f.name.as_str()) != own_error => dropped.push((f.name.clone(), o)),
-                _ => {}
+                if !dropped.iter().any(|c| c.family == f.name) {
+                    owner.entry(f.name.as_str()).or_insert(i);
+                }
             }
         }
-        if dropped.is_empty() {
-            for f in sinks[i].live_families() {
-                owner.entry(f.name.clone()).or_insert(i);
-            }
-            continue;
-        }
-        sinks[i].retain(|f| !dropped.iter().any(|(n, _)| *n == f.name));
-        if let Some(err) = own_error {
-            for f in sinks[i].families[..sinks[i].live].iter_mut().filter(|f| f.name == err) {
+        conflicts
+    };
+    let mut from = 0;
+    while from < conflicts.len() {
+        let i = conflicts[from].dropped_from;
+        let to = from + conflicts[from..].iter().take_while(|c| c.dropped_from == i).count();
+        let dropped = &conflicts[from..to];
+        sinks[i].retain(|f| !dropped.iter().any(|c| c.family == f.name));
+        if let Some(err) = sinks[i].untrusted {
+            let live = sinks[i].live;
+            for f in sinks[i].families[..live].iter_mut().filter(|f| f.name == err) {
                 for s in &mut f.samples {
                     s.value = 1.0;
                 }
             }
         }
-        for f in sinks[i].live_families() {
-            owner.entry(f.name.clone()).or_insert(i);
-        }
-        conflicts.extend(dropped.into_iter().map(|(family, kept_by)| Conflict { family, kept_by, dropped_from: i }));
+        from = to;
     }
     conflicts
 }

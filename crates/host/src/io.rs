@@ -117,6 +117,43 @@ fn pread_all(f: &File, buf: &mut Vec<u8>) -> io::Result<()> {
     }
 }
 
+/// A mount table (`/proc/PID/mountinfo`) held open. procfs marks such a
+/// file with `POLLPRI` once a mount or unmount changes its namespace
+/// (proc(5)), so a reader can keep what it parsed until then. Where the
+/// file is not on procfs (a fixture tree) nothing says so, and every call
+/// counts as a change.
+pub struct MountTable {
+    file: File,
+    pollable: bool,
+}
+
+impl MountTable {
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let file = open_nonblocking(path)?;
+        let pollable = pseudo_fs(&file);
+        Ok(MountTable { file, pollable })
+    }
+
+    /// Whether the table may have changed since the last call (or since
+    /// it was opened); resets the kernel's mark. Read it after this.
+    pub fn changed(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        if !self.pollable {
+            return true;
+        }
+        let mut p = libc::pollfd { fd: self.file.as_raw_fd(), events: libc::POLLPRI, revents: 0 };
+        // SAFETY: one valid pollfd for the length given, and no wait.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n != 0
+    }
+
+    /// Reads the whole table into `buf` (cleared first).
+    pub fn read(&self, buf: &mut Vec<u8>) -> io::Result<()> {
+        buf.clear();
+        pread_all(&self.file, buf)
+    }
+}
+
 /// A sysfs directory held open, whose attributes are read relative to it
 /// (openat) and then kept open and re-read from offset 0 (one read per
 /// attribute: sysfs returns a whole attribute at once). Keep a `SysDir`
@@ -306,6 +343,52 @@ pub fn read_number<T: std::str::FromStr>(path: &Path) -> Result<Option<T>, crate
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+
+    /// procfs flags a mount and an unmount on a kept mount table, and only
+    /// then (mounts a tmpfs in this namespace: root only; CI runs as root).
+    #[test]
+    fn mount_table_says_when_the_mounts_changed() {
+        let d = tempfile::tempdir().unwrap();
+        let t = super::MountTable::open(Path::new("/proc/self/mountinfo")).unwrap();
+        let mut buf = Vec::new();
+        t.read(&mut buf).unwrap();
+        assert!(!buf.is_empty());
+        let target = std::ffi::CString::new(d.path().as_os_str().as_encoded_bytes()).unwrap();
+        let mount = || {
+            // SAFETY: NUL-terminated strings that outlive the call; no data.
+            unsafe { libc::mount(c"none".as_ptr(), target.as_ptr(), c"tmpfs".as_ptr(), 0, std::ptr::null()) }
+        };
+        // Mounts elsewhere on this machine are not in this test's control:
+        // each step is retried until it shows alone.
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            let quiet = !t.changed();
+            if mount() != 0 {
+                let e = std::io::Error::last_os_error();
+                assert!(std::env::var_os("CI").is_none(), "mount a tmpfs: {e}");
+                eprintln!("skipped: cannot mount a tmpfs here ({e})");
+                return;
+            }
+            let after_mount = t.changed();
+            let then_quiet = !t.changed();
+            t.read(&mut buf).unwrap();
+            let listed = String::from_utf8_lossy(&buf).contains(&*d.path().to_string_lossy());
+            // SAFETY: a NUL-terminated path that outlives the call.
+            assert_eq!(unsafe { libc::umount(target.as_ptr()) }, 0, "unmount: {}", std::io::Error::last_os_error());
+            let after_umount = t.changed();
+            assert!(after_mount && after_umount && listed, "a mount and an unmount are flagged, and the read shows the mount");
+            if quiet && then_quiet {
+                break;
+            }
+            assert!(rounds < 20, "the table is flagged changed with no mount in between, 20 times over");
+        }
+        // A regular file says nothing: it always counts as changed.
+        let f = d.path().join("mountinfo");
+        std::fs::write(&f, "x").unwrap();
+        let t = super::MountTable::open(&f).unwrap();
+        assert!(t.changed() && t.changed());
+    }
 
     #[test]
     fn numbers_absent_present_and_malformed() {

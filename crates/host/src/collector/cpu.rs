@@ -205,13 +205,20 @@ impl Collector {
                 continue;
             }
             let base = e.path();
+            // The counters first: most virtual machines have none, and then
+            // the topology is not read at all (two files less per CPU).
+            let tt = base.join("thermal_throttle");
+            let core_count = crate::io::read_u64(&tt.join("core_throttle_count"));
+            let package_count = crate::io::read_u64(&tt.join("package_throttle_count"));
+            if core_count.is_none() && package_count.is_none() {
+                continue;
+            }
             let topo = |f: &str| crate::io::read_u64(&base.join("topology").join(f));
             let (Some(pkg), Some(core)) = (topo("physical_package_id"), topo("core_id")) else { continue };
-            let tt = base.join("thermal_throttle");
-            if let Some(v) = crate::io::read_u64(&tt.join("core_throttle_count")) {
+            if let Some(v) = core_count {
                 cores.entry((pkg, core)).or_insert(v);
             }
-            if let Some(v) = crate::io::read_u64(&tt.join("package_throttle_count")) {
+            if let Some(v) = package_count {
                 packages.entry(pkg).or_insert(v);
             }
         }

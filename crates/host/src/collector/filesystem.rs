@@ -19,7 +19,6 @@ use clap::Arg;
 use crate::flags::{self, Flags};
 
 use crate::filter::DeviceFilter;
-use crate::io::read_into;
 use crate::sys::{self, FsStats};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
@@ -215,6 +214,10 @@ pub struct Collector {
     timeout: Duration,
     pool: Pool,
     text: Vec<u8>,
+    /// The mount table read last, kept open while it says nothing changed,
+    /// and the mounts selected from it then.
+    table: Option<(crate::io::MountTable, PathBuf)>,
+    selected: Vec<(Mount, String)>,
 }
 
 impl Collector {
@@ -227,22 +230,52 @@ impl Collector {
             timeout: o.timeout,
             pool: Pool::new(o.workers),
             text: Vec::new(),
+            table: None,
+            selected: Vec::new(),
         })
     }
 
-    fn mounts(&mut self) -> Result<Vec<Mount>, Error> {
+    /// Opens pid 1's mount table (falling back to our own) and reads it.
+    fn open_mounts(&mut self) -> Result<(crate::io::MountTable, PathBuf), Error> {
         let one = self.procfs.join("1/mountinfo");
-        let path = match read_into(&one, &mut self.text) {
-            Ok(()) => one,
+        match crate::io::MountTable::open(&one).and_then(|t| t.read(&mut self.text).map(|()| t)) {
+            Ok(t) => Ok((t, one)),
             Err(e) => {
                 tracing::debug!(path = %one.display(), err = %e, "reading pid 1 mountinfo failed, falling back to self");
                 let own = self.procfs.join("self/mountinfo");
-                read_into(&own, &mut self.text).map_err(|e| Error::from_read(&own, e))?;
-                own
+                let t = crate::io::MountTable::open(&own).and_then(|t| t.read(&mut self.text).map(|()| t));
+                Ok((t.map_err(|e| Error::from_read(&own, e))?, own))
             }
+        }
+    }
+
+    /// The mounts to report, re-read and re-selected only when the mount
+    /// table changed (a kept table that fails to read is reopened).
+    fn refresh_mounts(&mut self) -> Result<(), Error> {
+        let (table, path) = match self.table.take() {
+            Some((t, path)) if !t.changed() => {
+                self.table = Some((t, path));
+                return Ok(());
+            }
+            Some((t, path)) if t.read(&mut self.text).is_ok() => (t, path),
+            _ => self.open_mounts()?,
         };
         let text = std::str::from_utf8(&self.text).map_err(|_| Error::parse(&path, "invalid UTF-8"))?;
-        parse_mountinfo(text).map_err(|m| Error::parse(&path, m))
+        let mounts = parse_mountinfo(text).map_err(|m| Error::parse(&path, m))?;
+        let mut seen = HashSet::new();
+        self.selected.clear();
+        for m in mounts {
+            let label = self.label_mount_point(&m.mount_point);
+            if self.mount_points.ignored(&label) || self.fs_types.ignored(&m.fstype) {
+                continue;
+            }
+            if !seen.insert((m.device.clone(), label.clone(), m.fstype.clone())) {
+                continue;
+            }
+            self.selected.push((m, label));
+        }
+        self.table = Some((table, path));
+        Ok(())
     }
 
     /// The mount point as node_exporter labels it: without the rootfs prefix.
@@ -265,19 +298,8 @@ fn statfs_path(rootfs: &Path, mp: &str) -> PathBuf {
 
 impl crate::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), Error> {
-        let mounts = self.mounts()?;
-        let mut seen = HashSet::new();
-        let mut selected: Vec<(Mount, String)> = Vec::new();
-        for m in mounts {
-            let label = self.label_mount_point(&m.mount_point);
-            if self.mount_points.ignored(&label) || self.fs_types.ignored(&m.fstype) {
-                continue;
-            }
-            if !seen.insert((m.device.clone(), label.clone(), m.fstype.clone())) {
-                continue;
-            }
-            selected.push((m, label));
-        }
+        self.refresh_mounts()?;
+        let selected = &self.selected;
 
         // Submit every statfs that isn't known to hang, then wait until the deadline.
         let (tx, rx) = mpsc::channel::<Reply>();
@@ -383,6 +405,40 @@ mod tests {
         assert_eq!(m[2].fstype, "tmpfs");
         assert!(parse_mountinfo("1 2 3\n").is_err());
         assert!(parse_mountinfo("22 1 81 / / rw - ext4 /dev/sda1 rw\n").is_err());
+    }
+
+    /// The mounts are kept between scrapes while the kernel says the mount
+    /// table is unchanged, and a mount or unmount shows in the next scrape
+    /// (root only: mounts a tmpfs; CI runs as root).
+    #[test]
+    fn a_mount_and_an_unmount_show_in_the_next_scrape() {
+        let p = crate::Paths { procfs: "/proc".into(), sysfs: "/sys".into(), rootfs: "/".into(), udev_data: "/x".into() };
+        let m = crate::registry::command().try_get_matches_from(["node-agent"]).unwrap();
+        let mut c = Collector::new(Options::from_flags(&Flags::new(&m)).unwrap(), &p).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let point = d.path().to_string_lossy().into_owned();
+        let scraped = |c: &mut Collector| {
+            let mut sink = Sink::new();
+            crate::Collector::update(c, &mut sink).unwrap();
+            crate::testutil::rows(&sink)
+                .iter()
+                .any(|(name, l, _)| name == "node_filesystem_size_bytes" && l.iter().any(|(k, v)| k == "mountpoint" && *v == point))
+        };
+        assert!(!scraped(&mut c), "not mounted yet");
+        let target = std::ffi::CString::new(point.as_bytes()).unwrap();
+        // SAFETY: NUL-terminated strings that outlive the call; no data.
+        if unsafe { libc::mount(c"none".as_ptr(), target.as_ptr(), c"tmpfs".as_ptr(), 0, std::ptr::null()) } != 0 {
+            let e = std::io::Error::last_os_error();
+            assert!(std::env::var_os("CI").is_none(), "mount a tmpfs: {e}");
+            eprintln!("skipped: cannot mount a tmpfs here ({e})");
+            return;
+        }
+        let mounted = scraped(&mut c);
+        let still = scraped(&mut c);
+        // SAFETY: a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::umount(target.as_ptr()) }, 0, "unmount: {}", std::io::Error::last_os_error());
+        assert!(mounted && still, "the new mount is reported, and again from the kept table");
+        assert!(!scraped(&mut c), "the unmount shows in the next scrape");
     }
 
     #[test]
