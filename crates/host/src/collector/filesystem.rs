@@ -274,7 +274,11 @@ impl Collector {
             }
             self.selected.push((m, label));
         }
-        self.table = Some((table, path));
+        // Our own table stands in for pid 1's only until pid 1's reads
+        // again: not kept.
+        if path.ends_with("1/mountinfo") {
+            self.table = Some((table, path));
+        }
         Ok(())
     }
 
