@@ -22,12 +22,16 @@ use crate::pods;
 #[unsafe(no_mangle)]
 static SYSLAT_FAMILIES: Global<Families> = Global::new(Families::DEFAULT);
 
-/// In-flight syscalls by task address. A plain (preallocated) hash map, not
-/// an LRU one: an LRU map would silently evict the entry of a task blocked
-/// in a long syscall (an epoll_wait for hours) and lose its latency; here a
-/// full map is counted in `SYSLAT_DROPPED`, and entries never leak, since
-/// sys_exit deletes them and sched_process_exit deletes those of tasks that
-/// exit inside a syscall.
+/// Each task's syscall in flight, by task address: one entry per task that
+/// made a timed syscall, written in place on every sys_enter and marked
+/// done (`ns` 0) on sys_exit rather than inserted and deleted per syscall
+/// (a hash update takes an element from the free list and links it; an
+/// in-place write after the lookup does neither); sched_process_exit
+/// deletes it. Nearly every thread is inside some syscall at any time, so
+/// this holds about as many entries as per-syscall inserts would. A plain
+/// (preallocated) hash map, not an LRU one: an LRU map would silently evict
+/// the entry of a task blocked in a long syscall (an epoll_wait for hours)
+/// and lose its latency; here a full map is counted in `SYSLAT_DROPPED`.
 #[map]
 static SYSLAT_START: HashMap<u64, Start> = HashMap::with_max_entries(MAX_IN_FLIGHT, 0);
 #[map]
@@ -64,8 +68,17 @@ pub fn syslat_sys_enter(ctx: RawTracePointContext) -> i32 {
     if family == NOT_TIMED {
         return 0;
     }
-    let start = Start { ns: now_ns(), family: family as u32, _pad: 0 };
-    if SYSLAT_START.insert(current_task(), start, 0).is_err() {
+    let (task, ns) = (current_task(), now_ns());
+    if let Some(s) = SYSLAT_START.get_ptr_mut(task) {
+        // SAFETY: the entry of the current task, which only this task's own
+        // syscalls (these programs, in its context) and its exit touch.
+        unsafe {
+            (*s).ns = ns;
+            (*s).family = family as u32;
+        }
+        return 0;
+    }
+    if SYSLAT_START.insert(task, Start { ns, family: family as u32, _pad: 0 }, 0).is_err() {
         inc(&SYSLAT_DROPPED, 0);
     }
     0
@@ -73,9 +86,16 @@ pub fn syslat_sys_enter(ctx: RawTracePointContext) -> i32 {
 
 fn try_sys_exit() -> Result<(), i32> {
     let task = current_task();
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(start) = (unsafe { SYSLAT_START.get(task) }).copied() else { return Ok(()) };
-    let _ = SYSLAT_START.remove(task);
+    let s = SYSLAT_START.get_ptr_mut(task).ok_or(0)?;
+    // SAFETY: the current task's own entry (see sys_enter); copied out,
+    // then marked done.
+    let start = unsafe { *s };
+    if start.ns == 0 {
+        // No syscall in flight: this one's family is not timed.
+        return Ok(());
+    }
+    // SAFETY: as above.
+    unsafe { (*s).ns = 0 };
     let ns = now_ns().saturating_sub(start.ns);
     let h = SYSLAT_HIST.get_ptr_mut(start.family).ok_or(0)?;
     record_native(h, ns);
