@@ -8,6 +8,7 @@
 //!        node-agent-bench --only skb_drops [--quick] (ebpf_skb_drops's per-event cost alone, printed)
 //!        node-agent-bench --only syscall_latency [--quick] (ebpf_syscall_latency's per-syscall cost, and bpftrace's, printed)
 //!        node-agent-bench --only bpftrace [--quick]  (each probe against its bpftrace equivalent, printed)
+//!        node-agent-bench --only collectors --agent PATH [--quick] (each collector's CPU per scrape, printed)
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -216,6 +217,99 @@ fn scrape_phase(agent_bin: &Path, ne_bin: &Path, ebpf: bool, quick: bool) -> Res
     }
     let [a, b] = figs;
     Ok((a, b))
+}
+
+// ---- Where a scrape's CPU goes ------------------------------------------
+
+/// CPU time (ns) of a process's live threads, from their schedstat (exact
+/// to the nanosecond, where /proc/PID/stat counts 10 ms ticks).
+fn task_cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// One keep-alive scrape, whole body read.
+fn scrape_once(http: &ureq::Agent, url: &str) -> bool {
+    http.get(url).call().ok().and_then(|r| r.into_reader().read_to_end(&mut Vec::new()).ok()).is_some()
+}
+
+/// (lower quartile, median, upper quartile).
+type Quartiles = (f64, f64, f64);
+
+struct CollectorCost {
+    name: String,
+    /// Over rounds, µs of CPU per scrape.
+    us: Quartiles,
+}
+
+/// Each of the scrape table's collectors (node_exporter's defaults) alone,
+/// in an agent of its own, against an agent with no collector at all (its
+/// HTTP, encoding and process_* metrics), and the whole default set in one
+/// agent; CPU per scrape of each agent's threads in interleaved rounds.
+/// Returns (the empty agent, the whole set, each collector's cost above
+/// the empty agent, costliest first).
+fn collector_costs(agent_bin: &Path, quick: bool) -> Res<(Quartiles, Quartiles, Vec<CollectorCost>)> {
+    let common: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
+    let agent_only = node_agent::manifests::agent_only_collectors();
+    let names: Vec<&str> = host::catalog::collectors().filter(|c| c.1).map(|c| c.0).filter(|c| !agent_only.contains(c)).collect();
+    let mut agents = Vec::new();
+    let all: Vec<String> = agent_only.iter().map(|c| format!("--no-collector.{c}")).collect();
+    agents.push(("(all)".to_string(), start(agent_bin, &[common.clone(), all].concat())?));
+    agents.push(("(none)".to_string(), start(agent_bin, &[common.clone(), vec!["--collector.disable-defaults".into()]].concat())?));
+    for name in &names {
+        let flags = [common.clone(), vec!["--collector.disable-defaults".into(), format!("--collector.{name}")]].concat();
+        agents.push((name.to_string(), start(agent_bin, &flags)?));
+    }
+    let (rounds, per_round) = if quick { (3, 50) } else { (9, 200) };
+    let http = ureq::AgentBuilder::new().build();
+    let mut per: Vec<Vec<f64>> = vec![Vec::new(); agents.len()];
+    for _ in 0..rounds {
+        for (i, (_, (_, url, pid))) in agents.iter().enumerate() {
+            for _ in 0..5 {
+                scrape_once(&http, url);
+            }
+            let c0 = task_cpu_ns(*pid);
+            for _ in 0..per_round {
+                scrape_once(&http, url);
+            }
+            per[i].push(task_cpu_ns(*pid).saturating_sub(c0) as f64 / per_round as f64 / 1e3);
+        }
+    }
+    let (all, empty) = (quartiles(&per[0]), quartiles(&per[1]));
+    let mut costs: Vec<CollectorCost> = agents
+        .iter()
+        .zip(&per)
+        .skip(2)
+        .map(|((name, _), v)| {
+            let above: Vec<f64> = v.iter().zip(&per[1]).map(|(c, e)| c - e).collect();
+            CollectorCost { name: name.clone(), us: quartiles(&above) }
+        })
+        .collect();
+    costs.sort_by(|a, b| b.us.1.total_cmp(&a.us.1));
+    Ok((empty, all, costs))
+}
+
+const COLLECTOR_COST_METHOD: &str = "Each collector of the scrape table (node_exporter's default set) alone in an agent of its own, against an agent with no collector (HTTP, encoding, the process_* and scrape metrics), and the whole set in one agent; CPU per scrape of the agent's threads from their schedstat, in interleaved rounds of sequential keep-alive scrapes; medians over the rounds, interquartile range in brackets. A collector's cost is its agent's minus the empty agent's, round by round. The kernel's share is the kernel generating the files read (mountinfo, /proc/net/udp's walk of the whole UDP hash table, per-CPU sums of snmp6 and vmstat): `perf record -e cpu-clock -g` of the default agent shows the same order.";
+
+fn collector_cost_table(empty: Quartiles, all: Quartiles, costs: &[CollectorCost]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "| part | CPU per scrape (IQR) |");
+    let _ = writeln!(md, "|---|---|");
+    let _ = writeln!(md, "| the whole default set in one agent | {:.0} µs ({:.0}–{:.0}) |", all.1, all.0, all.2);
+    let _ = writeln!(md, "| an agent with no collector | {:.0} µs ({:.0}–{:.0}) |", empty.1, empty.0, empty.2);
+    let top = 15.min(costs.len());
+    for c in &costs[..top] {
+        let _ = writeln!(md, "| {} | {:.0} µs ({:.0}–{:.0}) |", c.name, c.us.1, c.us.0, c.us.2);
+    }
+    let rest: f64 = costs[top..].iter().map(|c| c.us.1).sum();
+    let _ = writeln!(md, "| the other {} collectors together | {:.0} µs |", costs.len() - top, rest);
+    let sum: f64 = costs.iter().map(|c| c.us.1).sum::<f64>() + empty.1;
+    let _ = writeln!(md, "| sum of the parts | {sum:.0} µs |");
+    md
 }
 
 // ---- eBPF per-event costs ----------------------------------------------
@@ -1171,6 +1265,12 @@ fn run() -> Res<()> {
         }
         return Ok(());
     }
+    if get("--only").as_deref() == Some("collectors") {
+        let agent = PathBuf::from(get("--agent").ok_or("--agent PATH is required")?);
+        let (empty, all, costs) = collector_costs(&agent, quick)?;
+        print!("{}", collector_cost_table(empty, all, &costs));
+        return Ok(());
+    }
     if get("--only").as_deref() == Some("bpftrace") {
         print!("{}", bpftrace_table(&bpftrace_peers(quick)?));
         return Ok(());
@@ -1210,6 +1310,8 @@ fn run() -> Res<()> {
     let (a, n) = scrape_phase(&agent, &ne, false, quick)?;
     eprintln!("bench: scrapes, node-agent with every eBPF probe vs node_exporter");
     let (ae, ne2) = scrape_phase(&agent, &ne, true, quick)?;
+    eprintln!("bench: each collector's CPU per scrape");
+    let (empty, all, collectors) = collector_costs(&agent, quick)?;
     eprintln!("bench: eBPF per-event costs");
     let costs = ebpf_costs(quick)?;
     eprintln!("bench: eBPF per-event costs against bpftrace");
@@ -1268,7 +1370,15 @@ fn run() -> Res<()> {
     row(&mut md, "bytes per scrape, gzip", &|f| f.bytes_gzip as f64 / 1000.0, "kB");
     row(&mut md, "samples per scrape", &|f| f.samples as f64, "");
     let _ = writeln!(md, "\nThe kernel part is mostly the kernel generating the /proc and /sys files both exporters read (the same data set), so it bounds the CPU ratio from below: node-agent's kernel time alone is {:.2}× node_exporter's total CPU here.", a.sys_ms / n.cpu_ms.max(1e-9));
+    let verdict = |r: f64, target: f64| if r <= target { "met" } else { "not met" };
+    let (cpu, cpu_e) = (a.cpu_ms / n.cpu_ms.max(1e-9), ae.cpu_ms / ne2.cpu_ms.max(1e-9));
+    let (peak, steady) = (ae.rss_mb / ne2.rss_mb.max(1e-9), (ae.anon_mb + ae.file_mb) / (ne2.anon_mb + ne2.file_mb).max(1e-9));
+    let _ = writeln!(md, "\nTargets: CPU per scrape ≤ 0.10× node_exporter's: {cpu:.2}× without eBPF ({}), {cpu_e:.2}× with every probe ({}); with every probe, whole-life peak RSS ≤ 0.60×: {peak:.2}× ({}); steady RSS (anonymous + file-backed after the load) ≤ 0.50×: {steady:.2}× ({}).", verdict(cpu, 0.10), verdict(cpu_e, 0.10), verdict(peak, 0.60), verdict(steady, 0.50));
     let _ = writeln!(md, "\nFamilies differ where only one side has them (node-agent's `node_ebpf_*`, `node_filesystem_mount_info` and newer netstat/softnet fields; node_exporter's `go_*`, `promhttp_*`): see `cargo xtask compare-node-exporter`.\n");
+    let _ = writeln!(md, "## Where a scrape's CPU goes\n");
+    let _ = writeln!(md, "{COLLECTOR_COST_METHOD}\n");
+    md.push_str(&collector_cost_table(empty, all, &collectors));
+    md.push('\n');
     let _ = writeln!(md, "## eBPF: cost per event\n");
     let _ = writeln!(md, "A tight loop triggering the event, without and with the probe attached (minimum of interleaved runs), and the kernel's own run-time statistics of the programs (kernel.bpf_stats_enabled, summed over the probe's programs per run).\n");
     let _ = writeln!(md, "| probe | event | without | with | added per event | kernel run time per program run |");
