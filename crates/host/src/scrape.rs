@@ -415,49 +415,60 @@ impl Pool {
 }
 
 /// A runner thread: takes tasks until idle for long (the last one stays),
-/// or until the scraper is gone.
+/// or until the scraper is gone. It counts as idle from the moment it hands
+/// a body over (see [`deliver`]) until it takes its next task, so that the
+/// scrape a caller submits right after its body arrives finds it idle
+/// instead of starting another thread.
 fn runner(pool: Arc<Pool>, id: u64) {
+    let mut counted_idle = false;
     loop {
         let next = {
             let mut st = lock(&pool.state);
+            if !counted_idle {
+                st.idle += 1;
+            }
             loop {
                 if let Some(t) = st.tasks.pop_front() {
+                    st.idle -= 1;
                     break Some(t);
                 }
                 if st.closed {
+                    st.idle -= 1;
                     st.threads -= 1;
                     break None;
                 }
-                st.idle += 1;
                 let (g, res) = pool.ready.wait_timeout(st, IDLE_EXIT).unwrap_or_else(|e| e.into_inner());
                 st = g;
-                st.idle -= 1;
                 if res.timed_out() && st.tasks.is_empty() && st.threads > 1 {
+                    st.idle -= 1;
                     st.threads -= 1;
                     break None;
                 }
             }
         };
         let Some((inner, task)) = next else { return };
-        match task {
+        counted_idle = match task {
             Task::Run(job) => {
-                if run(&inner, &job, id) {
+                run(&inner, &job, id) && {
                     deliver(&inner, &job);
+                    true
                 }
             }
-            Task::Finish(job) => deliver(&inner, &job),
-        }
+            Task::Finish(job) => {
+                deliver(&inner, &job);
+                true
+            }
+        };
     }
 }
 
-/// Encodes the job and hands the body over, counted idle meanwhile: the
-/// caller may start its next scrape the moment it has the body, and this
-/// runner takes it as soon as it is done here (no other thread is started
-/// for it).
+/// Encodes the job and hands the body over, counted idle from before the
+/// hand-over on: the caller may start its next scrape the moment it has the
+/// body, and this runner takes it as soon as it is done here (no other
+/// thread is started for it; the runner's loop ends the idle count).
 fn deliver(inner: &Arc<Inner>, job: &Arc<Job>) {
     lock(&inner.pool.state).idle += 1;
     finish(inner, job);
-    lock(&inner.pool.state).idle -= 1;
 }
 
 /// Runs the job's collectors one after another, until none is left or this
