@@ -372,9 +372,48 @@ pub fn switch_state_mask(format: &str) -> u32 {
     max.saturating_mul(2).saturating_sub(1)
 }
 
-/// The kernel's BTF, when pod attribution needs it.
-pub fn read_btf(path: &Path) -> std::io::Result<Vec<u8>> {
-    std::fs::read(path)
+/// The kernel's BTF, as [`read_btf`] got it.
+enum BtfBytes {
+    /// Mapped read-only (Linux 6.16+ lets `/sys/kernel/btf/vmlinux` be
+    /// mapped, as libbpf does): the kernel's own pages, not copied, and not
+    /// counted in our RSS.
+    Mapped(memmap2::Mmap),
+    /// Read into memory (older kernels, other files).
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for BtfBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            BtfBytes::Mapped(m) => m,
+            BtfBytes::Read(v) => v,
+        }
+    }
+}
+
+/// The kernel's BTF (about 5.5 MB on Linux 6.18), for the offsets and names
+/// above: mapped where the kernel allows it, read otherwise.
+fn read_btf(path: &Path) -> std::io::Result<BtfBytes> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    // A size of 0 (procfs, or an empty file) says nothing: read it.
+    let mapped = match file.metadata()?.len() {
+        0 => None,
+        // SAFETY: a private read-only mapping; the kernel's BTF never
+        // changes while it runs, and nothing writes the file. A regular
+        // file that shrank under us would fault: callers pass the kernel's
+        // BTF only.
+        _ => unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) }.ok(),
+    };
+    match mapped {
+        Some(m) => Ok(BtfBytes::Mapped(m)),
+        None => {
+            let mut data = Vec::new();
+            file.read_to_end(&mut data)?;
+            Ok(BtfBytes::Read(data))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -408,5 +447,34 @@ mod tests {
         assert!(release_at_least("5.18.0", 5, 18));
         assert!(!release_at_least("5.15.0-91-generic", 5, 18));
         assert!(!release_at_least("", 5, 18));
+    }
+
+    #[test]
+    fn btf_is_mapped_where_the_kernel_allows_it_and_read_otherwise() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("btf");
+        std::fs::write(&file, b"\x9f\xeb\x01\x00rest").expect("write");
+        let got = read_btf(&file).expect("reads");
+        assert!(matches!(got, BtfBytes::Mapped(_)), "a regular file maps");
+        assert_eq!(&got[..], b"\x9f\xeb\x01\x00rest");
+        std::fs::write(&file, b"").expect("write");
+        let empty = read_btf(&file).expect("reads");
+        assert!(matches!(empty, BtfBytes::Read(_)), "an empty file cannot map: read instead");
+        assert!(empty.is_empty());
+        assert!(read_btf(&dir.path().join("absent")).is_err());
+        // A sysfs attribute that cannot be mapped is read.
+        if let Ok(want) = std::fs::read("/sys/kernel/uevent_seqnum") {
+            let got = read_btf(Path::new("/sys/kernel/uevent_seqnum")).expect("reads");
+            assert!(matches!(got, BtfBytes::Read(_)), "sysfs text attributes have no mmap");
+            assert!(!got.is_empty() && got.len() == want.len(), "{:?} against {want:?}", &got[..]);
+        }
+        // Linux 6.16+ lets its own BTF be mapped (pages not in our RSS).
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        if let Ok(vmlinux) = read_btf(Path::new("/sys/kernel/btf/vmlinux")) {
+            if release_at_least(release.trim(), 6, 16) {
+                assert!(matches!(vmlinux, BtfBytes::Mapped(_)), "{release}");
+            }
+            assert!(crate::ebpf::btf::Btf::parse(&vmlinux).is_ok());
+        }
     }
 }
