@@ -557,6 +557,24 @@ fn tcp_retransmits_match_netns_snmp() {
     }
     let _turn = serial();
     let p = Probe::new(&["ebpf_tcp_retransmits"]);
+    // Up to 3 attempts: the counter is host-wide, and a retransmit in a
+    // namespace that another process created and removed while an attempt
+    // ran is in the eBPF delta but in no namespace left to read. A probe
+    // that miscounts does so on every attempt.
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let (ok, line) = retransmit_attempt(&p);
+        eprintln!("{line}");
+        attempts.push(line);
+        if ok {
+            return;
+        }
+    }
+    panic!("no attempt within bounds:\n{}", attempts.join("\n"));
+}
+
+/// One retransmit measurement: within bounds, and what it saw.
+fn retransmit_attempt(p: &Probe) -> (bool, String) {
     // The other namespaces before the eBPF counter, and after it at the
     // end: their deltas then bound what the probe saw outside the test
     // (a host retransmit between the two first reads would otherwise be
@@ -595,18 +613,19 @@ fn tcp_retransmits_match_netns_snmp() {
     let missed = misses() - misses0;
     // Read after the eBPF counter: an upper bound for the other namespaces.
     let others = all_netns_retrans_segs().saturating_sub(others0);
-    eprintln!(
-        "RetransSegs in the test namespace +{ns_delta} (TCPRetransFail +{ns_fails}), in all other namespaces +{others}; eBPF ipv4 +{ebpf}, program misses +{missed}"
-    );
     assert!(ns_delta >= 2, "the dropped segment should have been retransmitted, got {ns_delta}");
     // The probe counts retransmits that went out; RetransSegs also counts
     // those whose transmit then failed (TCPRetransFail); a program run the
     // kernel skipped is in its misses.
     let lower = ns_delta.saturating_sub(ns_fails) as f64 - missed;
-    assert!(
-        ebpf >= lower && ebpf <= (ns_delta + others) as f64,
-        "eBPF {ebpf} vs test namespace {ns_delta} (of which failed {ns_fails}; + others {others}; program misses {missed})"
-    );
+    let ok = ebpf >= lower && ebpf <= (ns_delta + others) as f64;
+    (
+        ok,
+        format!(
+            "RetransSegs in the test namespace +{ns_delta} (TCPRetransFail +{ns_fails}), in all other namespaces +{others}; eBPF ipv4 +{ebpf}, program misses +{missed}: {}",
+            if ok { "within bounds" } else { "out of bounds" }
+        ),
+    )
 }
 
 /// A `TcpExt:` counter of the calling thread's network namespace.
@@ -719,8 +738,9 @@ fn bucket(p: &Probe, family: &str, le: &str) -> f64 {
 /// devices and a relay of the test's, `netns::DelayLink`), N connects take
 /// 20 ms and a bit: each lands in the classic bucket (2^-6 s, 2^-5 s] =
 /// (15.6 ms, 31.3 ms], and so does the smoothed RTT the connections had when
-/// established; M connects to a closed port fail. Exact deltas, up to 3
-/// attempts since the counters are host-wide.
+/// established; M connects to a closed port fail. Exact deltas, up to 5
+/// attempts since the counters are host-wide and the relay runs in user
+/// space (an attempt where the path itself ran slow does not count).
 #[test]
 fn tcp_connect_latency_and_rtt_through_a_20ms_path() {
     if !can_run() {
@@ -735,7 +755,7 @@ fn tcp_connect_latency_and_rtt_through_a_20ms_path() {
     let connect = "node_ebpf_tcp_connect_latency_seconds";
     let rtt = "node_ebpf_tcp_rtt_seconds";
     let mut attempts = Vec::new();
-    for attempt in 1..=3 {
+    for attempt in 1..=5 {
         let read = || {
             (
                 p.value(&format!("{connect}_count"), &[]),
@@ -793,7 +813,15 @@ fn tcp_connect_latency_and_rtt_through_a_20ms_path() {
             d.3,
             d.4
         );
-        assert!(took.iter().all(|t| *t >= Duration::from_millis(20) && *t < Duration::from_millis(31)), "the path's delay: {took:?}");
+        // The relay holds every SYN 20 ms, so no connect is quicker. A
+        // connect that user space saw take 31 ms or more (the relay or this
+        // thread descheduled on a loaded machine) is not known to be in the
+        // bucket: that attempt says nothing, and the next one counts.
+        assert!(took.iter().all(|t| *t >= Duration::from_millis(20)), "the path's delay: {took:?}");
+        if took.iter().any(|t| *t >= Duration::from_millis(31)) {
+            eprintln!("attempt {attempt}: the path was slower than 31 ms at least once; trying again");
+            continue;
+        }
         attempts.push(d);
         // Every connect of the test timed there; four RTT samples per
         // connection there (each side when established and when it left
@@ -807,7 +835,7 @@ fn tcp_connect_latency_and_rtt_through_a_20ms_path() {
     assert_eq!(
         attempts.last().copied(),
         Some((n, n, 4.0 * n, 4.0 * n, m)),
-        "(connects, connects in 15.6..31.3 ms, RTT samples, RTT samples there, failures) per attempt: {attempts:?}"
+        "(connects, connects in 15.6..31.3 ms, RTT samples, RTT samples there, failures) per attempt where the path kept its delay (none: it never did): {attempts:?}"
     );
 }
 
