@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use node_agent_tests::compare::{self, COMMON_FLAGS};
 
@@ -163,13 +163,62 @@ fn body_sizes(url: &str) -> (usize, usize, usize) {
     (plain.len(), gz, samples)
 }
 
+/// The node the bench's pods run on.
+const BENCH_NODE: &str = "bench-node";
+/// Pods on it: a busy node's share (the kubelet's default limit is 110).
+const BENCH_PODS: usize = 30;
+
+/// An in-memory API server with `BENCH_PODS` pods on `BENCH_NODE` and as
+/// many elsewhere (which the agent's field selector leaves out).
+fn bench_cluster() -> Res<node_agent_tests::apiserver::Running> {
+    use node_agent_tests::apiserver::{pod, Api, Running};
+    let api = std::sync::Arc::new(Api::new());
+    {
+        let mut st = api.state.lock().map_err(|_| "API state poisoned".to_string())?;
+        for i in 0..BENCH_PODS * 2 {
+            let node = if i < BENCH_PODS { BENCH_NODE } else { "other-node" };
+            let (uid, name) = (format!("00000000-0000-4000-8000-{i:012}"), format!("app-{i}"));
+            let cid = format!("{:064x}", i + 1);
+            api.put(&mut st, "pods", "bench", &name, pod(&uid, "bench", &name, node, "app", &cid), false);
+        }
+    }
+    Running::start(api).map_err(|e| format!("API server: {e}"))
+}
+
+/// Waits (up to 20 s) until a scrape of `url` has the unlabelled sample
+/// `name` at `value`.
+fn wait_for_sample(url: &str, name: &str, value: f64) -> Res<()> {
+    let t = Instant::now();
+    let has = |body: String| {
+        body.lines().any(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.parse::<f64>().ok()) == Some(value))
+    };
+    while t.elapsed() < Duration::from_secs(20) {
+        if compare::http_get(url).map(has).unwrap_or(false) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("{url} never showed {name} {value}"))
+}
+
 fn scrape_phase(agent_bin: &Path, ne_bin: &Path, ebpf: bool, quick: bool) -> Res<(ScrapeFigures, ScrapeFigures)> {
     let common: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
     let mut agent_flags = common.clone();
-    if !ebpf {
+    // With eBPF, pod attribution is on too: an API server (in memory, plain
+    // HTTP) lists the node's pods to the agent, which watches them.
+    let _api = if ebpf {
+        let api = bench_cluster()?;
+        agent_flags.push(format!("--collector.ebpf_pods.kubeconfig={}", api.kubeconfig.path().display()));
+        agent_flags.push(format!("--collector.ebpf_pods.node-name={BENCH_NODE}"));
+        Some(api)
+    } else {
         agent_flags.extend(node_agent::manifests::agent_only_collectors().iter().map(|c| format!("--no-collector.{c}")));
-    }
+        None
+    };
     let (_a, ua, pa) = start(agent_bin, &agent_flags)?;
+    if ebpf {
+        wait_for_sample(&ua, "node_ebpf_pod_attribution_synced", 1.0)?;
+    }
     let (_n, un, pn) = start(ne_bin, &common)?;
     let (rounds, per_round, secs) = if quick { (4, 25, 3) } else { (10, 50, 10) };
     // Warm up both; from here on, the peak is the load's (start-up, e.g.
@@ -1335,7 +1384,7 @@ fn run() -> Res<()> {
     let _ = writeln!(md, "- Machine: {}", machine());
     let _ = writeln!(md, "- Date: {date}");
     let _ = writeln!(md, "- Peer: {} (Debian), default collectors; both with `{}`", ne_version.trim(), COMMON_FLAGS.join(" "));
-    let _ = writeln!(md, "- node-agent: release build; first without its eBPF collectors (the same families as node_exporter where both have them), then with every probe attached.");
+    let _ = writeln!(md, "- node-agent: release build; first without its eBPF collectors (the same families as node_exporter where both have them), then with every probe attached and pod attribution on: an in-memory API server lists {BENCH_PODS} pods on the agent's node (and {BENCH_PODS} elsewhere), which the agent watches.");
     let _ = writeln!(md, "- These machines are noisy: compare ratios within one run.\n");
     let _ = writeln!(md, "## Scrapes, side by side\n");
     let _ = writeln!(md, "CPU per scrape from /proc/PID/stat over interleaved rounds of sequential keep-alive scrapes; latency of those scrapes; wrk for {}s at 1 and 4 connections; peak RSS (VmHWM) over the process's whole life and during the load only (VmHWM reset through /proc/PID/clear_refs once both have started and answered 20 scrapes), and the RSS after the load split into anonymous memory (heap, stacks, eBPF maps) and file-backed pages (the binary's and libraries' code and data, shared with the page cache).\n", if quick { 3 } else { 10 });
@@ -1373,7 +1422,7 @@ fn run() -> Res<()> {
     let verdict = |r: f64, target: f64| if r <= target { "met" } else { "not met" };
     let (cpu, cpu_e) = (a.cpu_ms / n.cpu_ms.max(1e-9), ae.cpu_ms / ne2.cpu_ms.max(1e-9));
     let (peak, steady) = (ae.rss_mb / ne2.rss_mb.max(1e-9), (ae.anon_mb + ae.file_mb) / (ne2.anon_mb + ne2.file_mb).max(1e-9));
-    let _ = writeln!(md, "\nTargets: CPU per scrape ≤ 0.10× node_exporter's: {cpu:.2}× without eBPF ({}), {cpu_e:.2}× with every probe ({}); with every probe, whole-life peak RSS ≤ 0.60×: {peak:.2}× ({}); steady RSS (anonymous + file-backed after the load) ≤ 0.50×: {steady:.2}× ({}).", verdict(cpu, 0.10), verdict(cpu_e, 0.10), verdict(peak, 0.60), verdict(steady, 0.50));
+    let _ = writeln!(md, "\nTargets: CPU per scrape ≤ 0.10× node_exporter's: {cpu:.2}× without eBPF ({}), {cpu_e:.2}× with every probe ({}); with every probe and pod attribution, whole-life peak RSS ≤ 0.60×: {peak:.2}× ({}); steady RSS (anonymous + file-backed after the load) ≤ 0.50×: {steady:.2}× ({}).", verdict(cpu, 0.10), verdict(cpu_e, 0.10), verdict(peak, 0.60), verdict(steady, 0.50));
     let _ = writeln!(md, "\nFamilies differ where only one side has them (node-agent's `node_ebpf_*`, `node_filesystem_mount_info` and newer netstat/softnet fields; node_exporter's `go_*`, `promhttp_*`): see `cargo xtask compare-node-exporter`.\n");
     let _ = writeln!(md, "## Where a scrape's CPU goes\n");
     let _ = writeln!(md, "{COLLECTOR_COST_METHOD}\n");
