@@ -445,28 +445,18 @@ fn skb_drop_costs(quick: bool) -> Res<Vec<EventCost>> {
 const BPFTRACE_SYSLAT: &str = "tracepoint:raw_syscalls:sys_enter { @s[tid] = nsecs; } \
 tracepoint:raw_syscalls:sys_exit /@s[tid]/ { @h[args->id] = hist(nsecs - @s[tid]); delete(@s[tid]); }";
 
-/// `work` without and with bpftrace running `script` (minimum over `reps`
-/// alternations); None when bpftrace is not installed or does not attach.
-fn with_without_bpftrace(reps: usize, script: &str, mut work: impl FnMut() -> f64) -> Option<(f64, f64)> {
-    use std::io::BufRead;
-    let bpftrace = compare::which("bpftrace")?;
+/// `work` without and with bpftrace running `script` on `tracepoints`
+/// tracepoints (minimum over `reps` alternations), through the same runner
+/// as the peer table; None when bpftrace is not installed or does not
+/// attach (said on stderr).
+fn with_without_bpftrace(reps: usize, script: &str, tracepoints: usize, mut work: impl FnMut() -> f64) -> Option<(f64, f64)> {
+    compare::which("bpftrace")?;
     let (mut base, mut with) = (f64::MAX, f64::MAX);
     for _ in 0..reps {
         base = base.min(work());
-        let mut child = Command::new(&bpftrace)
-            .args(["-e", script])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .ok()?;
-        let stdout = child.stdout.take();
-        let kill = Kill(child);
-        let mut lines = std::io::BufReader::new(stdout?).lines();
-        // "Attaching N probes..." is printed once they are attached.
-        lines.next()?.ok()?;
-        std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut bt = Bpftrace::start(script, tracepoints).map_err(|e| eprintln!("bench: {e}")).ok()?;
         with = with.min(work());
-        drop(kill);
+        bt.stop();
     }
     Some((base, with))
 }
@@ -487,7 +477,7 @@ fn syscall_latency_costs(quick: bool) -> Res<Vec<EventCost>> {
             kernel_ns: (runs > 0).then(|| t / runs as f64 * 1e9),
         });
     }
-    match with_without_bpftrace(reps, BPFTRACE_SYSLAT, || getpid_loop(n)) {
+    match with_without_bpftrace(reps, BPFTRACE_SYSLAT, 2, || getpid_loop(n)) {
         Some((b, w)) => out.push(EventCost {
             probe: "bpftrace (raw_syscalls enter/exit, hist by id)",
             event: "syscall (getpid)",
