@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use expo::Sink;
-use host::collector::{ethtool, tcpstat};
+use host::collector::{ethtool, tcpstat, udp_queues};
 use host::filter::DeviceFilter;
 use host::{Collector, Paths};
 use node_agent_tests::netns::{Netns, SysfsMount};
@@ -175,6 +175,57 @@ fn tcp_connection_states_equal_ss() {
     assert!(got["rx_queued_bytes"] > 1334.0 + 65536.0, "{got:?}");
     // Two listeners' backlogs and the unsent data.
     assert!(got["tx_queued_bytes"] > 65536.0, "{got:?}");
+}
+
+/// `udp_queues` reads inet_diag on a real procfs: its sums equal those of
+/// the /proc/net/udp{,6} files node_exporter reads, with unread datagrams
+/// queued on sockets of both families (and sockets with nothing queued).
+#[test]
+fn udp_queues_over_inet_diag_equal_proc_net_udp() {
+    if !node_agent_tests::host::root_or_skip("udp_queues truth tests") {
+        return;
+    }
+    let ns = Netns::new("udpq");
+    ns.ip(&["link", "set", "lo", "up"]);
+    let (got, files, want_rx) = ns.run(|paths| {
+        let mut socks = Vec::new();
+        let mut want_rx = [0usize; 2];
+        for (i, (bind, n)) in [("127.0.0.1:0", 3), ("127.0.0.1:0", 0), ("[::1]:0", 5), ("[::1]:0", 1)].into_iter().enumerate() {
+            let r = UdpSocket::bind(bind).expect("bind");
+            let s = UdpSocket::bind(if bind.starts_with('[') { "[::1]:0" } else { "127.0.0.1:0" }).expect("bind sender");
+            for k in 0..n {
+                s.send_to(&vec![k as u8; 100 + 10 * k], r.local_addr().unwrap()).expect("send");
+            }
+            want_rx[i / 2] += n;
+            socks.push((r, s));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut c = udp_queues::Collector::new(paths);
+        let got = collect(&mut c);
+        let mut files = BTreeMap::new();
+        for (ip, f) in [("v4", "net/udp"), ("v6", "net/udp6")] {
+            let text = std::fs::read(paths.proc(f)).expect("read /proc/net/udp");
+            let (tx, rx) = udp_queues::parse(&text).expect("parse");
+            files.insert((ip.to_string(), "rx".to_string()), rx as f64);
+            files.insert((ip.to_string(), "tx".to_string()), tx as f64);
+        }
+        drop(socks);
+        (got, files, want_rx)
+    });
+    let got: BTreeMap<(String, String), f64> = got
+        .into_iter()
+        .map(|((name, labels), v)| {
+            assert_eq!(name, "node_udp_queues");
+            let l = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).expect("label");
+            ((l("ip"), l("queue")), v)
+        })
+        .collect();
+    assert_eq!(got, files, "inet_diag sums vs /proc/net/udp{{,6}}");
+    // Each queued datagram holds its buffer (more than its payload).
+    for (i, ip) in ["v4", "v6"].iter().enumerate() {
+        let rx = got[&(ip.to_string(), "rx".to_string())];
+        assert!(rx >= (want_rx[i] * 100) as f64, "{ip}: rx {rx} for {} datagrams", want_rx[i]);
+    }
 }
 
 /// node_exporter's metric-name rules (`SanitizeMetricName`,

@@ -131,6 +131,21 @@ pub fn statfs(path: &Path) -> io::Result<FsStats> {
     })
 }
 
+/// Whether `path` is on a procfs mount (the kernel's own numbers, not a
+/// fixture tree standing in for them).
+pub fn is_procfs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: statfs is plain data; zeroed is valid and statfs fills it.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `s` is writable.
+    if unsafe { libc::statfs(c.as_ptr(), &mut s) } != 0 {
+        return false;
+    }
+    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+    s.f_type as i64 == PROC_SUPER_MAGIC
+}
+
 /// A bounded, lower-case description of an I/O error (the errno text, as Go
 /// prints it), suitable for a label value.
 pub fn error_label(e: &io::Error) -> String {
@@ -157,6 +172,8 @@ mod tests {
         let s = super::statfs(std::path::Path::new("/")).unwrap();
         assert!(s.size > 0.0 && s.free <= s.size);
         let e = super::statfs(std::path::Path::new("/nonexistent/x")).unwrap_err();
+        assert!(super::is_procfs(std::path::Path::new("/proc/net")));
+        assert!(!super::is_procfs(std::path::Path::new("/")) && !super::is_procfs(std::path::Path::new("/nonexistent")));
         assert_eq!(super::error_label(&e), "no such file or directory");
     }
 }

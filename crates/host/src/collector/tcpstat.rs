@@ -13,9 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use netlink_packet_core::{DecodeError, NetlinkDeserializable, NetlinkHeader, Parseable, NLM_F_DUMP, NLM_F_REQUEST};
-use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, InetResponseHeader, SocketId, StateFlags};
-use netlink_packet_sock_diag::{SockDiagMessage, AF_INET, AF_INET6, IPPROTO_TCP};
+use netlink_packet_sock_diag::{AF_INET, AF_INET6, IPPROTO_TCP};
 
 use crate::flags::Flags;
 use crate::netlink::Channel;
@@ -59,20 +57,10 @@ impl Collector {
     }
 
     fn dump(&mut self, family: u8, counts: &mut Counts) -> Result<(), Error> {
-        let request = || {
-            SockDiagMessage::InetRequest(InetRequest {
-                family,
-                protocol: IPPROTO_TCP,
-                // node_exporter asks for INET_DIAG_INFO too but reads none
-                // of it; the answer's header is all it counts.
-                extensions: ExtensionFlags::empty(),
-                states: StateFlags::from_bits_retain(TCPF_ALL),
-                socket_id: if family == AF_INET6 { SocketId::new_v6() } else { SocketId::new_v4() },
-            })
-        };
+        // node_exporter asks for INET_DIAG_INFO too but reads none of it;
+        // the answer's header is all it counts.
         let name = if family == AF_INET6 { "inet_diag dump (tcp6)" } else { "inet_diag dump (tcp)" };
-        let answer: Vec<DiagHeader> = self.channel.request(name, NLM_F_REQUEST | NLM_F_DUMP, request)?;
-        for h in &answer {
+        for h in self.channel.inet_sockets(name, family, IPPROTO_TCP, TCPF_ALL)? {
             counts.add(h.state, h.recv_queue, h.send_queue);
         }
         Ok(())
@@ -95,28 +83,6 @@ impl crate::Collector for Collector {
             }
         }
         Ok(())
-    }
-}
-
-/// The header of one `inet_diag_msg`: all node_exporter reads of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DiagHeader {
-    pub state: u8,
-    pub recv_queue: u32,
-    pub send_queue: u32,
-}
-
-impl NetlinkDeserializable for DiagHeader {
-    type Error = DecodeError;
-
-    /// Decodes the fixed `inet_diag_msg` header and skips its attributes
-    /// (which node_exporter does not read either).
-    fn deserialize(header: &NetlinkHeader, payload: &[u8]) -> Result<Self, DecodeError> {
-        if header.message_type != netlink_packet_sock_diag::SOCK_DIAG_BY_FAMILY {
-            return Err(format!("unexpected message type {} in an inet_diag dump", header.message_type).into());
-        }
-        let h = InetResponseHeader::parse(payload)?;
-        Ok(DiagHeader { state: h.state, recv_queue: h.recv_queue, send_queue: h.send_queue })
     }
 }
 
@@ -172,54 +138,6 @@ pub fn state_name(state: u8) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use netlink_packet_core::{Emitable, NetlinkMessage, NetlinkPayload};
-    use netlink_packet_sock_diag::inet::InetResponse;
-
-    fn answer(state: u8, rq: u32, wq: u32) -> Vec<u8> {
-        let mut socket_id = SocketId::new_v4();
-        socket_id.source_port = 22;
-        let msg = SockDiagMessage::InetResponse(Box::new(InetResponse {
-            header: InetResponseHeader { family: AF_INET, state, timer: None, socket_id, recv_queue: rq, send_queue: wq, uid: 0, inode: 7 },
-            nlas: Default::default(),
-        }));
-        let mut buf = vec![0; Emitable::buffer_len(&msg)];
-        msg.emit(&mut buf);
-        buf
-    }
-
-    #[test]
-    fn decodes_the_header_of_an_inet_diag_answer() {
-        let payload = answer(1, 10, 20);
-        let mut h = NetlinkHeader::default();
-        h.message_type = netlink_packet_sock_diag::SOCK_DIAG_BY_FAMILY;
-        assert_eq!(DiagHeader::deserialize(&h, &payload).unwrap(), DiagHeader { state: 1, recv_queue: 10, send_queue: 20 });
-        // Truncated and of another type: decode errors, not panics.
-        assert!(DiagHeader::deserialize(&h, &payload[..20]).is_err());
-        h.message_type = 99;
-        assert!(DiagHeader::deserialize(&h, &payload).is_err());
-    }
-
-    #[test]
-    fn the_request_is_node_exporters_inet_diag_req_v2() {
-        let req = SockDiagMessage::InetRequest(InetRequest {
-            family: AF_INET6,
-            protocol: IPPROTO_TCP,
-            extensions: ExtensionFlags::empty(),
-            states: StateFlags::from_bits_retain(TCPF_ALL),
-            socket_id: SocketId::new_v6(),
-        });
-        let mut m = NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::InnerMessage(req));
-        m.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
-        m.finalize();
-        let mut wire = vec![0; m.buffer_len()];
-        m.serialize(&mut wire);
-        // nlmsghdr (16) + inet_diag_req_v2 (0x38).
-        assert_eq!(wire.len(), 16 + 0x38);
-        assert_eq!(u16::from_ne_bytes([wire[4], wire[5]]), 20, "SOCK_DIAG_BY_FAMILY");
-        assert_eq!(&wire[16..20], &[AF_INET6, IPPROTO_TCP, 0, 0]);
-        assert_eq!(u32::from_ne_bytes([wire[20], wire[21], wire[22], wire[23]]), 0xFFF);
-        assert_eq!(m.payload.message_type(), 20);
-    }
 
     #[test]
     fn counts_states_and_sums_queues_as_node_exporter() {
