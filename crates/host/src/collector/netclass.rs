@@ -379,12 +379,14 @@ impl crate::Collector for Collector {
             }
             _ => Error::io(&self.dir, e),
         })?;
+        // Every entry but regular files (`bonding_masters`), as procfs's
+        // NetClassDevices: devices are symlinks into /sys/devices, whose
+        // type the directory entry tells without a stat of the target.
         let mut devs: Vec<(String, PathBuf)> = rd
             .flatten()
             .filter_map(|e| {
                 let name = e.file_name().into_string().ok()?;
-                let path = e.path();
-                path.is_dir().then_some((name, path))
+                e.file_type().is_ok_and(|t| !t.is_file()).then(|| (name, e.path()))
             })
             .collect();
         devs.sort();
