@@ -15,7 +15,11 @@ RUN LLVM_PREFIX=/usr/lib/llvm-22 cargo install bpf-linker --version 0.13.0 --loc
       --no-default-features --features llvm-22 --root /usr/local
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p node-agent \
+# With the committed PGO profile, as `cargo xtask run` builds it (see
+# xtask/src/pgo.rs): rustc-web's LLVM is 22, the profile's.
+RUN gzip -dc pgo/node-agent.profdata.gz > /tmp/node-agent.profdata \
+ && RUSTFLAGS="-Cprofile-use=/tmp/node-agent.profdata -Cllvm-args=-no-pgo-warn-mismatch -Clink-arg=-Wl,-z,keep-text-section-prefix" \
+    cargo build --release --locked -p node-agent \
  && install -D -m 0755 target/release/node-agent /out/node-agent
 
 # distroless/cc: Debian 12's glibc 2.36 and libgcc, no shell, no package

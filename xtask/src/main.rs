@@ -12,6 +12,8 @@
 //! - `fuzz [--seconds N] [--seed S] [--afl]`: mutation-fuzz the collectors' parsers; with
 //!   `--afl`, coverage-guided with AFL++ (afl.rs on stable Rust; harness in fuzz/).
 //! - `image`: build the container image (needs docker or podman).
+//! - `pgo`: rewrite the release build's PGO profile, `pgo/node-agent.profdata`
+//!   (an instrumented build under `pgo/train.sh`; see `pgo.rs`).
 //!
 //! xtask depends on no workspace crate, so it builds on a machine that does
 //! not have the eBPF toolchain yet.
@@ -21,6 +23,8 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+
+mod pgo;
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "node-agent development commands")]
@@ -68,6 +72,9 @@ enum Cmd {
     },
     /// Write deploy/ from the code (a test fails when the committed files differ).
     Manifests,
+    /// Rewrite the release build's PGO profile (pgo/node-agent.profdata): an
+    /// instrumented build run under pgo/train.sh (the benchmark's workload).
+    Pgo,
     /// Build the container image with docker or podman.
     Image {
         /// The image reference [default: the one the manifests name].
@@ -389,8 +396,14 @@ fn build_ebpf() -> Result<()> {
     Ok(())
 }
 
+/// The release build, with the committed PGO profile (see `pgo.rs`).
 fn build_release() -> Result<PathBuf> {
-    run(Command::new(cargo()).current_dir(root()).args(["build", "--release", "-p", "node-agent"]))?;
+    let mut c = Command::new(cargo());
+    c.current_dir(root()).args(["build", "--release", "-p", "node-agent"]);
+    if let Some(flags) = pgo::use_flags(&root()) {
+        c.env("CARGO_ENCODED_RUSTFLAGS", flags);
+    }
+    run(&mut c)?;
     Ok(root().join("target/release/node-agent"))
 }
 
@@ -464,6 +477,7 @@ fn main() -> ExitCode {
             }
             run(&mut c).map(|_| true)
         }),
+        Cmd::Pgo => setup().and_then(|_| pgo::generate(&root(), &cargo())).map(|_| true),
         Cmd::Manifests => setup_ebpf().and_then(|_| {
             let mut c = Command::new(cargo());
             c.current_dir(root()).args(["run", "-q", "-p", "node-agent", "--", "manifests", "--root"]).arg(root());

@@ -201,6 +201,17 @@ fn wait_for_sample(url: &str, name: &str, value: f64) -> Res<()> {
     Err(format!("{url} never showed {name} {value}"))
 }
 
+/// How the agent was built: with the PGO profile (`cargo xtask bench` builds
+/// it so) its cold code is in a `.text.unlikely` section of its own.
+fn build_kind(agent: &Path) -> &'static str {
+    let sections = Command::new("readelf").arg("-SW").arg(agent).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    if sections.is_ok_and(|s| s.contains(".text.unlikely")) {
+        "release build with profile-guided optimization (`pgo/node-agent.profdata.gz`; the code its training never ran in `.text.unlikely`, apart)"
+    } else {
+        "release build (without profile-guided optimization)"
+    }
+}
+
 fn scrape_phase(agent_bin: &Path, ne_bin: &Path, ebpf: bool, quick: bool) -> Res<(ScrapeFigures, ScrapeFigures)> {
     let common: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
     let mut agent_flags = common.clone();
@@ -1374,7 +1385,7 @@ fn run() -> Res<()> {
     let _ = writeln!(md, "- Machine: {}", machine());
     let _ = writeln!(md, "- Date: {date}");
     let _ = writeln!(md, "- Peer: {} (Debian), default collectors; both with `{}`", ne_version.trim(), COMMON_FLAGS.join(" "));
-    let _ = writeln!(md, "- node-agent: release build; first without its eBPF collectors (the same families as node_exporter where both have them), then with every probe attached and pod attribution on: an in-memory API server lists {BENCH_PODS} pods on the agent's node (and {BENCH_PODS} elsewhere), which the agent watches.");
+    let _ = writeln!(md, "- node-agent: {}; first without its eBPF collectors (the same families as node_exporter where both have them), then with every probe attached and pod attribution on: an in-memory API server lists {BENCH_PODS} pods on the agent's node (and {BENCH_PODS} elsewhere), which the agent watches.", build_kind(&agent));
     let _ = writeln!(md, "- These machines are noisy: compare ratios within one run.\n");
     let _ = writeln!(md, "## Scrapes, side by side\n");
     let _ = writeln!(md, "CPU per scrape from /proc/PID/stat over interleaved rounds of sequential keep-alive scrapes; latency of those scrapes; wrk for {}s at 1 and 4 connections; peak RSS (VmHWM) over the process's whole life and during the load only (VmHWM reset through /proc/PID/clear_refs once both have started and answered 20 scrapes), and the RSS after the load split into anonymous memory (heap, stacks, eBPF maps) and file-backed pages (the binary's and libraries' code and data, shared with the page cache).\n", if quick { 3 } else { 10 });
