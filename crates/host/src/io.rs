@@ -22,35 +22,55 @@ fn max_kept() -> usize {
     *N.get_or_init(|| crate::sys::nofile_limit().map_or(64, |n| (n / 4) as usize).min(MAX_KEPT))
 }
 
-fn kept() -> &'static std::sync::Mutex<rustc_hash::FxHashMap<std::path::PathBuf, File>> {
-    static KEPT: std::sync::OnceLock<std::sync::Mutex<rustc_hash::FxHashMap<std::path::PathBuf, File>>> = std::sync::OnceLock::new();
+type Kept = rustc_hash::FxHashMap<std::path::PathBuf, (File, Whole)>;
+
+fn kept() -> &'static std::sync::Mutex<Kept> {
+    static KEPT: std::sync::OnceLock<std::sync::Mutex<Kept>> = std::sync::OnceLock::new();
     KEPT.get_or_init(Default::default)
 }
 
-fn take_kept(path: &Path) -> Option<File> {
+fn take_kept(path: &Path) -> Option<(File, Whole)> {
     kept().lock().ok()?.remove(path)
 }
 
-fn give_back(path: &Path, f: File) {
+fn give_back(path: &Path, f: File, whole: Whole) {
     if let Ok(mut k) = kept().lock() {
         if k.len() < max_kept() && !k.contains_key(path) {
-            k.insert(path.to_path_buf(), f);
+            k.insert(path.to_path_buf(), (f, whole));
         }
     }
 }
 
-/// The file lives on procfs or sysfs (regenerated on every read at 0).
-fn pseudo_fs(f: &File) -> bool {
+/// Whether a read that returns less than asked is the whole file, so that
+/// no read at the end (returning 0) is needed to know it ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Whole {
+    /// A sysfs attribute: generated whole by one `show`, and returned
+    /// whole by a read that has room for it (binary attributes come a page
+    /// at a time: a full page is not the end).
+    InOneRead,
+    /// A procfs file: a `seq_file` returns at most its buffer's worth of
+    /// records per read, however much room the read has.
+    AtZero,
+}
+
+/// Where the file lives: procfs or sysfs (regenerated on every read at 0),
+/// and how it ends; `None` for anything else.
+fn pseudo_fs(f: &File) -> Option<Whole> {
     use std::os::fd::AsRawFd;
     // SAFETY: statfs is plain data, zeroed is valid; fstatfs fills it.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: a valid fd and a writable statfs.
     if unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) } != 0 {
-        return false;
+        return None;
     }
     const PROC_SUPER_MAGIC: i64 = 0x9fa0;
     const SYSFS_MAGIC: i64 = 0x6265_6572;
-    matches!(st.f_type as i64, PROC_SUPER_MAGIC | SYSFS_MAGIC)
+    match st.f_type as i64 {
+        SYSFS_MAGIC => Some(Whole::InOneRead),
+        PROC_SUPER_MAGIC => Some(Whole::AtZero),
+        _ => None,
+    }
 }
 
 /// Reads `path` into `buf` (cleared first), keeping its capacity, from a
@@ -58,17 +78,18 @@ fn pseudo_fs(f: &File) -> bool {
 /// spare capacity, with no size probing.
 pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
     buf.clear();
-    if let Some(f) = take_kept(path) {
-        if pread_all(&f, buf).is_ok() {
-            give_back(path, f);
+    if let Some((f, whole)) = take_kept(path) {
+        if pread_all(&f, buf, whole).is_ok() {
+            give_back(path, f, whole);
             return Ok(());
         }
         buf.clear();
     }
     let f = open_nonblocking(path)?;
-    pread_all(&f, buf)?;
-    if pseudo_fs(&f) {
-        give_back(path, f);
+    let kind = pseudo_fs(&f);
+    pread_all(&f, buf, kind.unwrap_or(Whole::AtZero))?;
+    if let Some(whole) = kind {
+        give_back(path, f, whole);
     }
     Ok(())
 }
@@ -89,8 +110,9 @@ pub fn read_text(path: &Path) -> io::Result<String> {
 }
 
 /// Reads `f` from offset 0 to its end into `buf`'s spare capacity (no
-/// zero-filling of reused buffers).
-fn pread_all(f: &File, buf: &mut Vec<u8>) -> io::Result<()> {
+/// zero-filling of reused buffers); a file read whole in one read (see
+/// [`Whole`]) ends at its first short read.
+fn pread_all(f: &File, buf: &mut Vec<u8>, whole: Whole) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let start = buf.len();
     loop {
@@ -112,10 +134,18 @@ fn pread_all(f: &File, buf: &mut Vec<u8>) -> io::Result<()> {
         if n == 0 {
             return Ok(());
         }
+        let asked = spare.len();
         // SAFETY: pread(2) initialized `n` more bytes after the current length.
         unsafe { buf.set_len(buf.len() + n as usize) };
+        if whole == Whole::InOneRead && (n as usize) < asked.min(PAGE) {
+            return Ok(());
+        }
     }
 }
+
+/// The page size sysfs binary attributes are read in (x86-64's, arm64's
+/// smallest; a larger page only makes more reads look full).
+const PAGE: usize = 4096;
 
 /// A mount table (`/proc/PID/mountinfo`) held open. procfs marks such a
 /// file with `POLLPRI` once a mount or unmount changes its namespace
@@ -130,7 +160,7 @@ pub struct MountTable {
 impl MountTable {
     pub fn open(path: &Path) -> io::Result<Self> {
         let file = open_nonblocking(path)?;
-        let pollable = pseudo_fs(&file);
+        let pollable = pseudo_fs(&file).is_some();
         Ok(MountTable { file, pollable })
     }
 
@@ -150,7 +180,7 @@ impl MountTable {
     /// Reads the whole table into `buf` (cleared first).
     pub fn read(&self, buf: &mut Vec<u8>) -> io::Result<()> {
         buf.clear();
-        pread_all(&self.file, buf)
+        pread_all(&self.file, buf, Whole::AtZero)
     }
 }
 
@@ -413,6 +443,37 @@ mod tests {
         assert_ne!(a, b, "a kept file re-read from offset 0 shows new values");
         let fresh = std::fs::read(p).unwrap();
         assert!(!b.is_empty() && !fresh.is_empty());
+    }
+
+    #[test]
+    fn files_larger_than_a_read_are_read_whole() {
+        // A sysfs attribute ends at its first short read; a binary one comes
+        // a page per read (the kernel's BTF: megabytes), and a procfs
+        // seq_file a buffer's worth of records per read, short of the room
+        // given: all must be read to their end.
+        let mut buf = Vec::new();
+        for p in ["/sys/kernel/btf/vmlinux", "/sys/kernel/btf/vmlinux", "/proc/self/mountinfo", "/sys/class/net/lo/mtu"] {
+            let p = Path::new(p);
+            let Ok(want) = std::fs::read(p) else { continue };
+            super::read_into(p, &mut buf).unwrap();
+            assert_eq!(buf.len(), want.len(), "{}", p.display());
+            assert!(buf == want, "{}", p.display());
+        }
+        // Our own smaps changes as we read it: check it is whole instead
+        // of equal (every mapping's entry ends with its VmFlags line).
+        let p = Path::new("/proc/self/smaps");
+        super::read_into(p, &mut buf).unwrap();
+        assert!(buf.len() > 2 * super::PAGE, "{} bytes", buf.len());
+        let text = String::from_utf8_lossy(&buf);
+        let is_range = |l: &str| {
+            l.split(' ')
+                .next()
+                .and_then(|r| r.split_once('-'))
+                .is_some_and(|(a, b)| u64::from_str_radix(a, 16).is_ok() && u64::from_str_radix(b, 16).is_ok())
+        };
+        let mappings = text.lines().filter(|l| is_range(l)).count();
+        assert_eq!(text.matches("\nVmFlags:").count(), mappings, "every mapping read to its end");
+        assert!(text.lines().last().is_some_and(|l| l.starts_with("VmFlags:")));
     }
 
     #[test]

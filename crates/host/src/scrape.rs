@@ -54,6 +54,10 @@ struct Slot {
     collector: Option<(Box<dyn Collector>, Sink)>,
     /// Set when it overran a deadline, until it returns.
     stuck_since: Option<Instant>,
+    /// Runners waiting on `changed` for it (another scrape holds it): a
+    /// collector handed back with none waiting wakes nobody, with no
+    /// futex call (std's `Condvar` makes one on every notify).
+    waiters: usize,
 }
 
 struct Entry {
@@ -197,7 +201,7 @@ impl Builder {
             .into_iter()
             .map(|(name, c)| Entry {
                 name,
-                slot: Mutex::new(Slot { collector: Some((c, Sink::new())), stuck_since: None }),
+                slot: Mutex::new(Slot { collector: Some((c, Sink::new())), stuck_since: None, waiters: 0 }),
                 changed: Condvar::new(),
             })
             .collect();
@@ -367,8 +371,11 @@ impl Scrape {
                             "collector timed out: skipped by later scrapes until it returns"
                         );
                     }
+                    let waiting = slot.waiters > 0;
                     drop(slot);
-                    e.changed.notify_all();
+                    if waiting {
+                        e.changed.notify_all();
+                    }
                 }
                 // What the runner left behind it must go on elsewhere.
                 if job.next.load(Ordering::Relaxed) < job.items.len() {
@@ -494,7 +501,9 @@ fn run(inner: &Arc<Inner>, job: &Arc<Job>, runner: u64) -> bool {
                 if let Some(c) = slot.collector.take() {
                     break Some(c);
                 }
+                slot.waiters += 1;
                 slot = entry.changed.wait(slot).unwrap_or_else(|e| e.into_inner());
+                slot.waiters -= 1;
             }
         };
         let outcome = match taken {
@@ -520,8 +529,11 @@ fn run(inner: &Arc<Inner>, job: &Arc<Job>, runner: u64) -> bool {
                 // the collector back now, with a fresh sink if this one is
                 // still in use.
                 slot.collector = Some((collector, Sink::new()));
+                let waiting = slot.waiters > 0;
                 drop(slot);
-                entry.changed.notify_all();
+                if waiting {
+                    entry.changed.notify_all();
+                }
                 Outcome::Done { sink, result, secs }
             }
         };
@@ -795,5 +807,35 @@ mod tests {
         for h in handles {
             h.join().unwrap();
         }
+    }
+
+    #[test]
+    fn a_scrape_waiting_for_a_collector_another_holds_is_woken() {
+        // Four scrapes at once on collectors that take a while: each scrape
+        // in turn waits for the collector another scrape is running, and is
+        // woken when it is handed back. A missed wake-up leaves the waiter
+        // asleep until its deadline: `success 0` here.
+        let s = Scraper::builder(vec![("a", Box::new(Slow(Duration::from_millis(2)))), ("b", Box::new(Slow(Duration::from_millis(1))))])
+            .timeouts(Duration::from_secs(5), Duration::from_secs(5))
+            .build();
+        let started = Instant::now();
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..25 {
+                        let t = text(&s, &Selection::default());
+                        assert_eq!(t.matches("node_scrape_collector_success{").count(), 2, "{t}");
+                        assert!(!t.contains("} 0\n"), "{t}");
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        // 100 scrapes of 3 ms each, serialized on the collectors: far below
+        // one deadline.
+        assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
     }
 }
