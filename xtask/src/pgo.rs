@@ -65,7 +65,7 @@ pub fn use_flags(root: &Path) -> Option<String> {
             return None;
         }
     };
-    Some(encoded(&[&format!("-Cprofile-use={}", profile.display()), "-Cllvm-args=-no-pgo-warn-mismatch", LINK_ARG]))
+    Some(encoded(&[&format!("-Cprofile-use={}", profile.display()), "-Cllvm-args=-no-pgo-warn-mismatch", COLD_ARG, LINK_ARG]))
 }
 
 /// `packed` gunzipped to `out`, unless `out` is already that (as new).
@@ -90,6 +90,12 @@ fn unpack(packed: &Path, out: &Path) -> Result<PathBuf> {
 /// Keeps `.text.hot` / `.text.unlikely` apart in the output (lld; GNU ld's
 /// default script groups them anyway).
 const LINK_ARG: &str = "-Clink-arg=-Wl,-z,keep-text-section-prefix";
+/// Cold means never run in the training: by default LLVM also counts as
+/// cold whatever runs less than the profile summary's cut-off (the start-up
+/// code, run once against the scrapes' thousands of times), which then sits
+/// among the never-run code and pulls its pages in (start-up runs in
+/// 64 KiB fault-around windows there): 0.7 MB more resident with eBPF.
+const COLD_ARG: &str = "-Cllvm-args=-profile-summary-cold-count=0";
 
 fn encoded(flags: &[&str]) -> String {
     flags.join("\x1f")
@@ -190,6 +196,7 @@ mod tests {
         let flags: Vec<&str> = flags.split('\x1f').collect();
         assert_eq!(flags[0], format!("-Cprofile-use={}", root.join(UNPACKED).display()));
         assert!(flags.contains(&LINK_ARG));
+        assert!(flags.contains(&COLD_ARG));
         assert_eq!(std::fs::read(root.join(UNPACKED)).unwrap(), b"x");
         let _ = std::fs::remove_dir_all(&root);
     }

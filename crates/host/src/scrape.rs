@@ -339,9 +339,10 @@ impl Scrape {
         let now = Instant::now();
         let mut next: Option<Instant> = None;
         let mut help = 0;
-        let mut complete = false;
+        let (mut complete, mut finish_here) = (false, false);
         {
             let mut st = lock(&job.state);
+            let was_left = st.left;
             let mut timed_out = Vec::new();
             for r in st.running.iter_mut() {
                 let ran = now.saturating_duration_since(r.started);
@@ -382,15 +383,22 @@ impl Scrape {
                     help += 1;
                 }
             }
+            // Every collector answered or was cut off. Only a scrape that
+            // this call's cut-offs completed needs a runner to hand its body
+            // over: otherwise the runner that answered last does, or the
+            // task `start` queued for a scrape with no collector.
             if st.left == 0 {
                 complete = true;
+                finish_here = was_left > 0;
             }
         }
         for _ in 0..help {
             Pool::submit(inner, Task::Run(Arc::clone(job)));
         }
-        if complete {
+        if finish_here {
             Pool::submit(inner, Task::Finish(Arc::clone(job)));
+        }
+        if complete {
             return None;
         }
         next
@@ -807,6 +815,19 @@ mod tests {
         for h in handles {
             h.join().unwrap();
         }
+    }
+
+    #[test]
+    fn a_scrape_with_no_collector_is_handed_over_once_by_one_runner() {
+        // Its body is handed over by the task `start` queues; supervising it
+        // queues no second one (which woke or started another runner per
+        // scrape).
+        let s = Scraper::new(Vec::new());
+        let first = text(&s, &Selection::default());
+        for _ in 0..20 {
+            assert_eq!(text(&s, &Selection::default()), first);
+        }
+        assert_eq!(s.runner_threads(), 1, "one runner serves scrapes one after another");
     }
 
     #[test]
