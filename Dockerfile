@@ -18,7 +18,7 @@ COPY . .
 # With the committed PGO profile, as `cargo xtask run` builds it (see
 # xtask/src/pgo.rs): rustc-web's LLVM is 22, the profile's.
 RUN gzip -dc pgo/node-agent.profdata.gz > /tmp/node-agent.profdata \
- && RUSTFLAGS="-Cprofile-use=/tmp/node-agent.profdata -Cllvm-args=-no-pgo-warn-mismatch -Cllvm-args=-profile-summary-cold-count=0 -Clink-arg=-Wl,-z,keep-text-section-prefix" \
+ && RUSTFLAGS="-Cprofile-use=/tmp/node-agent.profdata -Cllvm-args=-no-pgo-warn-mismatch -Cllvm-args=-profile-summary-cold-count=0 -Clink-arg=-Wl,-z,keep-text-section-prefix -Clink-arg=-Wl,-z,pack-relative-relocs" \
     cargo build --release --locked -p node-agent \
  && install -D -m 0755 target/release/node-agent /out/node-agent
 

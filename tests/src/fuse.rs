@@ -26,6 +26,9 @@ const FUSE_STATFS: u32 = 17;
 const FUSE_FORGET: u32 = 2;
 const FUSE_BATCH_FORGET: u32 = 42;
 const FUSE_DESTROY: u32 = 38;
+/// Sent when a thread waiting on a request gets a signal; a server may
+/// ignore it, and this one does: it is no request of its own to hold.
+const FUSE_INTERRUPT: u32 = 36;
 
 pub fn reply(dev: &mut std::fs::File, unique: u64, error: i32, body: &[u8]) {
     let mut out = Vec::with_capacity(16 + body.len());
@@ -118,7 +121,7 @@ impl Fuse {
                         reply(&mut reader, unique, 0, &init);
                         initialised = true;
                     }
-                    FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_DESTROY => {}
+                    FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_DESTROY | FUSE_INTERRUPT => {}
                     FUSE_STATFS if a.load(Ordering::SeqCst) => reply(&mut reader, unique, 0, &statfs_body()),
                     _ if a.load(Ordering::SeqCst) => reply(&mut reader, unique, -libc::ENOENT, &[]),
                     FUSE_STATFS => h.lock().map(|mut v| v.push((unique, opcode))).unwrap_or(()),
@@ -146,6 +149,11 @@ impl Fuse {
     /// How many requests are held now.
     pub fn held(&self) -> usize {
         self.held.lock().map(|v| v.len()).unwrap_or(0)
+    }
+
+    /// The opcodes of the requests held now, in arrival order.
+    pub fn held_opcodes(&self) -> Vec<u32> {
+        self.held.lock().map(|v| v.iter().map(|r| r.1).collect()).unwrap_or_default()
     }
 }
 

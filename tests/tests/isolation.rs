@@ -299,7 +299,7 @@ fn a_hung_nfs_read_is_cut_off_skipped_and_recovered() {
     let timeout = Duration::from_millis(600);
     let mut agent = start_hung(root, "nfs", fuse, timeout);
     cut_off_then_skipped(&mut agent, "nfs", timeout, 20);
-    assert_eq!(agent.fuse().held(), 1, "one stuck read, not one per scrape");
+    assert_eq!(agent.fuse().held(), 1, "one stuck read, not one per scrape: held opcodes {:?}", agent.fuse().held_opcodes());
 
     // The mount answers (ENOENT: no NFS client statistics): the collector
     // is no longer stuck and the agent is ready.

@@ -400,9 +400,7 @@ fn build_ebpf() -> Result<()> {
 fn build_release() -> Result<PathBuf> {
     let mut c = Command::new(cargo());
     c.current_dir(root()).args(["build", "--release", "-p", "node-agent"]);
-    if let Some(flags) = pgo::use_flags(&root()) {
-        c.env("CARGO_ENCODED_RUSTFLAGS", flags);
-    }
+    c.env("CARGO_ENCODED_RUSTFLAGS", pgo::use_flags(&root()).unwrap_or_else(|| pgo::RELR_ARG.to_string()));
     run(&mut c)?;
     Ok(root().join("target/release/node-agent"))
 }

@@ -57,8 +57,28 @@ const RECENT: usize = 4;
 struct Store {
     arena: String,
     refs: Vec<LabelRef>,
-    recent: [Range<u32>; RECENT],
+    /// The recent label sets and their fingerprints.
+    recent: [(Range<u32>, u64); RECENT],
     next: usize,
+}
+
+/// A cheap digest of a label set (how many labels, their lengths, the last
+/// bytes of each value), compared before the strings are: most label sets
+/// differ from every recent one (a pod's labels recur only once every pod
+/// has had its sample), and then no byte of them is compared.
+fn fingerprint(labels: &[(&str, &str)]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = labels.len() as u64;
+    for (k, v) in labels {
+        let b = v.as_bytes();
+        let tail = match b.len() {
+            n if n >= 8 => u64::from_le_bytes([b[n - 8], b[n - 7], b[n - 6], b[n - 5], b[n - 4], b[n - 3], b[n - 2], b[n - 1]]),
+            _ => b.iter().fold(0, |t, &c| t << 8 | u64::from(c)),
+        };
+        h = (h ^ ((k.len() as u64) << 32 | b.len() as u64)).wrapping_mul(K);
+        h = (h ^ tail).wrapping_mul(K);
+    }
+    h
 }
 
 impl Store {
@@ -87,7 +107,8 @@ impl Store {
         if labels.is_empty() {
             return 0..0;
         }
-        if let Some(r) = self.recent.iter().find(|r| self.same(r, labels)) {
+        let fp = fingerprint(labels);
+        if let Some((r, _)) = self.recent.iter().find(|(r, f)| *f == fp && self.same(r, labels)) {
             return r.clone();
         }
         let first = self.refs.len() as u32;
@@ -100,7 +121,7 @@ impl Store {
             self.refs.push(LabelRef { start, mid, end });
         }
         let r = first..self.refs.len() as u32;
-        self.recent[self.next] = r.clone();
+        self.recent[self.next] = (r.clone(), fp);
         self.next = (self.next + 1) % RECENT;
         r
     }
@@ -1086,6 +1107,41 @@ mod tests {
         assert_eq!(sinks[0].families()[1].samples().next().map(|s| s.1), Some(1.0), "the error gauge says so");
         assert_eq!(sinks[1].families()[0].samples().next().map(|s| s.1), Some(1.0), "the collector's family is untouched");
         assert!(reconcile(&mut sinks).is_empty(), "nothing left to drop");
+    }
+
+    /// Label sets are shared only when equal: the same lengths and last
+    /// bytes (one fingerprint) with another middle are not.
+    #[test]
+    fn recent_label_sets_are_shared_only_when_equal() {
+        let mut s = Sink::new();
+        s.family("a", "", Kind::Gauge).sample(&[("pod", "web-1-abcdefgh")], 1.0).sample(&[("pod", "web-2-abcdefgh")], 2.0);
+        s.family("b", "", Kind::Gauge).sample(&[("pod", "web-1-abcdefgh")], 3.0).sample(&[("pod", "web-2-abcdefgh")], 4.0);
+        s.family("c", "", Kind::Gauge).sample(&[("pod", "web-1-abcdefgh"), ("x", "")], 5.0).sample(&[("pod", "web-3-abcdefgh")], 6.0);
+        type Row = (String, Vec<(String, String)>, f64);
+        let got: Vec<Row> = s
+            .families()
+            .iter()
+            .flat_map(|f| {
+                f.samples()
+                    .map(|(l, v)| (f.name().to_string(), l.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), v))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let l = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        assert_eq!(
+            got,
+            [
+                ("a".into(), l(&[("pod", "web-1-abcdefgh")]), 1.0),
+                ("a".into(), l(&[("pod", "web-2-abcdefgh")]), 2.0),
+                ("b".into(), l(&[("pod", "web-1-abcdefgh")]), 3.0),
+                ("b".into(), l(&[("pod", "web-2-abcdefgh")]), 4.0),
+                ("c".into(), l(&[("pod", "web-1-abcdefgh"), ("x", "")]), 5.0),
+                ("c".into(), l(&[("pod", "web-3-abcdefgh")]), 6.0),
+            ]
+        );
+        // b's samples reused a's two label sets; c's are new (three labels).
+        assert_eq!(s.store.refs.len(), 2 + 2 + 1);
+        assert_eq!(fingerprint(&[("pod", "web-1-abcdefgh")]), fingerprint(&[("pod", "web-2-abcdefgh")]));
     }
 
     #[test]

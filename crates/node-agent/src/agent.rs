@@ -117,6 +117,10 @@ impl Agent {
             connections: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
             max_connections: cfg.max_connections,
         });
+        // Start-up is over: the code it alone ran (the loaders, the BTF and
+        // ELF parsing, the Kubernetes client's set-up) and the relocation
+        // tables leave the RSS. Again after the first scrape (see server).
+        crate::server::release_startup_pages("start-up");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("node-agent-http".into())
