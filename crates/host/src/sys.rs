@@ -12,50 +12,98 @@ pub fn trim_heap() {
     }
 }
 
-/// The byte ranges of this executable's read-only segments (its code,
-/// constants, unwind and relocation tables): whole pages, inside the
-/// segment, and never the RELRO data, which sits in a writable segment.
+/// An entry of an ELF object's dynamic section (`Elf64_Dyn`).
+#[repr(C)]
+struct Dyn {
+    d_tag: i64,
+    d_val: u64,
+}
+
+/// Whether an object's dynamic section marks text relocations
+/// (`DT_TEXTREL`, or `DF_TEXTREL` in `DT_FLAGS`): its read-only segments
+/// were written at load time, so their pages are private copies, not the
+/// file's.
+///
+/// # Safety
+/// `dynamic` is the run-time address of the object's `PT_DYNAMIC`, as
+/// `dl_iterate_phdr` reports it, `count` entries long at most.
+unsafe fn has_text_relocations(dynamic: *const Dyn, count: usize) -> bool {
+    const DT_TEXTREL: i64 = 22;
+    const DT_FLAGS: i64 = 30;
+    const DF_TEXTREL: u64 = 0x4;
+    for i in 0..count {
+        // SAFETY: within the dynamic section the caller names.
+        let d = unsafe { &*dynamic.add(i) };
+        match d.d_tag {
+            0 => return false,
+            DT_TEXTREL => return true,
+            DT_FLAGS if d.d_val & DF_TEXTREL != 0 => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The byte ranges of the read-only segments (code, constants, unwind and
+/// relocation tables) of this executable and of the shared libraries it
+/// loaded: whole pages, inside the segment, and never the RELRO data, which
+/// sits in a writable segment. The vDSO (no file behind it) and objects
+/// with text relocations (their read-only pages were written) are left out.
 fn read_only_segments() -> Vec<(usize, usize)> {
-    unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut libc::c_void) -> libc::c_int {
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut libc::c_void) -> libc::c_int {
         // SAFETY: dl_iterate_phdr hands a valid info; data is our Vec.
         let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<(usize, usize)>)) };
+        // The executable comes first, named ""; libraries by their path;
+        // the vDSO by a bare soname ("linux-vdso.so.1").
+        // SAFETY: a NUL-terminated string dl_iterate_phdr owns.
+        let name = if info.dlpi_name.is_null() { &[][..] } else { unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes() };
+        if info.dlpi_phdr.is_null() || !(name.is_empty() || name.starts_with(b"/")) {
+            return 0;
+        }
         let page = page_size() as usize;
-        if !info.dlpi_phdr.is_null() {
-            // SAFETY: dlpi_phdr points at dlpi_phnum program headers.
-            let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
-            for ph in phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_W == 0) {
-                let start = (info.dlpi_addr + ph.p_vaddr) as usize;
-                let (lo, hi) = (start.div_ceil(page) * page, (start + ph.p_filesz as usize) / page * page);
-                if hi > lo {
-                    out.push((lo, hi - lo));
-                }
+        // SAFETY: dlpi_phdr points at dlpi_phnum program headers.
+        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+        let textrel = phdrs.iter().filter(|ph| ph.p_type == libc::PT_DYNAMIC).any(|ph| {
+            let dynamic = (info.dlpi_addr + ph.p_vaddr) as *const Dyn;
+            // SAFETY: the loaded dynamic section, p_memsz bytes long.
+            unsafe { has_text_relocations(dynamic, ph.p_memsz as usize / std::mem::size_of::<Dyn>()) }
+        });
+        if textrel {
+            return 0;
+        }
+        for ph in phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_W == 0) {
+            let start = (info.dlpi_addr + ph.p_vaddr) as usize;
+            let (lo, hi) = (start.div_ceil(page) * page, (start + ph.p_filesz as usize) / page * page);
+            if hi > lo {
+                out.push((lo, hi - lo));
             }
         }
-        // The first object is the executable: stop there.
-        1
+        0
     }
     let mut out: Vec<(usize, usize)> = Vec::new();
     // SAFETY: the callback only reads the headers and pushes to `out`, which
     // outlives the call.
     unsafe {
-        libc::dl_iterate_phdr(Some(first), (&mut out as *mut Vec<(usize, usize)>).cast());
+        libc::dl_iterate_phdr(Some(each), (&mut out as *mut Vec<(usize, usize)>).cast());
     }
     out
 }
 
-/// Unmaps the pages of this executable's read-only segments from the
-/// process; returns the bytes advised. Nothing is lost: they are clean
-/// pages of the file, which the kernel maps back from the page cache
-/// (as it does after reclaiming them under memory pressure) when they run
-/// again. Called once start-up is over, it leaves resident the code the
-/// scrapes use rather than every page start-up touched (the BTF and ELF
-/// parsing, the loaders, the Kubernetes client's set-up, the relocation
-/// tables) together with their fault-around neighbours.
+/// Unmaps the pages of the read-only segments of this executable and its
+/// libraries from the process; returns the bytes advised. Nothing is lost:
+/// they are clean pages of the files, which the kernel maps back from the
+/// page cache (as it does after reclaiming them under memory pressure) when
+/// they run again. Called once start-up is over, it leaves resident the
+/// code the scrapes use rather than every page start-up touched (the BTF
+/// and ELF parsing, the loaders, the Kubernetes client's set-up, the
+/// relocation tables, the dynamic loader's and libc's start-up paths)
+/// together with their fault-around neighbours.
 pub fn release_read_only_pages() -> io::Result<usize> {
     let mut total = 0;
     for (addr, len) in read_only_segments() {
         // SAFETY: the range is whole pages of a read-only file mapping of
-        // this executable: dropping them changes no content the process sees.
+        // this executable or a library without text relocations: dropping
+        // them changes no content the process sees.
         if unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) } != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -229,15 +277,14 @@ mod tests {
         assert_eq!(super::error_label(&e), "no such file or directory");
     }
 
-    /// The executable's resident file pages, from its mappings in smaps.
-    fn own_file_rss_kib() -> u64 {
-        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+    /// Resident pages of the files whose mappings `which` picks, from smaps.
+    fn file_rss_kib(which: impl Fn(&std::path::Path) -> bool) -> u64 {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut ours = false;
         let mut kib = 0;
         for line in smaps.lines() {
             if line.split_whitespace().next().is_some_and(|f| f.contains('-') && f.chars().all(|c| c.is_ascii_hexdigit() || c == '-')) {
-                ours = line.split_whitespace().nth(5).is_some_and(|p| std::path::Path::new(p) == exe);
+                ours = line.split_whitespace().nth(5).is_some_and(|p| which(std::path::Path::new(p)));
             } else if let (true, Some(v)) = (ours, line.strip_prefix("Rss:")) {
                 kib += v.trim().trim_end_matches(" kB").parse::<u64>().unwrap();
             }
@@ -245,22 +292,43 @@ mod tests {
         kib
     }
 
-    /// The code, constants and relocation tables leave the process's RSS
-    /// and come back as they run; the relocated data (RELRO) stays: a
-    /// dropped GOT or vtable would crash the calls below.
+    /// The code, constants and relocation tables of the executable and of
+    /// libc leave the process's RSS and come back as they run; the
+    /// relocated data (RELRO) stays: a dropped GOT or vtable would crash
+    /// the calls below.
     #[test]
     fn read_only_pages_are_released_and_code_still_runs() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let is_exe = |p: &std::path::Path| p == exe;
+        let is_libc = |p: &std::path::Path| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libc.so"));
         let segments = super::read_only_segments();
-        assert!(segments.len() >= 2, "an executable has at least a read-only and a code segment: {segments:?}");
-        let before = own_file_rss_kib();
+        assert!(segments.len() >= 4, "the executable and libc have at least a read-only and a code segment each: {segments:?}");
+        // Touch libc's read-only pages so that some are resident for sure.
+        assert!(!super::uname().unwrap().sysname.is_empty());
+        let before = (file_rss_kib(is_exe), file_rss_kib(is_libc));
         let released = super::release_read_only_pages().unwrap();
-        let after = own_file_rss_kib();
+        let after = (file_rss_kib(is_exe), file_rss_kib(is_libc));
         assert_eq!(released, segments.iter().map(|s| s.1).sum::<usize>());
-        assert!(after < before, "resident file pages of the executable: {before} KiB before, {after} KiB after");
+        assert!(after.0 < before.0, "resident file pages of the executable: {} KiB before, {} KiB after", before.0, after.0);
+        assert!(after.1 < before.1, "resident file pages of libc: {} KiB before, {} KiB after", before.1, after.1);
         // Dynamic dispatch, formatting, the allocator and libc, through the
         // GOT and the relocated vtables.
         let shown: Vec<String> = (0..64).map(|i| format!("{i:x}")).collect();
         assert_eq!(shown.concat().len(), 16 + 48 * 2);
         assert!(!super::uname().unwrap().sysname.is_empty());
+    }
+
+    /// The vDSO (no file) is never among the ranges: it is not an object
+    /// dl_iterate_phdr names by path.
+    #[test]
+    fn the_vdso_is_left_alone() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let Some(vdso) = maps.lines().find(|l| l.ends_with("[vdso]")) else { return };
+        let range = vdso.split_whitespace().next().unwrap();
+        let (lo, hi) = range.split_once('-').unwrap();
+        let (lo, hi) = (usize::from_str_radix(lo, 16).unwrap(), usize::from_str_radix(hi, 16).unwrap());
+        for (addr, len) in super::read_only_segments() {
+            assert!(addr + len <= lo || addr >= hi, "range {addr:#x}+{len:#x} overlaps the vDSO {range}");
+        }
     }
 }
