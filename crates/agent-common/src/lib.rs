@@ -86,7 +86,7 @@ pub const PROGRAMS: &[&[Program]] = &[
     &tcp_retransmits::RAW_PROGRAMS,
 ];
 /// Compiled in only with `agent-ebpf`'s `test-programs` feature.
-pub const TEST_PROGRAMS: &[Program] = &[test_programs::VERIFIER_REJECTS, test_programs::EMPTY];
+pub const TEST_PROGRAMS: &[&[Program]] = &[&[test_programs::VERIFIER_REJECTS], &test_programs::EMPTY_ON_HOOKS];
 
 /// Implements `aya::Pod` for plain-data map types (user side only).
 #[macro_export]

@@ -14,9 +14,32 @@ pub fn verifier_rejects(ctx: RawTracePointContext) -> i32 {
     unsafe { core::ptr::read_volatile(regs) as i32 }
 }
 
-/// An empty program (attached to sys_exit by the benchmark): the floor of
-/// a probe's cost on this kernel.
-#[raw_tracepoint(tracepoint = "sys_exit")]
-pub fn empty(_ctx: RawTracePointContext) -> i32 {
-    0
+/// Empty programs, one per hook a probe uses: the benchmark attaches them
+/// in a probe's place for the floor of its cost on this kernel (the
+/// kernel's own dispatch to a program on that hook). Each needs a name of
+/// its own: a program is loaded and attached by name.
+macro_rules! empty_programs {
+    ($($name:ident on $hook:tt),* $(,)?) => {
+        $(
+            #[raw_tracepoint(tracepoint = $hook)]
+            pub fn $name(_ctx: RawTracePointContext) -> i32 {
+                0
+            }
+        )*
+    };
+}
+
+empty_programs! {
+    empty on "sys_exit",
+    empty_sys_enter on "sys_enter",
+    empty_process_exec on "sched_process_exec",
+    empty_process_fork on "sched_process_fork",
+    empty_process_exit on "sched_process_exit",
+    empty_rq_issue on "block_rq_issue",
+    empty_rq_complete on "block_rq_complete",
+    empty_set_state on "inet_sock_set_state",
+    empty_kfree_skb on "kfree_skb",
+    empty_wakeup on "sched_wakeup",
+    empty_wakeup_new on "sched_wakeup_new",
+    empty_switch on "sched_switch",
 }

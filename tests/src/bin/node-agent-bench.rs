@@ -212,6 +212,15 @@ fn build_kind(agent: &Path) -> &'static str {
     }
 }
 
+/// How long both stay idle after the load before their steady RSS is read.
+fn settle_secs(quick: bool) -> u64 {
+    if quick {
+        6
+    } else {
+        8
+    }
+}
+
 fn scrape_phase(agent_bin: &Path, ne_bin: &Path, ebpf: bool, quick: bool) -> Res<(ScrapeFigures, ScrapeFigures)> {
     let common: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
     let mut agent_flags = common.clone();
@@ -267,6 +276,12 @@ fn scrape_phase(agent_bin: &Path, ne_bin: &Path, ebpf: bool, quick: bool) -> Res
             }
         }
     }
+    // Steady state: both idle for a while after the load, as between two
+    // of Prometheus's scrapes (15 s and more apart), before the RSS split.
+    // (node-agent gives back the heap of overlapping scrapes on its 5 s
+    // tick; node_exporter's Go runtime keeps what it freed until its
+    // scavenger returns it in the background.)
+    std::thread::sleep(std::time::Duration::from_secs(settle_secs(quick)));
     for (f, (pid, hwm_start)) in figs.iter_mut().zip([(pa, start_hwm.0), (pn, start_hwm.1)]) {
         let load = vm_hwm_kb(pid);
         f.rss_load_mb = load as f64 / 1024.0;
@@ -945,9 +960,12 @@ struct PeerRow {
     probe: &'static str,
     event: &'static str,
     base_ns: f64,
-    /// Added ns per event, per round: node-agent's, bpftrace's.
+    /// Added ns per event, per round: node-agent's, bpftrace's, and empty
+    /// programs' on node-agent's hooks (none when a hook has no empty
+    /// program, and for the first row, which is itself the empty program).
     agent: Vec<f64>,
     bpftrace: Vec<f64>,
+    floor: Vec<f64>,
 }
 
 /// (25th percentile, median, 75th percentile).
@@ -958,22 +976,27 @@ fn quartiles(v: &[f64]) -> (f64, f64, f64) {
 }
 
 /// Rounds of: the workload alone, with node-agent's programs attached,
-/// with the bpftrace program running; the order rotates every round.
-fn peer_rounds(rounds: usize, c: &mut PeerCase) -> Res<PeerRow> {
+/// with the bpftrace program running, and (when every hook of the probe
+/// has one) with empty programs on the same hooks; the order rotates every
+/// round.
+fn peer_rounds(rounds: usize, first: bool, c: &mut PeerCase) -> Res<PeerRow> {
     let per = |secs: f64| secs / c.events as f64 * 1e9;
-    let mut row = PeerRow { probe: c.probe, event: c.event, base_ns: 0.0, agent: Vec::new(), bpftrace: Vec::new() };
+    let empties: Option<Vec<agent_common::Program>> = c.programs.iter().map(|p| agent_common::test_programs::empty_on(p.hook)).collect();
+    let empties = empties.filter(|_| !first);
+    let arms = if empties.is_some() { 4 } else { 3 };
+    let mut row = PeerRow { probe: c.probe, event: c.event, base_ns: 0.0, agent: Vec::new(), bpftrace: Vec::new(), floor: Vec::new() };
     let mut bases = Vec::new();
     for r in 0..rounds {
-        let mut t = [0.0f64; 3];
-        for k in 0..3 {
-            let which = (r + k) % 3;
+        let mut t = [0.0f64; 4];
+        for k in 0..arms {
+            let which = (r + k) % arms;
             t[which] = match which {
                 0 => (c.work)(),
                 1 => {
                     let _attached = attach_programs(c.programs, false, false)?;
                     (c.work)()
                 }
-                _ => {
+                2 => {
                     let mut bt = Bpftrace::start(&c.bpftrace, c.tracepoints)?;
                     let secs = (c.work)();
                     let out = bt.stop();
@@ -985,11 +1008,18 @@ fn peer_rounds(rounds: usize, c: &mut PeerCase) -> Res<PeerRow> {
                     }
                     secs
                 }
+                _ => {
+                    let _attached = attach_programs(empties.as_deref().unwrap_or_default(), false, false)?;
+                    (c.work)()
+                }
             };
         }
         bases.push(per(t[0]));
         row.agent.push(per(t[1]) - per(t[0]));
         row.bpftrace.push(per(t[2]) - per(t[0]));
+        if arms == 4 {
+            row.floor.push(per(t[3]) - per(t[0]));
+        }
     }
     row.base_ns = quartiles(&bases).1;
     Ok(row)
@@ -1122,9 +1152,9 @@ fn bpftrace_peers(quick: bool) -> Res<Vec<PeerRow>> {
         },
     ];
     let mut rows = Vec::new();
-    for case in &mut cases {
+    for (i, case) in cases.iter_mut().enumerate() {
         eprintln!("bench: bpftrace peer: {} ({})", case.probe, case.event);
-        rows.push(peer_rounds(rounds, case)?);
+        rows.push(peer_rounds(rounds, i == 0, case)?);
     }
     drop(cases);
     drop(dev);
@@ -1132,17 +1162,20 @@ fn bpftrace_peers(quick: bool) -> Res<Vec<PeerRow>> {
 }
 
 /// How the bpftrace section is measured, for BENCHMARKS.md.
-const BPFTRACE_METHOD: &str = "Each probe against the same in-kernel aggregation written as a bpftrace program (Debian's bpftrace; maps only, nothing printed per event), in the same run: every round runs the workload alone, with node-agent's programs attached and with the bpftrace program running (started, waited for until its tracepoints are attached, SIGINT after), in an order that rotates each round. Added cost per event is the round's time minus that round's workload alone; medians over the rounds, interquartile range in brackets; the ratio is the median of the rounds' node-agent/bpftrace ratios with their interquartile range (rounds where bpftrace added nothing measurable left out; \"-\" when bpftrace's median added cost is not above zero), \"within noise\" when the two added costs' ranges overlap. The first row is an empty program on the same hook (ours a raw tracepoint, bpftrace's a tracepoint). Target: node-agent's median added cost at most 0.50× bpftrace's, or no more than the empty program's (its upper quartile); \"undecided\" when the two ranges overlap.";
+const BPFTRACE_METHOD: &str = "Each probe against the same in-kernel aggregation written as a bpftrace program (Debian's bpftrace; maps only, nothing printed per event), in the same run: every round runs the workload alone, with node-agent's programs attached and with the bpftrace program running (started, waited for until its tracepoints are attached, SIGINT after), in an order that rotates each round. Added cost per event is the round's time minus that round's workload alone; medians over the rounds, interquartile range in brackets; the ratio is the median of the rounds' node-agent/bpftrace ratios with their interquartile range (rounds where bpftrace added nothing measurable left out; \"-\" when bpftrace's median added cost is not above zero), \"within noise\" when the two added costs' ranges overlap. The first row is an empty program on the same hook (ours a raw tracepoint, bpftrace's a tracepoint). Every other round also runs the workload with empty programs (a raw tracepoint program that returns at once) on each of node-agent's hooks for that probe, in the same rotation: the kernel's own cost of running a program there, the floor no program on those hooks can go under. Target: node-agent's median added cost at most 0.50× bpftrace's with the two ranges apart (\"met\"); otherwise \"at the floor\" when it is no more than the empty programs' upper quartile, \"undecided (noise)\" when the two ranges overlap, \"not met\" else.";
 
 /// The section's table, markdown.
 fn bpftrace_table(rows: &[PeerRow]) -> String {
     let mut md = String::new();
-    let floor = rows.first().map(|r| quartiles(&r.agent)).unwrap_or_default();
-    let _ = writeln!(md, "| probe | event | workload alone | node-agent added (IQR) | bpftrace added (IQR) | node-agent / bpftrace (IQR) | target ≤ 0.50× or the floor |");
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    let first_floor = rows.first().map(|r| quartiles(&r.agent)).unwrap_or_default();
+    let _ = writeln!(md, "| probe | event | workload alone | node-agent added (IQR) | bpftrace added (IQR) | empty programs on node-agent's hooks (IQR) | node-agent / bpftrace (IQR) | target ≤ 0.50× or the floor |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
     for (i, r) in rows.iter().enumerate() {
         let (a25, a50, a75) = quartiles(&r.agent);
         let (b25, b50, b75) = quartiles(&r.bpftrace);
+        // This probe's own floor when it was measured, else the first row's.
+        let floor = if r.floor.is_empty() { first_floor } else { quartiles(&r.floor) };
+        let floor_cell = if r.floor.is_empty() { "-".to_string() } else { format!("{:.0} ns ({:.0}–{:.0})", floor.1, floor.0, floor.2) };
         // Rounds where bpftrace added nothing measurable give no ratio.
         let ratios: Vec<f64> = r.agent.iter().zip(&r.bpftrace).filter(|(_, b)| **b > 0.0).map(|(a, b)| a / b).collect();
         let noise = a75 >= b25 && b75 >= a25;
@@ -1155,18 +1188,18 @@ fn bpftrace_table(rows: &[PeerRow]) -> String {
         let ratio = if noise { format!("{ratio} — within noise") } else { ratio };
         let target = if i == 0 {
             "(floor)".to_string()
-        } else if noise {
-            "undecided (noise)".into()
+        } else if !noise && a50 <= 0.5 * b50 {
+            "met".into()
         } else if a50 <= floor.2 {
             "at the floor".into()
-        } else if a50 <= 0.5 * b50 {
-            "met".into()
+        } else if noise {
+            "undecided (noise)".into()
         } else {
             "not met".into()
         };
         let _ = writeln!(
             md,
-            "| {} | {} | {:.0} ns | {a50:.0} ns ({a25:.0}–{a75:.0}) | {b50:.0} ns ({b25:.0}–{b75:.0}) | {ratio} | {target} |",
+            "| {} | {} | {:.0} ns | {a50:.0} ns ({a25:.0}–{a75:.0}) | {b50:.0} ns ({b25:.0}–{b75:.0}) | {floor_cell} | {ratio} | {target} |",
             r.probe, r.event, r.base_ns
         );
     }
@@ -1401,7 +1434,7 @@ fn run() -> Res<()> {
     let _ = writeln!(md, "- node-agent: {}; first without its eBPF collectors (the same families as node_exporter where both have them), then with every probe attached and pod attribution on: an in-memory API server lists {BENCH_PODS} pods on the agent's node (and {BENCH_PODS} elsewhere), which the agent watches.", build_kind(&agent));
     let _ = writeln!(md, "- These machines are noisy: compare ratios within one run.\n");
     let _ = writeln!(md, "## Scrapes, side by side\n");
-    let _ = writeln!(md, "CPU per scrape from /proc/PID/stat over interleaved rounds of sequential keep-alive scrapes; latency of those scrapes; wrk for {}s at 1 and 4 connections; peak RSS (VmHWM) over the process's whole life and during the load only (VmHWM reset through /proc/PID/clear_refs once both have started and answered 20 scrapes), and the RSS after the load split into anonymous memory (heap, stacks, eBPF maps) and file-backed pages (the binary's and libraries' code and data, shared with the page cache).\n", if quick { 3 } else { 10 });
+    let _ = writeln!(md, "CPU per scrape from /proc/PID/stat over interleaved rounds of sequential keep-alive scrapes; latency of those scrapes; wrk for {}s at 1 and 4 connections; peak RSS (VmHWM) over the process's whole life and during the load only (VmHWM reset through /proc/PID/clear_refs once both have started and answered 20 scrapes), and the RSS after the load and {} s idle (as between two of Prometheus's scrapes) split into anonymous memory (heap, stacks, eBPF maps) and file-backed pages (the binary's and libraries' code and data, shared with the page cache).\n", if quick { 3 } else { 10 }, settle_secs(quick));
     let _ = writeln!(md, "| measure | node-agent | node_exporter | ratio | node-agent + eBPF | node_exporter (same run) | ratio |");
     let _ = writeln!(md, "|---|---|---|---|---|---|---|");
     let row = |md: &mut String, name: &str, f: &dyn Fn(&ScrapeFigures) -> f64, unit: &str| {

@@ -53,7 +53,7 @@ mod tests {
         }
         let in_object: BTreeSet<&str> = obj.programs.keys().map(String::as_str).collect();
         assert_eq!(in_object, programs, "programs in the object vs agent_common::PROGRAMS");
-        for p in agent_common::TEST_PROGRAMS {
+        for p in agent_common::TEST_PROGRAMS.iter().flat_map(|ps| ps.iter()) {
             assert!(!obj.programs.contains_key(p.name), "test-only program {} is in the shipped object", p.name);
         }
 
