@@ -27,6 +27,8 @@ struct Dyn {
 /// # Safety
 /// `dynamic` is the run-time address of the object's `PT_DYNAMIC`, as
 /// `dl_iterate_phdr` reports it, `count` entries long at most.
+// SAFETY: unsafe because it reads through `dynamic`; the contract is the
+// `# Safety` section above, kept by its one caller.
 unsafe fn has_text_relocations(dynamic: *const Dyn, count: usize) -> bool {
     const DT_TEXTREL: i64 = 22;
     const DT_FLAGS: i64 = 30;
@@ -50,6 +52,8 @@ unsafe fn has_text_relocations(dynamic: *const Dyn, count: usize) -> bool {
 /// sits in a writable segment. The vDSO (no file behind it) and objects
 /// with text relocations (their read-only pages were written) are left out.
 fn read_only_segments() -> Vec<(usize, usize)> {
+    // SAFETY: called by dl_iterate_phdr only, with the pointers it
+    // documents; `data` is the Vec passed below.
     unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut libc::c_void) -> libc::c_int {
         // SAFETY: dl_iterate_phdr hands a valid info; data is our Vec.
         let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<(usize, usize)>)) };
