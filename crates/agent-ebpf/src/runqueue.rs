@@ -9,7 +9,7 @@ use agent_common::Hist;
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
     macros::{map, raw_tracepoint, tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray},
+    maps::{LruHashMap, PerCpuArray},
     programs::{RawTracePointContext, TracePointContext},
     Global,
 };
@@ -24,9 +24,17 @@ static RUNQ_OFFSETS: Global<Offsets> = Global::new(Offsets::DEFAULT);
 
 #[map]
 static RUNQ_START: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
-/// Enqueue times by task_struct address, for the raw-tracepoint variant.
+/// Enqueue times by task_struct address, for the raw-tracepoint variant:
+/// one entry per task that was ever runnable, written in place when it is
+/// enqueued and marked done (0) when it runs, rather than inserted and
+/// deleted per wait (an insert takes an element from the free list and
+/// links it under the bucket's lock, a delete unlinks and frees it; a
+/// write after the lookup does neither). LRU, so the entries of exited
+/// tasks (all marked done: a dying task's last switch is not a wait) are
+/// the ones reused when the map is full; a task waits in the run queue for
+/// milliseconds, far too short for 32768 other tasks to run meanwhile.
 #[map]
-static RUNQ_TASK_START: HashMap<u64, u64> = HashMap::with_max_entries(32768, 0);
+static RUNQ_TASK_START: LruHashMap<u64, u64> = LruHashMap::with_max_entries(32768, 0);
 #[map]
 static RUNQ_HIST: PerCpuArray<Hist> = PerCpuArray::with_max_entries(1, 0);
 #[map]
@@ -101,7 +109,12 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn task_enqueued(task: u64) {
-    if RUNQ_TASK_START.insert(task, now_ns(), 0).is_err() {
+    let now = now_ns();
+    if let Some(t) = RUNQ_TASK_START.get_ptr_mut(task) {
+        // SAFETY: a live entry of the map; a task is enqueued and run one
+        // event at a time (the scheduler holds its run queue's lock).
+        unsafe { *t = now };
+    } else if RUNQ_TASK_START.insert(task, now, 0).is_err() {
         inc(&RUNQ_DROPPED, 0);
     }
 }
@@ -130,9 +143,14 @@ fn try_switch_raw(ctx: &RawTracePointContext) -> Result<(), i32> {
     if (preempt & 1 != 0 || prev_state as u32 == 0) && bpf_get_current_pid_tgid() >> 32 != 0 {
         task_enqueued(prev);
     }
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(start) = (unsafe { RUNQ_TASK_START.get(next) }).copied() else { return Ok(()) };
-    let _ = RUNQ_TASK_START.remove(next);
+    let Some(t) = RUNQ_TASK_START.get_ptr_mut(next) else { return Ok(()) };
+    // SAFETY: a live entry of the map, read and marked done by the one
+    // switch that runs `next` (under its run queue's lock).
+    let start = unsafe { core::ptr::replace(t, 0) };
+    if start == 0 {
+        // Not enqueued since it last ran (or never seen).
+        return Ok(());
+    }
     let wait = now_ns().saturating_sub(start);
     if let Some(h) = RUNQ_HIST.get_ptr_mut(0) {
         record(h, wait);
