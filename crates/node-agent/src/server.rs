@@ -477,8 +477,11 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
                 tick.tick().await;
                 let open = cap.saturating_sub(slots.available_permits());
                 let burst = m.peak.swap(open, std::sync::atomic::Ordering::Relaxed) >= BURST && open < BURST / 8;
+                // The peak is kept while a scrape runs: an overlap followed
+                // by a lone scrape still running at the tick is trimmed at
+                // the next idle tick, not forgotten.
                 let scrapes = SCRAPES.now.load(std::sync::atomic::Ordering::Relaxed);
-                let overlapped = overlap_over(SCRAPES.peak.swap(scrapes, std::sync::atomic::Ordering::Relaxed), scrapes);
+                let overlapped = scrapes == 0 && overlap_over(SCRAPES.peak.swap(0, std::sync::atomic::Ordering::Relaxed), 0);
                 if burst || overlapped {
                     host::sys::trim_heap();
                 }
