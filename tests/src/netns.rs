@@ -33,6 +33,23 @@ impl Netns {
         assert!(child.wait().expect("ip -batch").success(), "ip -batch failed");
     }
 
+    /// Waits (up to 10 s) until `dev`'s operational state is up: the
+    /// kernel sets it from the carrier in its link-watch work, which runs
+    /// after `ip link set up` returns (up to a second later, later still on
+    /// a loaded machine). Panics, naming the state seen, when it never is.
+    pub fn wait_until_up(&self, dev: &str) {
+        let mut seen = String::new();
+        for _ in 0..200 {
+            let out = Command::new("ip").args(["-n", &self.0, "-o", "link", "show", "dev", dev]).output().expect("run ip (iproute2)");
+            seen = String::from_utf8_lossy(&out.stdout).into_owned();
+            if seen.contains(" state UP ") {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("{dev} in {} never came up: {seen}", self.0);
+    }
+
     /// Runs `f` on a thread that has joined the namespace, with /proc paths
     /// of that thread (so /proc/net is the namespace's).
     pub fn run<T: Send>(&self, f: impl FnOnce(&Paths) -> T + Send) -> T {

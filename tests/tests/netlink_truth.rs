@@ -157,6 +157,9 @@ fn netclass_over_netlink_agrees_with_sysfs() {
     ns.ip(&["link", "set", "d0", "up"]);
     ns.ip(&["link", "set", "d1", "up"]);
     ns.ip(&["link", "set", "lo", "up"]);
+    // node_network_up is the operational state, which follows the carrier
+    // asynchronously (a run beside a build saw d0 still down).
+    ns.wait_until_up("d0");
     let dir = tempfile::tempdir().expect("tempdir");
     let (nl, sys) = ns.run(|paths| {
         let _mount = SysfsMount::new(dir.path());
