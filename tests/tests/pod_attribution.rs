@@ -740,15 +740,21 @@ fn cpu_throttling_matches_cpu_stat() {
         )
     };
     // The exported values and cpu.stat, read while cpu.stat stood still (a
-    // period may still end just after the cgroup went idle).
+    // period may still end just after the cgroup went idle). No scrape
+    // before it has stood still for 200 ms: a scrape between the loop's
+    // kill and that last, cut-short period would observe the period apart,
+    // below 50 ms (a run beside a build saw it).
     let settled = || {
         for _ in 0..20 {
             let before = (cpu_stat(&dir), cpu_stat(&pod_dir));
+            std::thread::sleep(Duration::from_millis(200));
+            if (cpu_stat(&dir), cpu_stat(&pod_dir)) != before {
+                continue;
+            }
             let got = (read("app"), read(""));
             if (cpu_stat(&dir), cpu_stat(&pod_dir)) == before {
                 return (got, before);
             }
-            std::thread::sleep(Duration::from_millis(100));
         }
         panic!("cpu.stat never stood still");
     };
