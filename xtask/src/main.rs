@@ -12,6 +12,9 @@
 //! - `fuzz [--seconds N] [--seed S] [--afl]`: mutation-fuzz the collectors' parsers; with
 //!   `--afl`, coverage-guided with AFL++ (afl.rs on stable Rust; harness in fuzz/).
 //! - `image`: build the container image (needs docker or podman).
+//! - `truth-loop [--runs N]`: the eBPF, netlink, perf and pod attribution
+//!   truth suites N times in a row (50 by default) while a build runs beside
+//!   them; fails unless every run passes.
 //! - `pgo`: rewrite the release build's PGO profile, `pgo/node-agent.profdata`
 //!   (an instrumented build under `pgo/train.sh`; see `pgo.rs`).
 //!
@@ -72,6 +75,12 @@ enum Cmd {
     },
     /// Write deploy/ from the code (a test fails when the committed files differ).
     Manifests,
+    /// Run the truth suites (eBPF, netlink, perf, pod attribution) RUNS
+    /// times in a row while a build runs beside them: exact under load.
+    TruthLoop {
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+    },
     /// Rewrite the release build's PGO profile (pgo/node-agent.profdata): an
     /// instrumented build run under pgo/train.sh (the benchmark's workload).
     Pgo,
@@ -405,6 +414,85 @@ fn build_release() -> Result<PathBuf> {
     Ok(root().join("target/release/node-agent"))
 }
 
+/// The truth suites that check probes and collectors against the kernel.
+const TRUTH_SUITES: &[&str] = &["ebpf_truth", "netlink_truth", "perf_truth", "pod_attribution"];
+
+/// Runs the truth suites `runs` times in a row, each run all of them, while
+/// a debug build of two workspace crates is built and cleaned over and over
+/// in a target directory of its own (the load of a parallel build, without
+/// holding the suites' build lock). Ok(false) unless every run passed.
+fn truth_loop(runs: usize) -> Result<bool> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let mut args = vec!["test", "-q", "-p", "node-agent-tests"];
+    for s in TRUTH_SUITES {
+        args.extend(["--test", s]);
+    }
+    // Built once before the load starts.
+    let mut build = Command::new(cargo());
+    build.current_dir(root()).env("CI", "1").args(&args).arg("--no-run");
+    run(&mut build)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let child: Arc<Mutex<Option<std::process::Child>>> = Arc::new(Mutex::new(None));
+    let load = {
+        let (stop, child) = (Arc::clone(&stop), Arc::clone(&child));
+        let dir = root().join("target/truth-load");
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for step in [&["build", "-q", "-p", "node-agent-planner", "-p", "node-agent-expo"][..], &["clean", "-q"][..]] {
+                    let spawned = Command::new(cargo())
+                        .current_dir(root())
+                        .args(step)
+                        .arg("--target-dir")
+                        .arg(&dir)
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn();
+                    let Ok(c) = spawned else { return };
+                    if let Ok(mut slot) = child.lock() {
+                        *slot = Some(c);
+                    }
+                    loop {
+                        let done =
+                            child.lock().ok().and_then(|mut s| s.as_mut().map(|c| c.try_wait().map(|r| r.is_some()).unwrap_or(true)));
+                        if done != Some(false) || stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                }
+            }
+        })
+    };
+    let mut failed = Vec::new();
+    for i in 1..=runs {
+        let t = std::time::Instant::now();
+        let mut c = Command::new(cargo());
+        c.current_dir(root()).env("CI", "1").args(&args);
+        let ok = c.status().map(|s| s.success()).unwrap_or(false);
+        let load_avg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        eprintln!(
+            "xtask: truth run {i}/{runs}: {} in {:.0} s (load average {})",
+            if ok { "passed" } else { "FAILED" },
+            t.elapsed().as_secs_f64(),
+            load_avg.split_whitespace().next().unwrap_or("?")
+        );
+        if !ok {
+            failed.push(i);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Ok(mut slot) = child.lock() {
+        if let Some(c) = slot.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+    let _ = load.join();
+    eprintln!("xtask: {} of {runs} consecutive truth runs passed beside a build; failed: {failed:?}", runs - failed.len());
+    Ok(failed.is_empty())
+}
+
 fn cargo_test(args: &[&str]) -> Result<()> {
     let mut c = Command::new(cargo());
     c.current_dir(root()).arg("test").args(args);
@@ -475,6 +563,7 @@ fn main() -> ExitCode {
             }
             run(&mut c).map(|_| true)
         }),
+        Cmd::TruthLoop { runs } => setup().and_then(|_| truth_loop(runs)),
         Cmd::Pgo => setup().and_then(|_| pgo::generate(&root(), &cargo())).map(|_| true),
         Cmd::Manifests => setup_ebpf().and_then(|_| {
             let mut c = Command::new(cargo());
