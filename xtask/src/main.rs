@@ -423,7 +423,7 @@ const TRUTH_SUITES: &[&str] = &["ebpf_truth", "netlink_truth", "perf_truth", "po
 /// holding the suites' build lock). Ok(false) unless every run passed.
 fn truth_loop(runs: usize) -> Result<bool> {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     let mut args = vec!["test", "-q", "-p", "node-agent-tests"];
     for s in TRUTH_SUITES {
         args.extend(["--test", s]);
@@ -433,9 +433,8 @@ fn truth_loop(runs: usize) -> Result<bool> {
     build.current_dir(root()).env("CI", "1").args(&args).arg("--no-run");
     run(&mut build)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let child: Arc<Mutex<Option<std::process::Child>>> = Arc::new(Mutex::new(None));
     let load = {
-        let (stop, child) = (Arc::clone(&stop), Arc::clone(&child));
+        let stop = Arc::clone(&stop);
         let dir = root().join("target/truth-load");
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
@@ -448,15 +447,13 @@ fn truth_loop(runs: usize) -> Result<bool> {
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())
                         .spawn();
-                    let Ok(c) = spawned else { return };
-                    if let Ok(mut slot) = child.lock() {
-                        *slot = Some(c);
-                    }
-                    loop {
-                        let done =
-                            child.lock().ok().and_then(|mut s| s.as_mut().map(|c| c.try_wait().map(|r| r.is_some()).unwrap_or(true)));
-                        if done != Some(false) || stop.load(Ordering::Relaxed) {
-                            break;
+                    let Ok(mut c) = spawned else { return };
+                    // The build runs until it ends or the loop is over.
+                    while let Ok(None) = c.try_wait() {
+                        if stop.load(Ordering::Relaxed) {
+                            let _ = c.kill();
+                            let _ = c.wait();
+                            return;
                         }
                         std::thread::sleep(std::time::Duration::from_millis(100));
                     }
@@ -482,12 +479,6 @@ fn truth_loop(runs: usize) -> Result<bool> {
         }
     }
     stop.store(true, Ordering::Relaxed);
-    if let Ok(mut slot) = child.lock() {
-        if let Some(c) = slot.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
     let _ = load.join();
     eprintln!("xtask: {} of {runs} consecutive truth runs passed beside a build; failed: {failed:?}", runs - failed.len());
     Ok(failed.is_empty())

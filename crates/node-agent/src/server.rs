@@ -481,7 +481,7 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
                 // by a lone scrape still running at the tick is trimmed at
                 // the next idle tick, not forgotten.
                 let scrapes = SCRAPES.now.load(std::sync::atomic::Ordering::Relaxed);
-                let overlapped = scrapes == 0 && overlap_over(SCRAPES.peak.swap(0, std::sync::atomic::Ordering::Relaxed), 0);
+                let overlapped = scrapes == 0 && overlap_over(SCRAPES.peak.swap(0, std::sync::atomic::Ordering::Relaxed), scrapes);
                 if burst || overlapped {
                     host::sys::trim_heap();
                 }
