@@ -20,9 +20,16 @@ static BLOCK_OFFSETS: Global<Offsets> = Global::new(Offsets::DEFAULT);
 
 #[map]
 static BIO_START: LruHashMap<BioReq, BioStart> = LruHashMap::with_max_entries(16384, 0);
-/// Raw programs: in flight by request address (a request reissued after a
-/// requeue overwrites its entry; LRU, so a request never completed cannot
-/// hold a slot for ever).
+/// Raw programs: issue times by request address. blk-mq preallocates a
+/// queue's requests (one per tag), so the same few addresses come back
+/// with every I/O: each has one entry, written in place when its request is
+/// issued and marked done (`ts_ns` 0) when it completes, rather than
+/// inserted and deleted per I/O (an insert takes an element from the free
+/// list and links it under the bucket's lock, a delete unlinks and frees
+/// it; a write after the lookup does neither, and the entries touched stay
+/// as few as the requests). A request reissued after a requeue overwrites
+/// its entry. LRU, so the requests of a removed device are the entries
+/// reused when the map is full.
 #[map]
 static BIO_RQ_START: LruHashMap<u64, RqStart> = LruHashMap::with_max_entries(16384, 0);
 #[map]
@@ -139,7 +146,11 @@ fn try_rq_issue_raw(ctx: &RawTracePointContext) -> Result<(), i32> {
     let major: u32 = read_kernel(disk, off.disk_major).ok_or(0)?;
     let minor: u32 = read_kernel(disk, off.disk_first_minor).ok_or(0)?;
     let start = RqStart { ts_ns: now_ns(), op, dev: (major << 20) | (minor & 0xf_ffff) };
-    if BIO_RQ_START.insert(rq, start, 0).is_err() {
+    if let Some(s) = BIO_RQ_START.get_ptr_mut(rq) {
+        // SAFETY: a live entry of the map; a request is issued and
+        // completed one event at a time (the block layer orders them).
+        unsafe { *s = start };
+    } else if BIO_RQ_START.insert(rq, start, 0).is_err() {
         inc(&BIO_DROPPED, 0);
     }
     Ok(())
@@ -154,9 +165,18 @@ pub fn block_rq_issue_raw(ctx: RawTracePointContext) -> i32 {
 fn try_rq_complete_raw(ctx: &RawTracePointContext) -> Result<(), i32> {
     // TP_PROTO(struct request *rq, blk_status_t error, unsigned int nr_bytes)
     let rq: u64 = ctx.arg(0);
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(start) = (unsafe { BIO_RQ_START.get(rq) }).copied() else { return Ok(()) };
-    let _ = BIO_RQ_START.remove(rq);
+    let Some(s) = BIO_RQ_START.get_ptr_mut(rq) else { return Ok(()) };
+    // SAFETY: a live entry of the map, read and marked done by the one
+    // completion of the request it was issued for.
+    let start = unsafe {
+        let start = *s;
+        (*s).ts_ns = 0;
+        start
+    };
+    if start.ts_ns == 0 {
+        // Not issued since it last completed.
+        return Ok(());
+    }
     record_latency(ctx, BioKey { dev: start.dev, op: start.op }, now_ns().saturating_sub(start.ts_ns));
     Ok(())
 }
