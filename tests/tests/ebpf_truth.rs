@@ -1112,3 +1112,30 @@ fn drop_capabilities_leaves_every_thread_only_what_scrapes_need() {
     // Threads started since (the server's) hold no more than the others.
     assert!(thread_caps(pid).iter().all(|(_, eff, prm)| *eff == keep && *prm == keep));
 }
+
+fn log_rings() -> BTreeMap<u32, u32> {
+    aya::maps::loaded_maps().filter_map(Result::ok).filter(|m| m.name_as_str() == Some("AYA_LOGS")).map(|m| (m.id(), m.max_entries())).collect()
+}
+
+/// The agent's resident memory: its log ring is 16 KiB, not aya-log's
+/// 128 KiB (a ring buffer's pages are all resident once mapped), and the
+/// embedded object carries no DWARF (its BTF was made from it at link time).
+#[test]
+fn log_ring_small_and_object_without_dwarf() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    let obj = node_agent::ebpf::OBJECT;
+    assert!(obj.len() > 1000, "the object is embedded");
+    assert!(!obj.windows(7).any(|w| w == b".debug_"), "the embedded object has no .debug_* sections");
+    assert!(obj.windows(5).any(|w| w == b".BTF\0"), "the embedded object keeps its BTF");
+    let before = log_rings();
+    let m = node_agent::cmd::command()
+        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.ebpf_syscalls"])
+        .expect("flags");
+    let agent = node_agent::agent::Agent::start(&m).expect("start");
+    let ours: Vec<u32> = log_rings().into_iter().filter(|(id, _)| !before.contains_key(id)).map(|(_, size)| size).collect();
+    agent.stop();
+    assert_eq!(ours, vec![16 << 10], "one log ring of 16 KiB for the agent's object");
+}

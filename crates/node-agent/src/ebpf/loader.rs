@@ -61,6 +61,10 @@ impl Globals {
     }
 }
 
+/// aya-log's ring buffer, and the size we give it.
+const LOG_MAP: &str = "AYA_LOGS";
+const LOG_RING_BYTES: u32 = 16 << 10;
+
 /// The loaded object, shared by the eBPF collectors.
 pub struct Shared {
     ebpf: Mutex<Ebpf>,
@@ -104,6 +108,10 @@ impl Shared {
         for (name, bytes) in &globals.0 {
             loader.override_global(name, bytes.as_slice(), true);
         }
+        // aya-log's ring buffer is 128 KiB, and a ring buffer's pages are
+        // all resident once mapped (its data twice): 260 kB of the agent's
+        // RSS for the rare warnings our programs log. 16 KiB holds dozens.
+        loader.map_max_entries(LOG_MAP, LOG_RING_BYTES);
         let mut ebpf = loader.load(object).map_err(|e| LoadError::Load(e.to_string()))?;
         let log_stop = Arc::new(AtomicBool::new(false));
         match aya_log::EbpfLogger::init_with_logger(&mut ebpf, LogBridge) {
