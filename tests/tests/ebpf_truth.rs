@@ -1114,7 +1114,11 @@ fn drop_capabilities_leaves_every_thread_only_what_scrapes_need() {
 }
 
 fn log_rings() -> BTreeMap<u32, u32> {
-    aya::maps::loaded_maps().filter_map(Result::ok).filter(|m| m.name_as_str() == Some("AYA_LOGS")).map(|m| (m.id(), m.max_entries())).collect()
+    aya::maps::loaded_maps()
+        .filter_map(Result::ok)
+        .filter(|m| m.name_as_str() == Some("AYA_LOGS"))
+        .map(|m| (m.id(), m.max_entries()))
+        .collect()
 }
 
 /// The agent's resident memory: its log ring is 16 KiB, not aya-log's
@@ -1132,7 +1136,12 @@ fn log_ring_small_and_object_without_dwarf() {
     assert!(obj.windows(5).any(|w| w == b".BTF\0"), "the embedded object keeps its BTF");
     let before = log_rings();
     let m = node_agent::cmd::command()
-        .try_get_matches_from(["node-agent", "--web.listen-address=127.0.0.1:0", "--collector.disable-defaults", "--collector.ebpf_syscalls"])
+        .try_get_matches_from([
+            "node-agent",
+            "--web.listen-address=127.0.0.1:0",
+            "--collector.disable-defaults",
+            "--collector.ebpf_syscalls",
+        ])
         .expect("flags");
     let agent = node_agent::agent::Agent::start(&m).expect("start");
     let ours: Vec<u32> = log_rings().into_iter().filter(|(id, _)| !before.contains_key(id)).map(|(_, size)| size).collect();
