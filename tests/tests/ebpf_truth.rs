@@ -1116,7 +1116,7 @@ fn drop_capabilities_leaves_every_thread_only_what_scrapes_need() {
 fn log_rings() -> BTreeMap<u32, u32> {
     aya::maps::loaded_maps()
         .filter_map(Result::ok)
-        .filter(|m| m.name_as_str() == Some("AYA_LOGS"))
+        .filter(|m| m.name_as_str() == Some(node_agent::ebpf::loader::LOG_MAP))
         .map(|m| (m.id(), m.max_entries()))
         .collect()
 }

@@ -62,7 +62,7 @@ impl Globals {
 }
 
 /// aya-log's ring buffer, and the size we give it.
-const LOG_MAP: &str = "AYA_LOGS";
+pub const LOG_MAP: &str = "AYA_LOGS";
 const LOG_RING_BYTES: u32 = 16 << 10;
 
 /// The loaded object, shared by the eBPF collectors.

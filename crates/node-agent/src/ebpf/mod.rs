@@ -37,7 +37,8 @@ mod tests {
             return;
         }
         let obj = aya_obj::Object::parse(super::OBJECT).expect("the embedded object parses");
-        let maps: BTreeSet<&str> = obj.maps.keys().map(String::as_str).filter(|m| !m.starts_with('.') && *m != "AYA_LOGS").collect();
+        let maps: BTreeSet<&str> =
+            obj.maps.keys().map(String::as_str).filter(|m| !m.starts_with('.') && *m != super::loader::LOG_MAP).collect();
         let named: BTreeSet<&str> = agent_common::MAPS.iter().copied().collect();
         assert_eq!(maps, named, "maps in the object vs agent_common::MAPS");
 
