@@ -341,6 +341,61 @@ fn ensure_tracefs() -> Option<PathBuf> {
     tracefs()
 }
 
+/// A syscall the eBPF programs need, which a seccomp filter may refuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    /// bpf(2): maps and programs, raw tracepoints.
+    Bpf,
+    /// perf_event_open(2): attaching tracepoint programs.
+    PerfEventOpen,
+}
+
+impl Call {
+    pub fn name(self) -> &'static str {
+        match self {
+            Call::Bpf => "bpf",
+            Call::PerfEventOpen => "perf_event_open",
+        }
+    }
+}
+
+/// The seccomp mode of this process (`Seccomp:` in /proc/self/status: 0
+/// none, 1 strict, 2 filter), when the kernel says.
+pub fn parse_seccomp_mode(status: &str) -> Option<u32> {
+    status.lines().find_map(|l| l.strip_prefix("Seccomp:")).and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether a seccomp filter of this thread refuses `call` outright. The
+/// call is made with arguments the kernel itself rejects before doing
+/// anything (an unknown bpf command, a NULL perf_event_attr: EINVAL or
+/// EFAULT), so EPERM or ENOSYS can only come from a filter, and only when
+/// /proc says one is installed.
+pub fn seccomp_refuses(call: Call) -> bool {
+    // SAFETY: both calls pass no memory the kernel writes: bpf with a
+    // command number no kernel has and a NULL, zero-sized attribute (the
+    // kernel returns EINVAL), perf_event_open with a NULL attribute (EFAULT).
+    // Neither creates anything.
+    seccomp_refuses_call(|| unsafe {
+        match call {
+            Call::Bpf => libc::syscall(libc::SYS_bpf, 0x7fff_i64, std::ptr::null::<u8>(), 0_i64),
+            Call::PerfEventOpen => libc::syscall(libc::SYS_perf_event_open, std::ptr::null::<u8>(), 0_i64, -1_i64, -1_i64, 0_i64),
+        }
+    })
+}
+
+/// Whether this thread runs under a seccomp filter and `call` (a syscall
+/// made with arguments the kernel itself rejects, never with EPERM, ENOSYS
+/// or EACCES) fails with one of those: the filter refused it.
+pub fn seccomp_refuses_call(call: impl FnOnce() -> libc::c_long) -> bool {
+    let filtered = std::fs::read_to_string("/proc/thread-self/status").ok().as_deref().and_then(parse_seccomp_mode).is_some_and(|m| m == 2);
+    if !filtered {
+        return false;
+    }
+    let rc = call();
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    rc == -1 && matches!(errno, Some(libc::EPERM) | Some(libc::ENOSYS) | Some(libc::EACCES))
+}
+
 /// Field offsets of one tracepoint, from its tracefs `format` file.
 pub fn parse_format(text: &str) -> HashMap<String, u32> {
     let mut out = HashMap::new();
@@ -439,6 +494,46 @@ mod tests {
         assert_eq!(print_symbolic(f), [(2, "NOT_SPECIFIED"), (3, "NO_SOCKET")]);
         assert_eq!(print_symbolic("__print_symbolic(x, { 0x10, \"A\" })"), [(16, "A")]);
         assert!(print_symbolic("print fmt: \"x\"").is_empty());
+    }
+
+    #[test]
+    fn seccomp_modes() {
+        assert_eq!(parse_seccomp_mode("Name:\tx\nSeccomp:\t2\nSeccomp_filters:\t1\n"), Some(2));
+        assert_eq!(parse_seccomp_mode("Seccomp:\t0\n"), Some(0));
+        assert_eq!(parse_seccomp_mode("Name:\tx\n"), None);
+    }
+
+    /// A thread with a seccomp filter that refuses bpf(2) with EPERM (as
+    /// container runtimes' default profiles do): bpf is found refused,
+    /// perf_event_open is not; the test's other threads have no filter.
+    #[test]
+    fn a_filter_refusing_bpf_is_found() {
+        let filtered = std::thread::spawn(|| {
+            let code = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+            let mut prog = [
+                code(0x20, 0, 0, 0),                                  // ld [0]: the syscall number
+                code(0x15, 0, 1, libc::SYS_bpf as u32),               // jeq SYS_bpf
+                code(0x06, 0, 0, 0x0005_0000 | libc::EPERM as u32),   // ret ERRNO(EPERM)
+                code(0x06, 0, 0, 0x7fff_0000),                        // ret ALLOW
+            ];
+            let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
+            // SAFETY: no_new_privs and a filter on this thread only (no
+            // TSYNC); the program is valid classic BPF that outlives the call.
+            let ok = unsafe {
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                    && libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog as *const libc::sock_fprog) == 0
+            };
+            assert!(ok, "installing the filter: {}", std::io::Error::last_os_error());
+            (seccomp_refuses(Call::Bpf), seccomp_refuses(Call::PerfEventOpen))
+        })
+        .join()
+        .unwrap();
+        assert_eq!(filtered, (true, false));
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        if parse_seccomp_mode(&status) == Some(0) {
+            assert!(!seccomp_refuses(Call::Bpf));
+            assert!(!seccomp_refuses(Call::PerfEventOpen));
+        }
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Loading the eBPF object once per agent, with every probe's read-only
 //! global set, and attaching programs. A program that cannot be loaded or
-//! attached is reported down (`node_ebpf_program_up 0`, the reason logged
-//! once at warn), never fatal. Dropping the last handle detaches and
-//! unloads everything.
+//! attached is reported down (`node_ebpf_program_up 0`, the error logged
+//! once at warn, and why in `node_ebpf_program_down_reason{reason}`: a
+//! [`Reason`]), never fatal. A seccomp filter refusing bpf(2) or
+//! perf_event_open(2) is said once, at error, with the remedy. Dropping the
+//! last handle detaches and unloads everything.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,6 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agent_common::{Hook, Program};
+
+use crate::ebpf::kernel::{self, Call};
 use aya::programs::{RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use expo::{Kind, Sink};
@@ -21,8 +25,126 @@ pub enum LoadError {
     #[error("this node-agent was built without its eBPF programs (NODE_AGENT_SKIP_EBPF=1)")]
     NotBuilt,
     /// The kernel refused the object (or its maps): no privileges, no BPF.
-    #[error("loading eBPF programs: {0}")]
-    Load(String),
+    #[error("loading eBPF programs: {msg}")]
+    Load { msg: String, reason: Reason },
+}
+
+/// Why a program is down: the `reason` label of
+/// `node_ebpf_program_down_reason`, one of eight values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The binary embeds no programs (`NODE_AGENT_SKIP_EBPF=1`).
+    NotBuilt,
+    /// A seccomp filter refuses bpf(2) or perf_event_open(2).
+    Seccomp,
+    /// Refused (EPERM) and the capability is not held.
+    Capability,
+    /// Refused with the capability held and no seccomp filter to blame
+    /// (an LSM, kernel lockdown, a sysctl).
+    Denied,
+    /// The verifier refused the program.
+    Verifier,
+    /// The running kernel lacks what the program needs.
+    Kernel,
+    /// Attaching failed otherwise (tracefs, the hook).
+    Attach,
+    /// Anything else.
+    Error,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 8] =
+        [Reason::NotBuilt, Reason::Seccomp, Reason::Capability, Reason::Denied, Reason::Verifier, Reason::Kernel, Reason::Attach, Reason::Error];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::NotBuilt => "not_built",
+            Reason::Seccomp => "seccomp",
+            Reason::Capability => "capability",
+            Reason::Denied => "denied",
+            Reason::Verifier => "verifier",
+            Reason::Kernel => "kernel",
+            Reason::Attach => "attach",
+            Reason::Error => "error",
+        }
+    }
+}
+
+/// An error's message with its causes (aya's top-level message alone
+/// drops the errno), and the first OS error number among them.
+fn chain(e: &(dyn std::error::Error + 'static)) -> (String, Option<i32>) {
+    fn io(c: &(dyn std::error::Error + 'static)) -> Option<i32> {
+        c.downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error)
+    }
+    let mut msg = e.to_string();
+    let mut errno = io(e);
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        errno = errno.or(io(c));
+        let text = c.to_string();
+        // thiserror's `{0}` repeats a cause in its parent's message.
+        if !msg.ends_with(&text) {
+            msg = format!("{msg}: {text}");
+        }
+        cur = c.source();
+    }
+    (msg, errno)
+}
+
+/// Why `call` failed with `errno`, given the effective capabilities held
+/// (`needed`: the capability the call needs; SYS_ADMIN stands in for it).
+pub fn classify(call: Call, errno: Option<i32>, caps: u64, refused_by_seccomp: impl Fn(Call) -> bool) -> Reason {
+    use crate::caps::{has, BPF, PERFMON, SYS_ADMIN};
+    let needed = match call {
+        Call::Bpf => BPF,
+        Call::PerfEventOpen => PERFMON,
+    };
+    match errno {
+        Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOSYS) if refused_by_seccomp(call) => Reason::Seccomp,
+        Some(libc::EPERM) if !has(caps, needed) && !has(caps, SYS_ADMIN) => Reason::Capability,
+        Some(libc::EPERM) => Reason::Denied,
+        Some(libc::ENOSYS) => Reason::Kernel,
+        _ => Reason::Error,
+    }
+}
+
+/// What a cluster admin can do about a seccomp filter refusing `call`.
+pub fn seccomp_remedy(call: Call) -> String {
+    format!(
+        "the container's seccomp profile refuses {}(2) although the capability is held: run the agent under the seccomp profile \
+         node-agent ships (`node-agent seccomp-profile`; deploy/overlays/seccomp-profile installs it on each node and sets \
+         seccompProfile type Localhost), or with seccompProfile type Unconfined (deploy/overlays/seccomp-unconfined). \
+         RuntimeDefault allows bpf and perf_event_open with CAP_BPF and CAP_PERFMON on containerd 1.7+ and Docker 23+, \
+         not on CRI-O, containerd 1.6 or podman 4",
+        call.name()
+    )
+}
+
+/// Says once per process, at error, that seccomp keeps the programs down.
+fn log_seccomp_once(call: Call) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        tracing::error!(syscall = call.name(), "eBPF programs are down: {}", seccomp_remedy(call));
+    }
+}
+
+/// The reason of a failed bpf(2) or perf_event_open(2) step, logging the
+/// seccomp remedy once when that is it.
+fn reason_of(call: Call, errno: Option<i32>) -> Reason {
+    let r = classify(call, errno, crate::caps::effective(), kernel::seccomp_refuses);
+    if r == Reason::Seccomp {
+        log_seccomp_once(call);
+    }
+    r
+}
+
+impl LoadError {
+    pub fn reason(&self) -> Reason {
+        match self {
+            LoadError::NotBuilt => Reason::NotBuilt,
+            LoadError::Load { reason, .. } => *reason,
+        }
+    }
 }
 
 /// Why one program is down.
@@ -35,15 +157,26 @@ pub enum AttachError {
     #[error("program {program}: {msg}")]
     Type { program: &'static str, msg: String },
     /// The verifier (or the kernel) refused the program; its log is kept.
-    #[error("loading: {0}")]
-    Load(String),
+    #[error("loading: {msg}")]
+    Load { msg: String, reason: Reason },
     #[error("attaching to {hook}: {msg}")]
-    Attach { hook: String, msg: String },
+    Attach { hook: String, msg: String, reason: Reason },
     #[error("eBPF state poisoned by an earlier panic")]
     Poisoned,
     /// The running kernel lacks what the program needs (never attached).
     #[error("not on this kernel: {0}")]
     Kernel(String),
+}
+
+impl AttachError {
+    pub fn reason(&self) -> Reason {
+        match self {
+            AttachError::Object(e) => e.reason(),
+            AttachError::Load { reason, .. } | AttachError::Attach { reason, .. } => *reason,
+            AttachError::Kernel(_) => Reason::Kernel,
+            AttachError::Missing(_) | AttachError::Type { .. } | AttachError::Poisoned => Reason::Error,
+        }
+    }
 }
 
 /// The read-only globals to set before loading: symbol name and bytes.
@@ -112,7 +245,10 @@ impl Shared {
         // all resident once mapped (its data twice): 260 kB of the agent's
         // RSS for the rare warnings our programs log. 16 KiB holds dozens.
         loader.map_max_entries(LOG_MAP, LOG_RING_BYTES);
-        let mut ebpf = loader.load(object).map_err(|e| LoadError::Load(e.to_string()))?;
+        let mut ebpf = loader.load(object).map_err(|e| {
+            let (msg, errno) = chain(&e);
+            LoadError::Load { msg, reason: reason_of(Call::Bpf, errno) }
+        })?;
         let log_stop = Arc::new(AtomicBool::new(false));
         match aya_log::EbpfLogger::init_with_logger(&mut ebpf, LogBridge) {
             Ok(mut logger) => {
@@ -169,16 +305,37 @@ impl Shared {
         let name = program.name;
         let prog = ebpf.program_mut(name).ok_or(AttachError::Missing(name))?;
         let kind = |e: aya::programs::ProgramError| AttachError::Type { program: name, msg: e.to_string() };
+        // A program the kernel refuses to load: the verifier (EINVAL,
+        // EACCES with a log), or bpf(2) itself refused.
+        let load = |e: aya::programs::ProgramError| {
+            let (msg, errno) = chain(&e);
+            let reason = match errno {
+                Some(libc::EPERM) | Some(libc::ENOSYS) => reason_of(Call::Bpf, errno),
+                _ if matches!(e, aya::programs::ProgramError::LoadError { .. }) => Reason::Verifier,
+                _ => Reason::Error,
+            };
+            AttachError::Load { msg, reason }
+        };
+        // Tracepoints attach through perf_event_open(2), raw tracepoints
+        // through bpf(2).
+        let attach = |hook: String, call: Call, e: aya::programs::ProgramError| {
+            let (msg, errno) = chain(&e);
+            let reason = match errno {
+                Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOSYS) => reason_of(call, errno),
+                _ => Reason::Attach,
+            };
+            AttachError::Attach { hook, msg, reason }
+        };
         match program.hook {
             Hook::TracePoint(category, event) => {
                 let p: &mut TracePoint = prog.try_into().map_err(kind)?;
-                p.load().map_err(|e| AttachError::Load(e.to_string()))?;
-                p.attach(category, event).map_err(|e| AttachError::Attach { hook: format!("{category}:{event}"), msg: e.to_string() })?;
+                p.load().map_err(load)?;
+                p.attach(category, event).map_err(|e| attach(format!("{category}:{event}"), Call::PerfEventOpen, e))?;
             }
             Hook::RawTracePoint(event) => {
                 let p: &mut RawTracePoint = prog.try_into().map_err(kind)?;
-                p.load().map_err(|e| AttachError::Load(e.to_string()))?;
-                p.attach(event).map_err(|e| AttachError::Attach { hook: format!("raw tracepoint {event}"), msg: e.to_string() })?;
+                p.load().map_err(load)?;
+                p.attach(event).map_err(|e| attach(format!("raw tracepoint {event}"), Call::Bpf, e))?;
             }
         }
         Ok(())
@@ -278,7 +435,13 @@ impl Probe {
         for (name, r) in &self.programs {
             sink.family("node_ebpf_program_up", "Whether the eBPF program is loaded and attached (1) or not (0).", Kind::Gauge)
                 .sample(&[("program", name)], if r.is_ok() { 1.0 } else { 0.0 });
-            if r.is_err() {
+            if let Err(e) = r {
+                sink.family(
+                    "node_ebpf_program_down_reason",
+                    "Why the eBPF program is down (1 while it is; absent while it is up): seccomp, capability, denied, verifier, kernel, attach, not_built or error. The agent's log has the error.",
+                    Kind::Gauge,
+                )
+                .sample(&[("program", name), ("reason", e.reason().label())], 1.0);
                 continue;
             }
             if let Some(m) = self.shared.as_ref().and_then(|s| s.misses(name)) {
@@ -299,6 +462,57 @@ impl Probe {
                 sink.family("node_ebpf_program_runs_total", "Runs of the eBPF program (kernel.bpf_stats_enabled).", Kind::Counter)
                     .sample(&[("program", name)], runs as f64);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caps::{BPF, PERFMON, SYS_ADMIN};
+
+    const EPERM: Option<i32> = Some(libc::EPERM);
+
+    #[test]
+    fn refusals_are_told_apart() {
+        let with = |caps: &[u32]| caps.iter().fold(0u64, |s, c| s | 1 << c);
+        // A filter refusing the call comes first, whatever is held.
+        assert_eq!(classify(Call::Bpf, EPERM, with(&[BPF, PERFMON]), |_| true), Reason::Seccomp);
+        assert_eq!(classify(Call::PerfEventOpen, Some(libc::ENOSYS), with(&[BPF, PERFMON]), |c| c == Call::PerfEventOpen), Reason::Seccomp);
+        // No filter: the capability, or something else that denies.
+        assert_eq!(classify(Call::Bpf, EPERM, with(&[PERFMON]), |_| false), Reason::Capability);
+        assert_eq!(classify(Call::PerfEventOpen, EPERM, with(&[BPF]), |_| false), Reason::Capability);
+        assert_eq!(classify(Call::Bpf, EPERM, with(&[SYS_ADMIN]), |_| false), Reason::Denied, "SYS_ADMIN stands in for BPF");
+        assert_eq!(classify(Call::Bpf, EPERM, with(&[BPF]), |_| false), Reason::Denied);
+        assert_eq!(classify(Call::Bpf, Some(libc::ENOSYS), with(&[BPF]), |_| false), Reason::Kernel);
+        assert_eq!(classify(Call::Bpf, Some(libc::EINVAL), with(&[BPF]), |_| true), Reason::Error, "not a refusal");
+        assert_eq!(classify(Call::Bpf, None, 0, |_| true), Reason::Error);
+    }
+
+    /// aya's message alone says "failed to create map `X`": the errno is
+    /// in its cause, and the message keeps it.
+    #[test]
+    fn the_errno_is_found_in_the_causes() {
+        let e = aya::EbpfError::MapError(aya::maps::MapError::CreateError {
+            name: "RUNQ_DROPPED".into(),
+            io_error: std::io::Error::from_raw_os_error(libc::EPERM),
+        });
+        let (msg, errno) = chain(&e);
+        assert_eq!(errno, EPERM);
+        assert!(msg.contains("RUNQ_DROPPED") && msg.contains("Operation not permitted"), "{msg}");
+    }
+
+    #[test]
+    fn labels_are_distinct() {
+        let labels: std::collections::BTreeSet<&str> = Reason::ALL.iter().map(|r| r.label()).collect();
+        assert_eq!(labels.len(), Reason::ALL.len());
+    }
+
+    #[test]
+    fn the_remedy_names_seccomp_and_both_overlays() {
+        let r = seccomp_remedy(Call::Bpf);
+        for want in ["seccomp", "bpf(2)", "deploy/overlays/seccomp-profile", "deploy/overlays/seccomp-unconfined", "Localhost"] {
+            assert!(r.contains(want), "{want} not in {r}");
         }
     }
 }
