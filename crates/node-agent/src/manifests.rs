@@ -179,7 +179,7 @@ fn pod_spec(indent: usize, priority_class: bool) -> String {
         let _ = writeln!(s, "priorityClassName: {DEFAULT_PRIORITY_CLASS}");
     }
     s.push_str("# Every node, whatever its taints.\ntolerations:\n  - operator: Exists\n");
-    s.push_str("securityContext:\n  seccompProfile:\n    # containerd 1.7+ and Docker 23+ allow bpf(2) and perf_event_open(2) under\n    # RuntimeDefault when CAP_BPF / CAP_PERFMON are granted; containerd 1.6 and\n    # CRI-O's profile allow them only with CAP_SYS_ADMIN: there, use the\n    # overlays/seccomp-unconfined variant (see the README).\n    type: RuntimeDefault\n");
+    s.push_str("securityContext:\n  seccompProfile:\n    # containerd 1.7+ and Docker 23+ allow bpf(2) and perf_event_open(2) under\n    # RuntimeDefault when CAP_BPF / CAP_PERFMON are granted; containerd 1.6,\n    # CRI-O and podman allow them only with CAP_SYS_ADMIN: there, use\n    # overlays/seccomp-profile (or overlays/seccomp-unconfined; see the README).\n    type: RuntimeDefault\n");
     s.push_str("containers:\n  - name: node-agent\n");
     let _ = writeln!(s, "    image: {}", image());
     s.push_str("    args:\n");
@@ -442,9 +442,57 @@ fn overlay_gpu_only() -> String {
 
 fn overlay_seccomp_unconfined() -> String {
     kustomization(
-        "For runtimes whose RuntimeDefault seccomp profile refuses bpf(2) and\nperf_event_open(2) without CAP_SYS_ADMIN (containerd 1.6, CRI-O):\nthe agent runs unconfined by seccomp, still with only its capabilities.",
+        "For runtimes whose RuntimeDefault seccomp profile refuses bpf(2) and\nperf_event_open(2) without CAP_SYS_ADMIN (containerd 1.6, CRI-O, podman)\nwhere Localhost profiles cannot be installed (prefer\noverlays/seccomp-profile): the agent runs unconfined by seccomp, still\nwith only its capabilities.",
         BASE,
         "patches:\n  - target:\n      kind: DaemonSet\n      name: node-agent\n    patch: |-\n      - op: replace\n        path: /spec/template/spec/securityContext/seccompProfile/type\n        value: Unconfined\n",
+    )
+}
+
+/// Where the kubelet reads Localhost seccomp profiles (`<root-dir>/seccomp`,
+/// /var/lib/kubelet by default), and the profile's name there.
+pub const KUBELET_SECCOMP_DIR: &str = "/var/lib/kubelet/seccomp";
+pub const SECCOMP_PROFILE_NAME: &str = "node-agent/node-agent.json";
+
+fn overlay_seccomp_profile() -> String {
+    let patch = format!(
+        r#"patches:
+  - target:
+      kind: DaemonSet
+      name: node-agent
+    patch: |-
+      - op: add
+        path: /spec/template/spec/initContainers
+        value:
+          - name: seccomp-profile
+            image: {image}
+            args: [seccomp-profile, --write, /host/seccomp/{name}]
+            resources:
+              requests: {{cpu: 1m, memory: 8Mi}}
+              limits: {{memory: 32Mi}}
+            securityContext:
+              runAsUser: 0
+              readOnlyRootFilesystem: true
+              allowPrivilegeEscalation: false
+              privileged: false
+              capabilities:
+                drop: [ALL]
+            volumeMounts:
+              - {{name: kubelet-seccomp, mountPath: /host/seccomp}}
+      - op: add
+        path: /spec/template/spec/volumes/-
+        value: {{name: kubelet-seccomp, hostPath: {{path: {dir}, type: DirectoryOrCreate}}}}
+      - op: add
+        path: /spec/template/spec/containers/0/securityContext/seccompProfile
+        value: {{type: Localhost, localhostProfile: {name}}}
+"#,
+        image = image(),
+        name = SECCOMP_PROFILE_NAME,
+        dir = KUBELET_SECCOMP_DIR,
+    );
+    kustomization(
+        "The agent under node-agent's own seccomp profile: the runtime's default\n(containers-common's, as podman and CRI-O use) plus bpf(2) and\nperf_event_open(2), nothing else (deploy/seccomp/node-agent.json). An init\ncontainer writes it under the kubelet's seccomp directory on each node\n(`node-agent seccomp-profile --write`; the binary embeds it), and the agent's\ncontainer runs with seccompProfile Localhost. The init container itself runs\nunder RuntimeDefault. Change KUBELET_SECCOMP_DIR's hostPath if the kubelet's\n--root-dir is not /var/lib/kubelet.",
+        BASE,
+        &patch,
     )
 }
 
@@ -563,6 +611,7 @@ pub fn render(rules_yml: &str) -> Result<Vec<(String, String)>, serde_yaml_ng::E
         ("deploy/overlays/no-ebpf/kustomization.yaml".into(), overlay_no_ebpf()),
         ("deploy/overlays/gpu-only/kustomization.yaml".into(), overlay_gpu_only()),
         ("deploy/overlays/seccomp-unconfined/kustomization.yaml".into(), overlay_seccomp_unconfined()),
+        ("deploy/overlays/seccomp-profile/kustomization.yaml".into(), overlay_seccomp_profile()),
         ("deploy/overlays/controller/kustomization.yaml".into(), overlay_controller()),
         ("deploy/overlays/prometheus-operator/kustomization.yaml".into(), overlay_prometheus_operator()),
         (

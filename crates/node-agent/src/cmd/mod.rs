@@ -12,6 +12,7 @@ pub mod explain;
 pub mod manifests;
 pub mod plan;
 pub mod rollout;
+pub mod seccomp_profile;
 pub mod serve;
 pub mod simulate;
 pub mod status;
@@ -60,6 +61,7 @@ pub fn command() -> Command {
         .subcommand(manifests::command())
         .subcommand(status::command())
         .subcommand(rollout::command())
+        .subcommand(seccomp_profile::command())
 }
 
 /// Runs the command the matches name.
@@ -74,6 +76,7 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode, Error> {
         Some(("manifests", sub)) => manifests::run(sub),
         Some(("status", sub)) => status::run(sub),
         Some(("rollout", sub)) => rollout::run(sub),
+        Some(("seccomp-profile", sub)) => seccomp_profile::run(sub),
         _ => serve::run(m),
     }
 }
