@@ -17,15 +17,26 @@ fn output(cmd: &str, args: &[&str]) -> Option<String> {
 }
 
 fn main() {
-    let rev = output("git", &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    // The image build has no .git: it passes the revision in.
+    let rev = std::env::var("NODE_AGENT_REVISION")
+        .ok()
+        .filter(|r| !r.is_empty())
+        .or_else(|| output("git", &["rev-parse", "--short=12", "HEAD"]))
+        .unwrap_or_else(|| "unknown".into());
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let version =
         output(&rustc, &["--version"]).and_then(|v| v.split_whitespace().nth(1).map(str::to_string)).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=NODE_AGENT_REVISION={rev}");
     println!("cargo:rustc-env=NODE_AGENT_RUSTC={version}");
+    // Whether this build is profile-guided (the release builds of `cargo
+    // xtask run`, `bench` and the image): rustc's own flags say so.
+    let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    let pgo = flags.split('\x1f').any(|f| f.starts_with("-Cprofile-use="));
+    println!("cargo:rustc-env=NODE_AGENT_PGO={pgo}");
     println!("cargo:rerun-if-changed=../../.git/HEAD");
     println!("cargo:rerun-if-changed=../../.git/refs");
     println!("cargo:rerun-if-env-changed=NODE_AGENT_SKIP_EBPF");
+    println!("cargo:rerun-if-env-changed=NODE_AGENT_REVISION");
 
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("agent-ebpf.o");
     if std::env::var("NODE_AGENT_SKIP_EBPF").is_ok_and(|v| v == "1") {

@@ -11,7 +11,10 @@
 //! - `manifests`: write deploy/ from the code.
 //! - `fuzz [--seconds N] [--seed S] [--afl]`: mutation-fuzz the collectors' parsers; with
 //!   `--afl`, coverage-guided with AFL++ (afl.rs on stable Rust; harness in fuzz/).
-//! - `image`: build the container image (needs docker or podman).
+//! - `image [--twice] [--refresh]`: build the container image with Debian's
+//!   podman and runc from Debian's packages, pulling no image (`image.rs`).
+//! - `seccomp-profile`: write deploy/seccomp/node-agent.json from the
+//!   runtime's default profile (`seccomp.rs`).
 //! - `truth-loop [--runs N]`: the eBPF, netlink, perf and pod attribution
 //!   truth suites N times in a row (50 by default) while a build runs beside
 //!   them; fails unless every run passes.
@@ -27,7 +30,9 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod image;
 mod pgo;
+mod seccomp;
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "node-agent development commands")]
@@ -84,11 +89,23 @@ enum Cmd {
     /// Rewrite the release build's PGO profile (pgo/node-agent.profdata): an
     /// instrumented build run under pgo/train.sh (the benchmark's workload).
     Pgo,
-    /// Build the container image with docker or podman.
+    /// Write deploy/seccomp/node-agent.json: the runtime's default seccomp
+    /// profile (containers-common's, installed with podman) plus bpf and
+    /// perf_event_open.
+    SeccompProfile,
+    /// Build the container image with podman, from Debian's packages
+    /// (no image is pulled).
     Image {
         /// The image reference [default: the one the manifests name].
         #[arg(long)]
         tag: Option<String>,
+        /// Build a second time from nothing and fail unless the image ID
+        /// and digest are the same.
+        #[arg(long)]
+        twice: bool,
+        /// Make the Debian bases again (to take Debian's updates).
+        #[arg(long)]
+        refresh: bool,
     },
 }
 
@@ -117,6 +134,11 @@ const TEST_PACKAGES: &[&str] = &[
     "ethtool",
     // The peer of the eBPF probes' per-event cost in `cargo xtask bench`.
     "bpftrace",
+    // The image, built and run as a kubelet runs it (`cargo xtask image`,
+    // tests/tests/image.rs), and the runtime default seccomp profile.
+    "podman",
+    "runc",
+    "mmdebstrap",
 ];
 
 /// The offline eBPF toolchain (see ../shared/notes/ebpf-toolchain.md):
@@ -379,24 +401,6 @@ fn setup() -> Result<()> {
     Ok(())
 }
 
-/// A usable container engine: docker with a reachable daemon, or podman.
-fn container_engine() -> Result<&'static str> {
-    let ok =
-        |cmd: &str, arg: &str| Command::new(cmd).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
-    if ok("docker", "info") {
-        return Ok("docker");
-    }
-    if ok("podman", "--version") {
-        return Ok("podman");
-    }
-    if ok("docker", "--version") {
-        bail!(
-            "`cargo xtask image`: docker is installed but its daemon is not reachable (`docker info` fails), and podman is not installed"
-        );
-    }
-    bail!("`cargo xtask image` needs docker or podman, and neither is installed here; build the image on a machine with one (see the Dockerfile)")
-}
-
 fn build_ebpf() -> Result<()> {
     setup_ebpf()?;
     let target = root().join("target/ebpf");
@@ -561,11 +565,12 @@ fn main() -> ExitCode {
             c.current_dir(root()).args(["run", "-q", "-p", "node-agent", "--", "manifests", "--root"]).arg(root());
             run(&mut c).map(|_| true)
         }),
-        Cmd::Image { tag } => container_engine().and_then(|engine| {
-            let tag = tag.unwrap_or_else(|| format!("ghcr.io/node-agent/node-agent:{}", env!("CARGO_PKG_VERSION")));
-            let mut c = Command::new(engine);
-            c.current_dir(root()).args(["build", "-t", &tag, "-f", "Dockerfile", "."]);
-            run(&mut c).map(|_| true)
+        Cmd::Image { tag, twice, refresh } => {
+            image::build(&root(), &image::Options { tag: tag.unwrap_or_else(image::default_tag), twice, refresh }).map(|_| true)
+        }
+        Cmd::SeccompProfile => apt_install(&["podman"]).and_then(|_| seccomp::write(&root())).map(|changed| {
+            eprintln!("xtask: {} {}", seccomp::PROFILE, if changed { "written" } else { "unchanged" });
+            true
         }),
         Cmd::CompareNodeExporter => {
             setup().and_then(|_| cargo_test(&["-p", "node-agent-tests", "--test", "side_by_side", "--", "--nocapture"])).map(|_| true)
