@@ -384,6 +384,50 @@ pub async fn serve(api: Arc<Api>) -> SocketAddr {
     addr
 }
 
+/// Serves `api` over TLS (`cert_pem` and `key_pem`: a server certificate
+/// chain and its key) on `bind`, answering only requests that carry
+/// `Authorization: Bearer <token>` (401 otherwise), as the API server
+/// answers a pod's service account.
+pub async fn serve_tls(api: Arc<Api>, bind: SocketAddr, cert_pem: &[u8], key_pem: &[u8], token: String) -> std::io::Result<SocketAddr> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert_pem).collect::<Result<_, _>>().map_err(|e| bad(format!("certificate: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| bad(format!("key: {e}")))?;
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| bad(e.to_string()))?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = tokio::net::TcpListener::bind(bind).await?;
+    let addr = listener.local_addr()?;
+    let want = Arc::new(format!("Bearer {token}"));
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let (api, acceptor, want) = (api.clone(), acceptor.clone(), want.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else { return };
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let (api, want) = (api.clone(), want.clone());
+                    async move {
+                        let authorized = req.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(want.as_str());
+                        if !authorized {
+                            return Ok(json_response(401, status(401, "Unauthorized").1));
+                        }
+                        api.handle(req).await
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(tls), svc).await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
 /// An API server running on a runtime of its own, with a kubeconfig file
 /// pointing at it (plain HTTP, no credentials).
 pub struct Running {
@@ -394,6 +438,21 @@ pub struct Running {
 }
 
 impl Running {
+    /// Over TLS with a bearer token (see [`serve_tls`]), on `bind`; the
+    /// kubeconfig names the server with the token and the CA.
+    pub fn start_tls(api: Arc<Api>, bind: SocketAddr, cert_pem: &[u8], key_pem: &[u8], ca_pem: &[u8], token: &str) -> std::io::Result<Running> {
+        use base64::Engine as _;
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+        let addr = rt.block_on(serve_tls(api.clone(), bind, cert_pem, key_pem, token.to_string()))?;
+        let kubeconfig = tempfile::NamedTempFile::new()?;
+        let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+        std::fs::write(
+            kubeconfig.path(),
+            format!("apiVersion: v1\nkind: Config\nclusters:\n- name: tls\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\nusers:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: tls\n  context:\n    cluster: tls\n    user: sa\ncurrent-context: tls\n"),
+        )?;
+        Ok(Running { api, addr, kubeconfig, _rt: rt })
+    }
+
     pub fn start(api: Arc<Api>) -> std::io::Result<Running> {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
         let addr = rt.block_on(serve(api.clone()));

@@ -8,6 +8,8 @@ pub mod fuse;
 pub mod fuzz;
 pub mod host;
 pub mod netns;
+#[cfg(feature = "agent")]
+pub mod pods;
 pub mod web;
 
 /// Bytes aligned for the ELF parser, as aya's `include_bytes_aligned!`.

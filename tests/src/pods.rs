@@ -1,0 +1,144 @@
+//! Pods for the pod attribution tests: the objects an in-memory API server
+//! serves (pods A and B on this node, one on another), and their cgroups
+//! made under the real hierarchy with kubelet-style paths, in which the
+//! test runs real workloads.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::apiserver::{pod, Api};
+
+pub const NODE: &str = "truth-node";
+pub const UID_A: &str = "6a0d1c2e-3f4a-4b5c-8d6e-7f8091a2b3c4";
+pub const UID_B: &str = "7b1e2d3f-4a5b-4c6d-9e7f-8091a2b3c4d5";
+pub const UID_OTHER: &str = "8c2f3e4a-5b6c-4d7e-af80-91a2b3c4d5e6";
+pub const CID_A: &str = "aaaa1111bbbb2222cccc3333dddd4444eeee5555ffff6666aaaa7777bbbb8888";
+pub const CID_B: &str = "bbbb1111cccc2222dddd3333eeee4444ffff5555aaaa6666bbbb7777cccc8888";
+
+
+/// An API server's objects: pods A (web/web-0, container app) and B (db/db-0,
+/// container pg) on this node, and one pod on another node.
+pub fn api() -> Arc<Api> {
+    let api = Arc::new(Api::new());
+    {
+        let mut st = api.state.lock().expect("state");
+        for (uid, ns, name, node, c, cid) in [
+            (UID_A, "web", "web-0", NODE, "app", CID_A),
+            (UID_B, "db", "db-0", NODE, "pg", CID_B),
+            (UID_OTHER, "web", "web-1", "other-node", "app", CID_A),
+        ] {
+            api.put(&mut st, "pods", ns, name, pod(uid, ns, name, node, c, cid), false);
+        }
+    }
+    api
+}
+
+/// A shell that fails to open a missing file `n` times (a redirection of
+/// the regular builtin `true`: one failed openat each, nothing else).
+pub fn failing_opens(n: u32) -> String {
+    format!("/bin/sh -c 'i=0; while [ $i -lt {n} ]; do true < /nonexistent; i=$((i+1)); done 2>/dev/null'")
+}
+
+/// A pod's cgroups, made by the test, removed when dropped: the container's
+/// cgroup in the v2 hierarchy and, for memory limits on a hybrid host, the
+/// same path in the v1 memory hierarchy.
+pub struct PodCgroup {
+    pub made: Vec<PathBuf>,
+    pub v2: PathBuf,
+    pub memory: Option<PathBuf>,
+}
+
+impl Drop for PodCgroup {
+    fn drop(&mut self) {
+        for d in self.made.iter().rev() {
+            // A just-killed task may still be leaving.
+            for _ in 0..50 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+pub fn v2_root() -> PathBuf {
+    node_agent::pods::cgroup::v2_root(Path::new("/sys")).expect("a cgroup v2 hierarchy (unified or hybrid)")
+}
+
+pub fn mkdirs(root: &Path, rel: &str, made: &mut Vec<PathBuf>) -> PathBuf {
+    let mut p = root.to_path_buf();
+    for c in rel.split('/') {
+        p.push(c);
+        if !p.exists() {
+            std::fs::create_dir(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+            made.push(p.clone());
+        }
+    }
+    p
+}
+
+/// The container cgroup of pod A (cgroupfs naming) or B (systemd naming),
+/// optionally memory-limited.
+pub fn pod_cgroup(which: char, memory_limit: Option<u64>) -> PodCgroup {
+    let rel = match which {
+        'A' => format!("kubepods/burstable/pod{UID_A}/{CID_A}"),
+        _ => format!(
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/cri-containerd-{CID_B}.scope",
+            UID_B.replace('-', "_")
+        ),
+    };
+    let root = v2_root();
+    let mut made = Vec::new();
+    let mut memory = None;
+    if let Some(limit) = memory_limit {
+        let v2_has_memory =
+            std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default().split_whitespace().any(|c| c == "memory");
+        if v2_has_memory {
+            // Enable the memory controller down the path, then limit the leaf.
+            let mut p = root.clone();
+            for c in rel.split('/') {
+                let _ = std::fs::write(p.join("cgroup.subtree_control"), "+memory");
+                p.push(c);
+                if !p.exists() {
+                    std::fs::create_dir(&p).expect("mkdir");
+                    made.push(p.clone());
+                }
+            }
+            std::fs::write(p.join("memory.max"), limit.to_string()).expect("memory.max");
+            let _ = std::fs::write(p.join("memory.swap.max"), "0");
+        } else {
+            let m = mkdirs(Path::new("/sys/fs/cgroup/memory"), &rel, &mut made);
+            std::fs::write(m.join("memory.limit_in_bytes"), limit.to_string()).expect("memory.limit_in_bytes");
+            let _ = std::fs::write(m.join("memory.swappiness"), "0");
+            memory = Some(m);
+        }
+    }
+    let v2 = mkdirs(&root, &rel, &mut made);
+    PodCgroup { made, v2, memory }
+}
+
+impl PodCgroup {
+    /// Runs a shell command inside the pod's cgroups.
+    pub fn spawn(&self, cmd: &str) -> Child {
+        self.command(cmd).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn in pod")
+    }
+
+    /// As `spawn`, with stdout and stderr kept.
+    pub fn spawn_piped(&self, cmd: &str) -> Child {
+        self.command(cmd).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn in pod")
+    }
+
+    pub fn command(&self, cmd: &str) -> Command {
+        let mut join = format!("echo $$ > {}/cgroup.procs", self.v2.display());
+        if let Some(m) = &self.memory {
+            join.push_str(&format!(" && echo $$ > {}/cgroup.procs", m.display()));
+        }
+        let mut c = Command::new("/bin/sh");
+        c.arg("-c").arg(format!("{join} && exec {cmd}"));
+        c
+    }
+}
+
