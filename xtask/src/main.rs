@@ -4,8 +4,9 @@
 //! - `build-ebpf`: install the eBPF toolchain and build `agent-ebpf`.
 //! - `run [-- FLAGS]`: set up, build in release mode and run the agent.
 //! - `test`: set up, check formatting and lints (rustfmt, clippy with
-//!   warnings denied, on every crate), run the whole test suite, then fuzz
-//!   with AFL++ for a minute.
+//!   warnings denied, on every crate), build the container image (`image`),
+//!   run the whole test suite (the image tests run that image under podman),
+//!   then fuzz with AFL++ for a minute.
 //! - `compare-node-exporter`: node-agent beside Debian's node_exporter on this
 //!   machine; prints family and stable-value differences.
 //! - `manifests`: write deploy/ from the code.
@@ -507,6 +508,10 @@ fn main() -> ExitCode {
         Cmd::Test { args } => setup().and_then(|_| {
             if args.is_empty() {
                 lint()?;
+                // The image tests (tests/tests/image.rs) run the image built
+                // from this tree; a subset run uses the image podman holds.
+                let built = image::build(&root(), &image::Options { tag: image::default_tag(), twice: false, refresh: false })?;
+                std::env::set_var("NODE_AGENT_IMAGE", &built.tag);
             }
             let mut all = vec!["--workspace"];
             all.extend(args.iter().map(String::as_str));

@@ -111,7 +111,7 @@ pub fn classify(call: Call, errno: Option<i32>, caps: u64, refused_by_seccomp: i
 /// What a cluster admin can do about a seccomp filter refusing `call`.
 pub fn seccomp_remedy(call: Call) -> String {
     format!(
-        "the container's seccomp profile refuses {}(2) although the capability is held: run the agent under the seccomp profile \
+        "the seccomp profile of the container refuses {}(2) although the capability is held: run the agent under the seccomp profile \
          node-agent ships (`node-agent seccomp-profile`; deploy/overlays/seccomp-profile installs it on each node and sets \
          seccompProfile type Localhost), or with seccompProfile type Unconfined (deploy/overlays/seccomp-unconfined). \
          RuntimeDefault allows bpf and perf_event_open with CAP_BPF and CAP_PERFMON on containerd 1.7+ and Docker 23+, \
