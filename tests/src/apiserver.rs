@@ -440,7 +440,14 @@ pub struct Running {
 impl Running {
     /// Over TLS with a bearer token (see [`serve_tls`]), on `bind`; the
     /// kubeconfig names the server with the token and the CA.
-    pub fn start_tls(api: Arc<Api>, bind: SocketAddr, cert_pem: &[u8], key_pem: &[u8], ca_pem: &[u8], token: &str) -> std::io::Result<Running> {
+    pub fn start_tls(
+        api: Arc<Api>,
+        bind: SocketAddr,
+        cert_pem: &[u8],
+        key_pem: &[u8],
+        ca_pem: &[u8],
+        token: &str,
+    ) -> std::io::Result<Running> {
         use base64::Engine as _;
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
         let addr = rt.block_on(serve_tls(api.clone(), bind, cert_pem, key_pem, token.to_string()))?;

@@ -17,7 +17,6 @@ pub const UID_OTHER: &str = "8c2f3e4a-5b6c-4d7e-af80-91a2b3c4d5e6";
 pub const CID_A: &str = "aaaa1111bbbb2222cccc3333dddd4444eeee5555ffff6666aaaa7777bbbb8888";
 pub const CID_B: &str = "bbbb1111cccc2222dddd3333eeee4444ffff5555aaaa6666bbbb7777cccc8888";
 
-
 /// An API server's objects: pods A (web/web-0, container app) and B (db/db-0,
 /// container pg) on this node, and one pod on another node.
 pub fn api() -> Arc<Api> {
@@ -141,4 +140,3 @@ impl PodCgroup {
         c
     }
 }
-

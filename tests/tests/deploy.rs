@@ -251,18 +251,33 @@ fn manifest_flags_are_flags_the_agent_accepts_and_overlays_do_what_they_say() {
     let spec = own.spec.as_ref().and_then(|s| s.template.spec.clone()).expect("pod spec");
     let main = &spec.containers[0];
     let profile = main.security_context.as_ref().and_then(|c| c.seccomp_profile.clone()).expect("the container's seccompProfile");
-    assert_eq!((profile.type_.as_str(), profile.localhost_profile.as_deref()), ("Localhost", Some(node_agent::manifests::SECCOMP_PROFILE_NAME)));
-    assert_eq!(spec.security_context.and_then(|c| c.seccomp_profile).map(|p| p.type_).as_deref(), Some("RuntimeDefault"), "the init container's");
+    assert_eq!(
+        (profile.type_.as_str(), profile.localhost_profile.as_deref()),
+        ("Localhost", Some(node_agent::manifests::SECCOMP_PROFILE_NAME))
+    );
+    assert_eq!(
+        spec.security_context.and_then(|c| c.seccomp_profile).map(|p| p.type_).as_deref(),
+        Some("RuntimeDefault"),
+        "the init container's"
+    );
     let init = spec.init_containers.as_ref().and_then(|c| c.first()).expect("an init container");
     assert_eq!(init.image, main.image, "the same image writes the profile it embeds");
     let args = init.args.clone().unwrap_or_default();
     assert_eq!(args[..2], ["seccomp-profile", "--write"]);
-    let mount = init.volume_mounts.iter().flatten().find(|m| args[2].starts_with(&m.mount_path)).expect("the profile is written to a volume");
+    let mount =
+        init.volume_mounts.iter().flatten().find(|m| args[2].starts_with(&m.mount_path)).expect("the profile is written to a volume");
     let volume = spec.volumes.iter().flatten().find(|v| v.name == mount.name).expect("the mount's volume");
     let host_dir = volume.host_path.as_ref().map(|h| h.path.clone()).expect("a hostPath");
     assert_eq!(host_dir, node_agent::manifests::KUBELET_SECCOMP_DIR);
-    assert_eq!(args[2].strip_prefix(&format!("{}/", mount.mount_path)), Some(node_agent::manifests::SECCOMP_PROFILE_NAME), "written where Localhost reads it");
-    assert!(init.security_context.as_ref().and_then(|c| c.capabilities.as_ref()).and_then(|c| c.add.as_ref()).is_none(), "the init container needs no capability");
+    assert_eq!(
+        args[2].strip_prefix(&format!("{}/", mount.mount_path)),
+        Some(node_agent::manifests::SECCOMP_PROFILE_NAME),
+        "written where Localhost reads it"
+    );
+    assert!(
+        init.security_context.as_ref().and_then(|c| c.capabilities.as_ref()).and_then(|c| c.add.as_ref()).is_none(),
+        "the init container needs no capability"
+    );
     let sub = node_agent::cmd::command().try_get_matches_from(["node-agent"].into_iter().chain(args.iter().map(String::as_str)));
     assert!(sub.is_ok(), "the init container's arguments parse: {:?}", sub.err());
 }

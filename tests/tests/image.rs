@@ -306,7 +306,8 @@ impl Ctr {
     fn memory_cgroup(&self) -> PathBuf {
         let pid = self.inspect("{{.State.Pid}}");
         let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("the container's cgroups");
-        let line = |pred: &dyn Fn(&str) -> bool| cg.lines().map(|l| l.splitn(3, ':').collect::<Vec<_>>()).find(|p| p.len() == 3 && pred(p[1]));
+        let line =
+            |pred: &dyn Fn(&str) -> bool| cg.lines().map(|l| l.splitn(3, ':').collect::<Vec<_>>()).find(|p| p.len() == 3 && pred(p[1]));
         if let Some(p) = line(&|c: &str| c.split(',').any(|c| c == "memory")) {
             return PathBuf::from(format!("/sys/fs/cgroup/memory{}", p[2]));
         }
@@ -374,7 +375,15 @@ fn flags_follow_the_manifest() {
     let (spec, c) = agent_pod("deploy");
     let run = container(&spec, &c, &Node { name: "n1".into(), port: Some((9100, 19100)), ..Node::default() });
     let has = |f: &str| run.flags.iter().any(|x| x == f);
-    for f in ["--network=host", "--pid=host", "--read-only", "--security-opt=no-new-privileges", "--cap-drop=ALL", "--cap-add=BPF", "--env=NODE_NAME=n1"] {
+    for f in [
+        "--network=host",
+        "--pid=host",
+        "--read-only",
+        "--security-opt=no-new-privileges",
+        "--cap-drop=ALL",
+        "--cap-add=BPF",
+        "--env=NODE_NAME=n1",
+    ] {
         assert!(has(f), "{f} missing from {:?}", run.flags);
     }
     assert!(has("--volume=/:/host/root:rbind,ro,rslave"), "{:?}", run.flags);
@@ -423,7 +432,8 @@ fn runs_as_the_daemonset_runs_it() {
         })
         .collect();
     let bin = agent_binary();
-    let child = Command::new(&bin).args(&bare_args).env("NODE_NAME", NODE).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("bare agent");
+    let child =
+        Command::new(&bin).args(&bare_args).env("NODE_NAME", NODE).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("bare agent");
     let _bare = Kill(child);
     let bare_get = |p: &str| node_agent_tests::http_get(([127, 0, 0, 1], bare_port).into(), p, Duration::from_secs(15));
     let t = Instant::now();
@@ -454,7 +464,16 @@ fn runs_as_the_daemonset_runs_it() {
     let (si, so) = (successes(&inside), successes(&outside));
     let failed: Vec<_> = so.iter().filter(|(c, v)| **v == 1.0 && !c.starts_with("ebpf") && si.get(*c) != Some(&1.0)).collect();
     assert!(failed.is_empty(), "collectors that succeed bare fail in the container: {failed:?}\n{}", ctr.logs());
-    eprintln!("{} stable families equal; {} collectors succeed inside, {} bare", compare::STABLE.len(), si.values().filter(|v| **v == 1.0).count(), so.values().filter(|v| **v == 1.0).count());
+    eprintln!(
+        "{} stable families equal; {} collectors succeed inside, {} bare",
+        compare::STABLE.len(),
+        si.values().filter(|v| **v == 1.0).count(),
+        so.values().filter(|v| **v == 1.0).count()
+    );
+
+    // The Dockerfile's release build with the committed PGO profile.
+    let info = samples(&inside, "node_agent_build_info");
+    assert_eq!(info.first().and_then(|(l, _)| l.get("pgo")).map(String::as_str), Some("true"), "the image's binary: {info:?}");
 
     // eBPF under the engine's default seccomp profile: down, and why.
     let progs = programs(&inside);
@@ -477,7 +496,13 @@ fn runs_as_the_daemonset_runs_it() {
     }
     let (ws, peak) = cgroup_memory(&cg);
     let limit = run.memory_limit.expect("a memory limit");
-    eprintln!("container cgroup: working set {:.1} MB at start, {:.1} MB after 600 scrapes; peak {:.1} MB; limit {:.0} MB", ws0 as f64 / 1e6, ws as f64 / 1e6, peak as f64 / 1e6, limit as f64 / 1e6);
+    eprintln!(
+        "container cgroup: working set {:.1} MB at start, {:.1} MB after 600 scrapes; peak {:.1} MB; limit {:.0} MB",
+        ws0 as f64 / 1e6,
+        ws as f64 / 1e6,
+        peak as f64 / 1e6,
+        limit as f64 / 1e6
+    );
     assert!(peak < limit, "cgroup peak {peak} reached the limit {limit}");
     assert_eq!(ctr.inspect("{{.State.OOMKilled}}"), "false");
 
@@ -575,7 +600,12 @@ fn the_shipped_seccomp_profile_lets_every_program_up() {
     }
     let (ws, peak) = cgroup_memory(&ctr.memory_cgroup());
     let limit = run.memory_limit.expect("a memory limit");
-    eprintln!("with every program up, after 100 scrapes: working set {:.1} MB, peak {:.1} MB, limit {:.0} MB", ws as f64 / 1e6, peak as f64 / 1e6, limit as f64 / 1e6);
+    eprintln!(
+        "with every program up, after 100 scrapes: working set {:.1} MB, peak {:.1} MB, limit {:.0} MB",
+        ws as f64 / 1e6,
+        peak as f64 / 1e6,
+        limit as f64 / 1e6
+    );
     assert!(peak < limit, "cgroup peak {peak} reached the limit {limit}");
     drop(ctr);
 
@@ -583,7 +613,10 @@ fn the_shipped_seccomp_profile_lets_every_program_up() {
     let (ok, out) = check(&image, "");
     assert!(!ok && out.contains("seccomp: filter") && out.contains("bpf: refused"), "under podman's default profile:\n{out}");
     let (ok, out) = check(&image, &profile);
-    assert!(ok && out.contains("bpf: allowed") && out.contains("perf_event_open: allowed") && out.contains("add_key: refused"), "under the shipped profile:\n{out}");
+    assert!(
+        ok && out.contains("bpf: allowed") && out.contains("perf_event_open: allowed") && out.contains("add_key: refused"),
+        "under the shipped profile:\n{out}"
+    );
     let (ok, out) = check(&image, "unconfined");
     assert!(ok && out.contains("seccomp: none") && out.contains("add_key: allowed"), "unconfined:\n{out}");
 }
@@ -607,8 +640,15 @@ fn pods_are_named_through_the_in_cluster_service_account() {
     let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "kubernetes.default.svc".into()]).expect("params");
     let cert = params.signed_by(&key, &ca, &ca_key).expect("certificate");
     let token = "node-agent-test-token";
-    let cluster = Running::start_tls(api(), ([127, 0, 0, 1], 0).into(), cert.pem().as_bytes(), key.serialize_pem().as_bytes(), ca.pem().as_bytes(), token)
-        .expect("API server");
+    let cluster = Running::start_tls(
+        api(),
+        ([127, 0, 0, 1], 0).into(),
+        cert.pem().as_bytes(),
+        key.serialize_pem().as_bytes(),
+        ca.pem().as_bytes(),
+        token,
+    )
+    .expect("API server");
     let sa = tempfile::tempdir().expect("tempdir");
     std::fs::write(sa.path().join("token"), token).expect("token");
     std::fs::write(sa.path().join("ca.crt"), ca.pem()).expect("ca.crt");
@@ -651,4 +691,41 @@ fn pods_are_named_through_the_in_cluster_service_account() {
     eprintln!("from the container: web-0 failed syscalls +{da}, db-0 +{db}");
     assert!(db > 0.0, "db-0's shell is counted too");
     assert!((da - db - 500.0).abs() <= 2.0, "web-0 failed 500 more than db-0: {da} vs {db}");
+}
+
+/// The runtime image holds one program, node-agent: no shell, no package
+/// manager, nothing else executable outside the shared libraries.
+#[test]
+fn the_image_has_no_shell_and_no_package_manager() {
+    let Some(image) = image() else { return };
+    let out = podman(&["image", "mount", &image]);
+    assert!(out.status.success(), "podman image mount: {}", String::from_utf8_lossy(&out.stderr));
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let mut executables = Vec::new();
+    let mut forbidden = Vec::new();
+    let mut stack = vec![dir.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let (path, meta) = (e.path(), e.path().symlink_metadata().expect("metadata"));
+            let rel = path.strip_prefix(&dir).expect("under the root").display().to_string();
+            let name = e.file_name().to_string_lossy().into_owned();
+            // Directories may be named so: /var/lib/dpkg/status.d holds the
+            // packages' control fields for scanners, as distroless has it.
+            if !meta.is_dir() && ["sh", "bash", "dash", "busybox", "dpkg", "apt", "apt-get", "perl", "python3"].contains(&name.as_str()) {
+                forbidden.push(rel.clone());
+            }
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file()
+                && std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0
+                && !rel.contains("/lib")
+                && !rel.starts_with("lib")
+            {
+                executables.push(rel);
+            }
+        }
+    }
+    let _ = podman(&["image", "unmount", &image]);
+    assert!(forbidden.is_empty(), "in the image: {forbidden:?}");
+    assert_eq!(executables, ["usr/bin/node-agent"], "the image's executables");
 }

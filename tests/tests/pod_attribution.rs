@@ -18,8 +18,8 @@ use expo::text as expfmt;
 use expo::Format;
 use host::scrape::{Scraper, Selection};
 use node_agent_tests::apiserver::Running;
-use node_agent_tests::pods::{api, failing_opens, pod_cgroup, v2_root, PodCgroup, CID_A, NODE, UID_A};
 use node_agent_tests::host::{diskstats, loop_device, root_or_skip, vmstat};
+use node_agent_tests::pods::{api, failing_opens, pod_cgroup, v2_root, PodCgroup, CID_A, NODE, UID_A};
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 

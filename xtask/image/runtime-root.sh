@@ -23,6 +23,12 @@ if [ "$step" = finish ]; then
 	rm -rf etc/apt etc/dpkg/dpkg.cfg.d etc/resolv.conf etc/hostname var/lib/apt var/cache/apt \
 		var/cache/debconf var/log/apt usr/sbin/update-ca-certificates dev/* usr/share/perl5
 	find var/lib/dpkg -mindepth 1 -maxdepth 1 ! -name status.d -exec rm -rf {} +
+	# Of the kept packages' own files, the ones nothing in the image can
+	# run or read: the motd script of base-files, manual pages, and every
+	# document but the copyright files (kept, as distroless keeps them).
+	rm -rf etc/update-motd.d usr/share/man usr/share/info usr/share/lintian
+	find usr/share/doc -mindepth 1 ! -type d ! -name copyright -exec rm -f {} +
+	find usr/share/doc -mindepth 1 -type d -empty -delete
 	exit 0
 fi
 keep=" ${NODE_AGENT_KEEP:?names of the packages to keep} "

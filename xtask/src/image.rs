@@ -126,10 +126,8 @@ fn inspect(image: &str, format: &str) -> Result<String> {
 
 /// The build base, made unless cached: Debian 12 with the toolchain.
 fn build_base(root: &Path, refresh: bool) -> Result<String> {
-    let name = format!(
-        "localhost/node-agent-build-base:{}",
-        key(&[SUITE, &BUILD_PACKAGES.join(","), crate::BPF_LINKER_VERSION, "llvm-22", "v1"])
-    );
+    let name =
+        format!("localhost/node-agent-build-base:{}", key(&[SUITE, &BUILD_PACKAGES.join(","), crate::BPF_LINKER_VERSION, "llvm-22", "v1"]));
     if exists(&name) && !refresh {
         return Ok(name);
     }
@@ -306,7 +304,11 @@ pub fn build(root: &Path, opts: &Options) -> Result<Built> {
         let _ = Command::new("podman").args(["rmi", &again]).stdout(Stdio::null()).stderr(Stdio::null()).status();
         eprintln!("xtask: rebuilt from nothing in {:.0} s: ID {id}, digest {digest}", t.elapsed().as_secs_f64());
         if id != built.id || digest != built.digest {
-            bail!("the image is not reproducible: the same inputs gave ID {} / digest {} and ID {id} / digest {digest}", built.id, built.digest);
+            bail!(
+                "the image is not reproducible: the same inputs gave ID {} / digest {} and ID {id} / digest {digest}",
+                built.id,
+                built.digest
+            );
         }
         eprintln!("xtask: reproducible: both builds are ID {id}, digest {digest}");
     }

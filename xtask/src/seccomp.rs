@@ -49,8 +49,9 @@ fn render(v: &Value) -> Result<String> {
 
 /// The profile from the default installed here.
 pub fn from_installed() -> Result<String> {
-    let text = std::fs::read_to_string(RUNTIME_DEFAULT)
-        .with_context(|| format!("reading the runtime's default profile {RUNTIME_DEFAULT} (Debian's golang-github-containers-common, with podman)"))?;
+    let text = std::fs::read_to_string(RUNTIME_DEFAULT).with_context(|| {
+        format!("reading the runtime's default profile {RUNTIME_DEFAULT} (Debian's golang-github-containers-common, with podman)")
+    })?;
     let default: Value = serde_json::from_str(&text).with_context(|| format!("parsing {RUNTIME_DEFAULT}"))?;
     render(&derive(&default)?)
 }
@@ -86,7 +87,12 @@ mod tests {
     }
 
     fn names(p: &Value) -> std::collections::BTreeSet<String> {
-        p["syscalls"].as_array().unwrap().iter().flat_map(|r| r["names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string())).collect()
+        p["syscalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()))
+            .collect()
     }
 
     #[test]
