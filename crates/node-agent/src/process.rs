@@ -107,16 +107,20 @@ impl ProcessMetrics {
             )
             .sample(&[("capability", name)], if present { 1.0 } else { 0.0 });
         }
-        sink.family("node_agent_build_info", "A metric with a constant '1' value labeled by version, revision, rustc and pgo (whether the build is profile-guided).", Kind::Gauge)
-            .sample(
-                &[
-                    ("pgo", env!("NODE_AGENT_PGO")),
-                    ("revision", env!("NODE_AGENT_REVISION")),
-                    ("rustc", env!("NODE_AGENT_RUSTC")),
-                    ("version", env!("CARGO_PKG_VERSION")),
-                ],
-                1.0,
-            );
+        sink.family(
+            "node_agent_build_info",
+            "A metric with a constant '1' value labeled by version, revision, rustc and pgo (whether the build is profile-guided).",
+            Kind::Gauge,
+        )
+        .sample(
+            &[
+                ("pgo", env!("NODE_AGENT_PGO")),
+                ("revision", env!("NODE_AGENT_REVISION")),
+                ("rustc", env!("NODE_AGENT_RUSTC")),
+                ("version", env!("CARGO_PKG_VERSION")),
+            ],
+            1.0,
+        );
         if self.node_exporter_build_info {
             sink.family(
                 "node_exporter_build_info",

@@ -511,10 +511,10 @@ mod tests {
         let filtered = std::thread::spawn(|| {
             let code = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
             let mut prog = [
-                code(0x20, 0, 0, 0),                                  // ld [0]: the syscall number
-                code(0x15, 0, 1, libc::SYS_bpf as u32),               // jeq SYS_bpf
-                code(0x06, 0, 0, 0x0005_0000 | libc::EPERM as u32),   // ret ERRNO(EPERM)
-                code(0x06, 0, 0, 0x7fff_0000),                        // ret ALLOW
+                code(0x20, 0, 0, 0),                                // ld [0]: the syscall number
+                code(0x15, 0, 1, libc::SYS_bpf as u32),             // jeq SYS_bpf
+                code(0x06, 0, 0, 0x0005_0000 | libc::EPERM as u32), // ret ERRNO(EPERM)
+                code(0x06, 0, 0, 0x7fff_0000),                      // ret ALLOW
             ];
             let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
             // SAFETY: no_new_privs and a filter on this thread only (no

@@ -53,8 +53,16 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 8] =
-        [Reason::NotBuilt, Reason::Seccomp, Reason::Capability, Reason::Denied, Reason::Verifier, Reason::Kernel, Reason::Attach, Reason::Error];
+    pub const ALL: [Reason; 8] = [
+        Reason::NotBuilt,
+        Reason::Seccomp,
+        Reason::Capability,
+        Reason::Denied,
+        Reason::Verifier,
+        Reason::Kernel,
+        Reason::Attach,
+        Reason::Error,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
