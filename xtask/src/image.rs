@@ -296,6 +296,16 @@ pub fn build(root: &Path, opts: &Options) -> Result<Built> {
         built.digest,
         built.size as f64 / 1e6
     );
+    let mut record = serde_json::json!({
+        "tag": built.tag,
+        "revision": revision(root),
+        "id": built.id,
+        "digest": built.digest,
+        "size": built.size,
+        "seconds": t.elapsed().as_secs(),
+        "runtime_base_size": inspect(&bases.1, "{{.Size}}")?.parse::<u64>().unwrap_or(0),
+        "binary_size": binary_size(&built.tag).unwrap_or(0),
+    });
     if opts.twice {
         let again = format!("{}-rebuilt", opts.tag);
         let t = std::time::Instant::now();
@@ -311,8 +321,23 @@ pub fn build(root: &Path, opts: &Options) -> Result<Built> {
             );
         }
         eprintln!("xtask: reproducible: both builds are ID {id}, digest {digest}");
+        record["rebuilt_from_nothing_seconds"] = t.elapsed().as_secs().into();
     }
+    // For `cargo xtask bench`'s Image section.
+    std::fs::write(root.join(RECORD), serde_json::to_string_pretty(&record)?)?;
     Ok(built)
+}
+
+/// Where the last build is described (read by the benchmark).
+pub const RECORD: &str = "target/image/build.json";
+
+/// The size of /usr/bin/node-agent in the image.
+fn binary_size(tag: &str) -> Option<u64> {
+    let out = Command::new("podman").args(["image", "mount", tag]).output().ok()?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let size = std::fs::metadata(dir.join("usr/bin/node-agent")).ok().map(|m| m.len());
+    let _ = Command::new("podman").args(["image", "unmount", tag]).stdout(Stdio::null()).status();
+    size
 }
 
 #[cfg(test)]

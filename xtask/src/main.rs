@@ -67,6 +67,10 @@ enum Cmd {
         /// Short runs (for a quick look; the numbers are noisier).
         #[arg(long)]
         quick: bool,
+        /// Rewrite only BENCHMARKS.md's Image section, from the last
+        /// `cargo xtask image` (its target/image/build.json).
+        #[arg(long)]
+        image_only: bool,
     },
     /// Mutation-fuzz every collector's parser for N seconds (stable Rust:
     /// cargo-fuzz needs nightly); with --afl, coverage-guided with AFL++.
@@ -523,7 +527,26 @@ fn main() -> ExitCode {
             Ok(true)
         }),
         // The side-by-side test prints the full report.
-        Cmd::Bench { quick } => setup().and_then(|_| build_release()).and_then(|agent| {
+        Cmd::Bench { quick: _, image_only: true } => {
+            let mut c = Command::new(cargo());
+            c.current_dir(root())
+                .args([
+                    "run",
+                    "--profile",
+                    "bench-tool",
+                    "-q",
+                    "-p",
+                    "node-agent-tests",
+                    "--bin",
+                    "node-agent-bench",
+                    "--",
+                    "--image-only",
+                    "--out",
+                ])
+                .arg(root().join("BENCHMARKS.md"));
+            run(&mut c).map(|_| true)
+        }
+        Cmd::Bench { quick, image_only: false } => setup().and_then(|_| build_release()).and_then(|agent| {
             let mut c = Command::new(cargo());
             c.current_dir(root()).args([
                 "run",

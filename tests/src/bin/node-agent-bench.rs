@@ -9,6 +9,7 @@
 //!        node-agent-bench --only syscall_latency [--quick] (ebpf_syscall_latency's per-syscall cost, and bpftrace's, printed)
 //!        node-agent-bench --only bpftrace [--probe NAME] [--quick]  (each probe, or NAME, against its bpftrace equivalent, printed)
 //!        node-agent-bench --only collectors --agent PATH [--quick] (each collector's CPU per scrape, printed)
+//!        node-agent-bench --image-only [--out FILE]  (rewrites FILE's Image section alone, from `cargo xtask image`'s record)
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -1411,6 +1412,22 @@ fn run() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
     let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "--image-only") {
+        let out_path = PathBuf::from(get("--out").unwrap_or_else(|| "BENCHMARKS.md".into()));
+        let md = std::fs::read_to_string(&out_path).map_err(|e| format!("{}: {e}", out_path.display()))?;
+        let section = image_section()?;
+        let md = match md.find(IMAGE_HEADING) {
+            Some(start) => {
+                let rest = &md[start + IMAGE_HEADING.len()..];
+                let end = rest.find("\n## ").map_or(md.len(), |i| start + IMAGE_HEADING.len() + i + 1);
+                format!("{}{section}{}", &md[..start], &md[end..])
+            }
+            None => format!("{md}\n{section}"),
+        };
+        std::fs::write(&out_path, &md).map_err(|e| format!("{}: {e}", out_path.display()))?;
+        print!("{section}");
+        return Ok(());
+    }
     if get("--only").as_deref() == Some("network") {
         let (devices, net) = netlink_vs_files(quick)?;
         for r in &net {
@@ -1563,7 +1580,57 @@ fn run() -> Res<()> {
     for (n, ms) in &plans {
         let _ = writeln!(md, "| {n} | {ms:.2} ms |");
     }
+    match image_section() {
+        Ok(section) => {
+            md.push('\n');
+            md.push_str(&section);
+        }
+        Err(e) => eprintln!("bench: no Image section: {e}"),
+    }
     std::fs::write(&out_path, &md).map_err(|e| format!("{}: {e}", out_path.display()))?;
     print!("{md}");
     Ok(())
+}
+
+const IMAGE_HEADING: &str = "## Image\n";
+
+/// The Image section: the last `cargo xtask image` build (its record,
+/// target/image/build.json) beside node_exporter's binary.
+fn image_section() -> Res<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/image/build.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e} (run cargo xtask image)", path.display()))?;
+    let r: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let num = |k: &str| r[k].as_u64().unwrap_or(0);
+    let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
+    let ne = compare::which("prometheus-node-exporter").ok_or("prometheus-node-exporter is not installed")?;
+    let ne_size = std::fs::metadata(&ne).map_err(|e| format!("{}: {e}", ne.display()))?.len();
+    let mut md = String::from(IMAGE_HEADING);
+    let _ = writeln!(
+        md,
+        "\n`cargo xtask image` on this machine: podman and runc from Debian 12, both bases made from Debian 12's packages (no registry), the PGO release build inside the build stage. Sizes as podman reports them (uncompressed); node_exporter's binary is Debian's 1.5.0 (Go).\n"
+    );
+    let _ = writeln!(md, "| | size |\n|---|---|");
+    let _ = writeln!(
+        md,
+        "| node-agent image `{}` (revision {}) | {} |",
+        r["tag"].as_str().unwrap_or("?"),
+        r["revision"].as_str().unwrap_or("?"),
+        mb(num("size"))
+    );
+    let _ = writeln!(
+        md,
+        "| … its runtime base (glibc, libgcc, CA certificates, users: distroless/cc's content) | {} |",
+        mb(num("runtime_base_size"))
+    );
+    let _ = writeln!(md, "| … its binary, /usr/bin/node-agent (eBPF programs embedded) | {} |", mb(num("binary_size")));
+    let _ = writeln!(md, "| node_exporter's binary, {} | {} |", ne.display(), mb(ne_size));
+    let _ = writeln!(md, "\nBuilt in {} s (bases cached, the build stage's target directory kept between builds).", num("seconds"));
+    if let Some(again) = r["rebuilt_from_nothing_seconds"].as_u64() {
+        let _ = writeln!(
+            md,
+            "`--twice`: rebuilt with no layer cache and an empty target directory in {again} s, to the same image ID and digest (`{}`).",
+            r["digest"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(md)
 }
