@@ -1624,7 +1624,7 @@ fn image_section() -> Res<String> {
     );
     let _ = writeln!(md, "| … its binary, /usr/bin/node-agent (eBPF programs embedded) | {} |", mb(num("binary_size")));
     let _ = writeln!(md, "| node_exporter's binary, {} | {} |", ne.display(), mb(ne_size));
-    let _ = writeln!(md, "\nBuilt in {} s (bases cached, the build stage's target directory kept between builds).", num("seconds"));
+    let _ = writeln!(md, "\nThe build took {} s (the Debian bases cached; the build stage's time depends on what its kept target directory already holds, and on what else the machine runs).", num("seconds"));
     if let Some(again) = r["rebuilt_from_nothing_seconds"].as_u64() {
         let _ = writeln!(
             md,
