@@ -133,10 +133,13 @@ where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
+    // As a watcher fills it: a first list, then done (the store is ready).
     let (store, mut writer) = reflector::store::<K>();
+    writer.apply_watcher_event(&watcher::Event::Init);
     for o in objs {
-        writer.apply_watcher_event(&watcher::Event::Apply(o));
+        writer.apply_watcher_event(&watcher::Event::InitApply(o));
     }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
     (store, writer)
 }
 
@@ -334,6 +337,31 @@ async fn a_gate_failing_past_its_deadline_halts_and_rolls_back_by_json_patch() {
     assert!(m.contains("node_agent_controller_rollout_halts_total 1"), "{m}");
     assert!(m.contains("node_agent_controller_rollbacks_total 1"), "{m}");
     assert!(m.contains("node_agent_controller_health_gate_checks_total{result=\"fail\"} 1"), "{m}");
+}
+
+/// A new leader whose pod list has not arrived decides nothing: no request
+/// at all, a requeue; once the list is in, the same sync goes ahead.
+#[tokio::test]
+async fn nothing_is_decided_before_the_caches_hold_their_first_list() {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let a = agent(None);
+    let (ns, _nw) = filled(vec![node("worker-a", &[], &[])]);
+    let (rs, _rw) = filled(Vec::<ControllerRevision>::new());
+    // The pods' watcher has started its list and not finished it.
+    let (ps, mut pw) = reflector::store::<Pod>();
+    pw.apply_watcher_event(&watcher::Event::Init);
+    let mut ctx = Context::new(client, ns, ps, rs, Arc::new(FakeProbe(GateResult::Pass)), Arc::new(Metrics::new()));
+    ctx.clock = || at(NOW);
+    let ctx = Arc::new(ctx);
+    assert!(!ctx.synced());
+    let server = serve(handle, vec![]);
+    let action = reconcile(Arc::new(a.clone()), ctx.clone()).await.expect("a requeue, not an error");
+    assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(1)));
+    // No request was made: `serve` with nothing expected fails on any.
+    server.await.expect("no request before the caches sync");
+    pw.apply_watcher_event(&watcher::Event::InitDone);
+    assert!(ctx.synced(), "ready once the first list is done");
 }
 
 #[tokio::test]

@@ -73,6 +73,15 @@ pub struct Context {
 }
 
 impl Context {
+    /// Whether the node, pod and revision caches hold their first full list.
+    pub fn synced(&self) -> bool {
+        use futures::FutureExt as _;
+        let ready = |w: Option<Result<(), kube::runtime::reflector::store::WriterDropped>>| matches!(w, Some(Ok(())));
+        ready(self.nodes.wait_until_ready().now_or_never())
+            && ready(self.pods.wait_until_ready().now_or_never())
+            && ready(self.revisions.wait_until_ready().now_or_never())
+    }
+
     pub fn new(
         client: Client,
         nodes: Store<Node>,
@@ -181,6 +190,14 @@ async fn sync(agent: &NodeAgent, ctx: &Context, ns: &str, name: &str) -> Result<
     if agent.metadata.deletion_timestamp.is_some() {
         // Pods and revisions go with their owner (garbage collection).
         return Ok(Action::await_change());
+    }
+    // Decide only on full caches, as the upstream controller waits for its
+    // informers to sync before its workers start: a new leader whose pod or
+    // revision list has not arrived would otherwise see no pods and no
+    // revision for the current hash, and roll out at once.
+    if !ctx.synced() {
+        tracing::debug!(nodeagent = %format!("{ns}/{name}"), "waiting for the node, pod and revision caches to sync");
+        return Ok(Action::requeue(Duration::from_secs(1)));
     }
     ensure_priority_class(ctx, agent).await?;
     let mut nodes = objects(&ctx.nodes, None);
