@@ -68,6 +68,7 @@ fn rbac_is_exactly_what_the_controller_does() {
             "/pods: create,delete,get,list,patch,watch",
             "apps/controllerrevisions: create,delete,get,list,patch,watch",
             "events.k8s.io/events: create,patch",
+            "nodeagent.io/nodeagents/finalizers: update",
             "nodeagent.io/nodeagents/status: get,patch",
             "nodeagent.io/nodeagents: get,list,patch,watch",
             "scheduling.k8s.io/priorityclasses: create,get",

@@ -258,6 +258,12 @@ rules:
   - apiGroups: [nodeagent.io]
     resources: [nodeagents/status]
     verbs: [get, patch]
+  # Owner references with blockOwnerDeletion on the pods and revisions: the
+  # OwnerReferencesPermissionEnforcement admission plugin (OpenShift,
+  # hardened clusters) requires update on the owner's finalizers.
+  - apiGroups: [nodeagent.io]
+    resources: [nodeagents/finalizers]
+    verbs: [update]
   # The agent pods: watched (label nodeagent.io/name), created by server-side
   # apply (an apply that creates is authorized as create too), deleted; their
   # health-gate readiness condition set on pods/status.
