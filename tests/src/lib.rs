@@ -244,3 +244,14 @@ fn restore_links(dir: &Path, restored: &mut usize) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// The samples of `name` in a text exposition, as (labels, value).
+pub fn samples(text: &str, name: &str) -> Vec<(std::collections::BTreeMap<String, String>, f64)> {
+    expo::text::parse(text)
+        .expect("exposition parses")
+        .into_iter()
+        .flat_map(|f| f.samples)
+        .filter(|s| s.name == name)
+        .map(|s| (s.labels.into_iter().collect(), s.value))
+        .collect()
+}

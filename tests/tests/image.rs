@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec};
 use node_agent_tests::apiserver::Running;
 use node_agent_tests::host::root_or_skip;
 use node_agent_tests::pods::{api, failing_opens, pod_cgroup, NODE};
-use node_agent_tests::{agent_binary, compare, Kill};
+use node_agent_tests::{agent_binary, compare, samples, Kill};
 
 /// One container at a time: each holds a host port and a share of two CPUs.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -331,17 +331,6 @@ fn cgroup_memory(dir: &Path) -> (u64, u64) {
         let usage = num("memory.current").expect("memory.current");
         (usage.saturating_sub(stat("inactive_file").unwrap_or(0)), num("memory.peak").expect("memory.peak (Linux 5.19+)"))
     }
-}
-
-/// Samples of `name` in an exposition, as (labels, value).
-fn samples(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-    expfmt::parse(text)
-        .expect("exposition parses")
-        .into_iter()
-        .flat_map(|f| f.samples)
-        .filter(|s| s.name == name)
-        .map(|s| (s.labels.into_iter().collect(), s.value))
-        .collect()
 }
 
 /// Collectors with their `node_scrape_collector_success`.

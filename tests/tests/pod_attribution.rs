@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use expo::text as expfmt;
 use expo::Format;
 use host::scrape::{Scraper, Selection};
 use node_agent_tests::apiserver::Running;
@@ -92,13 +91,7 @@ impl Agent {
         for c in ["pod_cpu_throttling", "pod_tcp_listen"] {
             assert!(text.contains(&format!("node_scrape_collector_success{{collector=\"{c}\"}} 1")), "{c} failed:\n{text}");
         }
-        expfmt::parse(&text)
-            .expect("exposition parses")
-            .into_iter()
-            .flat_map(|f| f.samples)
-            .filter(|s| s.name == name)
-            .map(|s| (s.labels.into_iter().collect(), s.value))
-            .collect()
+        node_agent_tests::samples(&text, name)
     }
 
     /// The sample whose labels include `labels`; 0 when absent.

@@ -493,6 +493,14 @@ fn truth_loop(runs: usize) -> Result<bool> {
     Ok(failed.is_empty())
 }
 
+/// `cargo run` of a node-agent-tests binary (the benchmark, the fuzzer)
+/// in the bench-tool profile, its own arguments to follow.
+fn tool(bin: &str) -> Command {
+    let mut c = Command::new(cargo());
+    c.current_dir(root()).args(["run", "--profile", "bench-tool", "-q", "-p", "node-agent-tests", "--bin", bin, "--"]);
+    c
+}
+
 fn cargo_test(args: &[&str]) -> Result<()> {
     let mut c = Command::new(cargo());
     c.current_dir(root()).arg("test").args(args);
@@ -528,37 +536,12 @@ fn main() -> ExitCode {
         }),
         // The side-by-side test prints the full report.
         Cmd::Bench { quick: _, image_only: true } => {
-            let mut c = Command::new(cargo());
-            c.current_dir(root())
-                .args([
-                    "run",
-                    "--profile",
-                    "bench-tool",
-                    "-q",
-                    "-p",
-                    "node-agent-tests",
-                    "--bin",
-                    "node-agent-bench",
-                    "--",
-                    "--image-only",
-                    "--out",
-                ])
-                .arg(root().join("BENCHMARKS.md"));
+            let mut c = tool("node-agent-bench");
+            c.args(["--image-only", "--out"]).arg(root().join("BENCHMARKS.md"));
             run(&mut c).map(|_| true)
         }
         Cmd::Bench { quick, image_only: false } => setup().and_then(|_| build_release()).and_then(|agent| {
-            let mut c = Command::new(cargo());
-            c.current_dir(root()).args([
-                "run",
-                "--profile",
-                "bench-tool",
-                "-q",
-                "-p",
-                "node-agent-tests",
-                "--bin",
-                "node-agent-bench",
-                "--",
-            ]);
+            let mut c = tool("node-agent-bench");
             c.arg("--agent").arg(&agent).arg("--out").arg(root().join("BENCHMARKS.md"));
             if quick {
                 c.arg("--quick");
@@ -567,20 +550,8 @@ fn main() -> ExitCode {
         }),
         Cmd::Fuzz { seconds, afl: true, .. } => fuzz_afl(seconds).map(|_| true),
         Cmd::Fuzz { seconds, seed, afl: false } => setup_ebpf().and_then(|_| {
-            let mut c = Command::new(cargo());
-            c.current_dir(root()).args([
-                "run",
-                "--profile",
-                "bench-tool",
-                "-q",
-                "-p",
-                "node-agent-tests",
-                "--bin",
-                "node-agent-fuzz",
-                "--",
-                "--seconds",
-                &seconds.to_string(),
-            ]);
+            let mut c = tool("node-agent-fuzz");
+            c.args(["--seconds", &seconds.to_string()]);
             if let Some(s) = seed {
                 c.args(["--seed", &s.to_string()]);
             }
