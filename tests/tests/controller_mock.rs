@@ -93,7 +93,10 @@ fn serve(mut handle: Handle, expected: Vec<Expect>) -> tokio::task::JoinHandle<(
             let (parts, body) = req.into_parts();
             let what = format!("request #{i}: {} {}?{}", parts.method, parts.uri.path(), parts.uri.query().unwrap_or(""));
             assert_eq!(parts.method, e.method, "{what}");
-            assert_eq!(parts.uri.path(), e.path, "{what}");
+            match e.path.strip_suffix('*') {
+                Some(prefix) => assert!(parts.uri.path().starts_with(prefix), "{what}"),
+                None => assert_eq!(parts.uri.path(), e.path, "{what}"),
+            }
             for q in &e.query {
                 assert!(parts.uri.query().unwrap_or("").split('&').any(|x| x == *q), "{what}: query lacks {q}");
             }
@@ -300,7 +303,8 @@ async fn a_gate_failing_past_its_deadline_halts_and_rolls_back_by_json_patch() {
     a.status = Some(NodeAgentStatus { current_revision: Some(old.clone()), update_revision: Some(bad.clone()), ..Default::default() });
     let bad_pod = gated_pod(&a, "worker-a", &bad, NOW - 61);
 
-    let bad2 = bad.clone();
+    let (bad2, old2) = (bad.clone(), old.clone());
+    a.metadata.resource_version = Some("7".into());
     let agent_json = serde_json::to_value(&a).expect("json");
     let expected = vec![
         expect(Method::GET, format!("{PC}/node-agent-critical")).answer(200, json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "node-agent-critical"}, "value": 1000})),
@@ -308,20 +312,29 @@ async fn a_gate_failing_past_its_deadline_halts_and_rolls_back_by_json_patch() {
             let note = b["note"].as_str().unwrap_or("");
             assert!(note.contains("on node worker-a failed the health gate for 60s: node_ebpf_program_up is 0 for sys_exit"), "{note}");
         }),
-        expect(Method::PATCH, NA).content_type("application/json-patch+json").body(|b| {
-            assert_eq!(b[0]["op"], "replace");
-            assert_eq!(b[0]["path"], "/spec/template");
-            assert_eq!(b[0]["value"]["spec"]["containers"][0]["image"], "agent:1");
-        }).answer(200, serde_json::to_value(&a).expect("json")),
+        // The halt is in the status before the template goes back.
+        expect(Method::PATCH, format!("{NA}/status"))
+            .apply()
+            .body(move |b| {
+                let s = &b["status"];
+                assert_eq!(b["metadata"]["resourceVersion"], "7", "conditional on the version decided from");
+                assert_eq!(s["haltedRevision"], bad2.as_str());
+                assert_eq!(s["conditions"][0]["type"], "RolloutHalted");
+                assert_eq!(s["conditions"][0]["status"], "True");
+                assert_eq!(s["conditions"][0]["reason"], "HealthGateFailedRolledBack");
+                let m = s["conditions"][0]["message"].as_str().unwrap_or("");
+                assert!(m.ends_with(&format!("template rolled back to revision 1 ({old2})")), "{m}");
+            })
+            .answer(200, agent_json.clone()),
+        expect(Method::PATCH, NA)
+            .content_type("application/json-patch+json")
+            .body(|b| {
+                assert_eq!(b[0]["op"], "replace");
+                assert_eq!(b[0]["path"], "/spec/template");
+                assert_eq!(b[0]["value"]["spec"]["containers"][0]["image"], "agent:1");
+            })
+            .answer(200, agent_json),
         event("RolledBack", "Warning"),
-        expect(Method::PATCH, format!("{NA}/status")).apply().body(move |b| {
-            let s = &b["status"];
-            assert_eq!(s["haltedRevision"], bad2.as_str());
-            assert_eq!(s["conditions"][0]["type"], "RolloutHalted");
-            assert_eq!(s["conditions"][0]["status"], "True");
-            assert_eq!(s["conditions"][0]["reason"], "HealthGateFailedRolledBack");
-        })
-        .answer(200, agent_json),
     ];
     let server = serve(handle, expected);
     let (ctx, _writers) = context(
@@ -362,6 +375,72 @@ async fn nothing_is_decided_before_the_caches_hold_their_first_list() {
     server.await.expect("no request before the caches sync");
     pw.apply_watcher_event(&watcher::Event::InitDone);
     assert!(ctx.synced(), "ready once the first list is done");
+}
+
+/// A request RBAC or admission forbids (here OwnerReferencesPermissionEnforcement
+/// on the revision's blockOwnerDeletion) is reported in the NodeAgent's
+/// status as ReconcileFailed, with what to do, not only in the log.
+#[tokio::test]
+async fn a_forbidden_request_is_a_reconcile_failed_condition_in_the_status() {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let mut a = agent(None);
+    a.metadata.resource_version = Some("3".into());
+    let hash = template_hash(&a);
+    let forbidden = "controllerrevisions.apps \"node-agent-x\" is forbidden: cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on";
+    let expected = vec![
+        expect(Method::GET, format!("{PC}/node-agent-critical")).answer(200, json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "node-agent-critical"}, "value": 1000})),
+        expect(Method::PATCH, format!("{REVS}/node-agent-{hash}")).apply().answer(
+            403,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Forbidden", "code": 403, "message": forbidden}),
+        ),
+        expect(Method::PATCH, format!("{NA}/status")).apply().body(move |b| {
+            assert_eq!(b["metadata"]["resourceVersion"], "3");
+            let c = b["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "ReconcileFailed")).cloned().unwrap_or_default();
+            assert_eq!(c["status"], "True", "{b}");
+            assert_eq!(c["reason"], "Forbidden");
+            let m = c["message"].as_str().unwrap_or("");
+            assert!(m.starts_with(forbidden) && m.contains("deploy/overlays/controller"), "{m}");
+        }),
+    ];
+    let server = serve(handle, expected);
+    let (ctx, _writers) = context(client, vec![node("worker-a", &[], &[])], vec![], vec![], GateResult::Pass);
+    let err = reconcile(Arc::new(a), ctx.clone()).await.expect_err("a 403 fails the sync");
+    server.await.expect("mock API server");
+    assert_eq!(err.metric_label(), "forbidden");
+}
+
+/// Events carry each decision's own note: the same note again is a series
+/// on its event, a different note (a second halt, another revision) is a
+/// new event, where kube-runtime's recorder would count it into the first.
+#[tokio::test]
+async fn each_distinct_note_is_its_own_event_and_a_repeat_is_a_series() {
+    use controller::events::{Event, EventType, Recorder};
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let a = agent(None);
+    let expected = vec![
+        event("RolloutHalted", "Warning").body(|b| {
+            assert_eq!(b["note"], "revision r1: pod a failed");
+            assert!(b["series"].is_null());
+        }),
+        event("RolloutHalted", "Warning").body(|b| assert_eq!(b["note"], "revision r2: pod b failed", "a new note is a new event")),
+        // The first note again: a series on its event, not a new one.
+        expect(Method::PATCH, format!("{EVENTS}/node-agent.*")).content_type("application/merge-patch+json").body(|b| {
+            assert_eq!(b["series"]["count"], 2, "{b}");
+            assert!(b["series"]["lastObservedTime"].is_string());
+        }),
+        expect(Method::PATCH, format!("{EVENTS}/node-agent.*")).body(|b| assert_eq!(b["series"]["count"], 3, "{b}")),
+    ];
+    let server = serve(handle, expected);
+    let rec = Recorder::new(client, "node-agent-controller".into(), None);
+    let reference = kube::Resource::object_ref(&a, &());
+    let ev = |note: &str| Event { type_: EventType::Warning, reason: "RolloutHalted".into(), action: "Halt".into(), note: note.into() };
+    rec.publish(&ev("revision r1: pod a failed"), &reference).await.expect("first");
+    rec.publish(&ev("revision r2: pod b failed"), &reference).await.expect("second");
+    rec.publish(&ev("revision r1: pod a failed"), &reference).await.expect("repeat");
+    rec.publish(&ev("revision r1: pod a failed"), &reference).await.expect("repeat");
+    server.await.expect("mock API server");
 }
 
 #[tokio::test]
@@ -455,6 +534,21 @@ async fn rollout_undo_puts_the_previous_template_back_and_resume_clears_a_halt()
     a.spec.template = template("agent:2");
     let rev2 = revision_object(&a, &template_hash(&a), 2, &a.spec.template);
     let agent_json = serde_json::to_value(&a).expect("json");
+    let mut halted = a.clone();
+    halted.metadata.resource_version = Some("9".into());
+    halted.status = Some(NodeAgentStatus {
+        halted_revision: Some(template_hash(&a)),
+        conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: "RolloutHalted".into(),
+            status: "True".into(),
+            reason: "HealthGateFailed".into(),
+            message: "pod x failed".into(),
+            last_transition_time: Time(at(NOW - 100)),
+            observed_generation: None,
+        }],
+        ..Default::default()
+    });
+    let halted_json = serde_json::to_value(&halted).expect("json");
     let list =
         json!({"apiVersion": "apps/v1", "kind": "ControllerRevisionList", "metadata": {"resourceVersion": "1"}, "items": [rev1, rev2]});
     let expected = vec![
@@ -471,10 +565,25 @@ async fn rollout_undo_puts_the_previous_template_back_and_resume_clears_a_halt()
             .content_type("application/merge-patch+json")
             .body(|b| assert_eq!(b, &json!({"spec": {"rollout": {"paused": false}}})))
             .answer(200, agent_json.clone()),
+        // Resume reads the object, then clears the halt conditionally on
+        // that version; a conflict (the controller wrote meanwhile) reads again.
+        expect(Method::GET, NA).answer(200, halted_json.clone()),
+        expect(Method::PATCH, format!("{NA}/status")).content_type("application/merge-patch+json").answer(
+            409,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Conflict", "code": 409, "message": "the object has been modified"}),
+        ),
+        expect(Method::GET, NA).answer(200, halted_json.clone()),
         expect(Method::PATCH, format!("{NA}/status"))
             .content_type("application/merge-patch+json")
-            .body(|b| assert_eq!(b, &json!({"status": {"haltedRevision": null}})))
-            .answer(200, agent_json),
+            .body(|b| {
+                assert_eq!(b["metadata"]["resourceVersion"], "9");
+                assert!(b["status"]["haltedRevision"].is_null(), "{b}");
+                assert!(b["status"]["resumedAt"].is_string(), "{b}");
+                assert_eq!(b["status"]["conditions"][0]["type"], "RolloutHalted");
+                assert_eq!(b["status"]["conditions"][0]["status"], "False");
+                assert_eq!(b["status"]["conditions"][0]["reason"], "Resumed");
+            })
+            .answer(200, halted_json),
     ];
     let server = serve(handle, expected);
     let m = rollout_command().no_binary_name(true).try_get_matches_from(["undo", "node-agent"]).expect("args");

@@ -127,6 +127,9 @@ struct Faults {
     lost_response: f64,
     /// Chance that the informer view lags (by up to 3 ticks; never goes back).
     lag: f64,
+    /// Chance that the leader changes before a sync: the new one starts
+    /// from a fresh list (what `Context::synced` waits for) and no memory.
+    restart: f64,
 }
 
 struct Cluster {
@@ -147,6 +150,7 @@ struct Cluster {
     rollbacks: usize,
     /// (tick, node) of every create, in order.
     creates: Vec<(i64, String, String)>,
+    leaders: usize,
 }
 
 impl Cluster {
@@ -181,6 +185,7 @@ impl Cluster {
             halts: 0,
             rollbacks: 0,
             creates: Vec::new(),
+            leaders: 1,
         };
         // The first install, run to completion without faults.
         assert!(c.run_until(600, |c| c.complete()), "initial install did not complete");
@@ -315,6 +320,8 @@ impl Cluster {
             self.halts += 1;
         }
         if let Some((_, t)) = &d.rollback {
+            // The halt goes into the status before the template goes back.
+            self.write_status(d)?;
             let applied = self.write();
             if applied.is_ok() || applied == Err(true) {
                 self.agent.spec.template = t.clone();
@@ -361,14 +368,18 @@ impl Cluster {
             }
             applied.map_err(|_| ())?;
         }
-        if self.agent.status.as_ref() != Some(&d.status) {
-            let applied = self.write();
-            if applied.is_ok() || applied == Err(true) {
-                self.agent.status = Some(d.status.clone());
-            }
-            applied.map_err(|_| ())?;
+        if self.agent.status.as_ref() != Some(&d.status) && d.rollback.is_none() {
+            self.write_status(d)?;
         }
         Ok(())
+    }
+
+    fn write_status(&mut self, d: &rollout::Decision) -> Result<(), ()> {
+        let applied = self.write();
+        if applied.is_ok() || applied == Err(true) {
+            self.agent.status = Some(d.status.clone());
+        }
+        applied.map_err(|_| ())
     }
 
     /// Invariants on the true state.
@@ -394,7 +405,23 @@ impl Cluster {
         if self.history.len() > 8 {
             self.history.remove(0);
         }
+        if self.rng.chance(self.faults.restart) {
+            self.new_leader();
+        }
         self.reconcile();
+    }
+
+    /// A new leader (restart or fail-over): no expectations, and an informer
+    /// that holds the full list as of now.
+    fn new_leader(&mut self) {
+        self.expectations = Expectations::default();
+        self.view_at = self.now;
+        self.leaders += 1;
+    }
+
+    /// The revision numbers by hash.
+    fn revision_numbers(&self) -> BTreeMap<String, i64> {
+        self.revisions.iter().map(|r| (r.labels().get(REVISION_LABEL).cloned().unwrap_or_default(), r.revision)).collect()
     }
 
     fn run_until(&mut self, max_ticks: usize, done: impl Fn(&Cluster) -> bool) -> bool {
@@ -467,10 +494,27 @@ fn with_auto_rollback_a_bad_image_is_rolled_back() {
     let mut c = Cluster::new(true, 3);
     let old = template_hash(&c.agent);
     c.set_image("agent:bad");
+    let bad = template_hash(&c.agent);
     assert!(c.run_until(3_000, |c| c.rollbacks > 0 && c.complete()), "no rollback to completion: {:?}", c.status());
     assert_eq!(template_hash(&c.agent), old, "the template is the old one again");
     assert_eq!(c.nodes_on(&old).len(), NODES - 3);
+    // The halt stays reported after the rollback, saying what went back.
+    for _ in 0..100 {
+        c.tick();
+    }
+    assert!(c.halted(), "a rolled-back halt stays visible: {:?}", c.status());
+    let s = c.status();
+    assert_eq!(s.halted_revision.as_deref(), Some(bad.as_str()));
+    let h = s.conditions.iter().find(|c| c.type_ == "RolloutHalted").expect("condition");
+    assert_eq!(h.reason, rollout::REASON_ROLLED_BACK);
+    assert!(h.message.contains("node_ebpf_program_up is 0 for sys_exit"), "{}", h.message);
+    assert!(h.message.ends_with(&format!("template rolled back to revision 1 ({old})")), "{}", h.message);
+    assert_eq!(c.rollbacks, 1, "rolled back once");
+    // A new template starts a new rollout: the old halt is gone.
+    c.set_image("agent:2");
+    assert!(c.run_until(5_000, |c| c.complete()), "{:?}", c.status());
     assert!(!c.halted());
+    assert_eq!(c.status().halted_revision, None);
     assert!(c.max_unavailable_seen <= MAX_UNAVAILABLE as usize);
     assert_eq!(c.max_pods_on_a_node, 1);
 }
@@ -524,11 +568,120 @@ fn pause_holds_and_resume_finishes() {
 fn api_faults_and_a_lagging_informer_never_break_the_invariants() {
     for seed in 10..14 {
         let mut c = Cluster::new(seed % 2 == 0, seed);
-        c.faults = Faults { write_failure: 0.15, lost_response: 0.05, lag: 0.3 };
+        c.faults = Faults { write_failure: 0.15, lost_response: 0.05, lag: 0.3, restart: 0.05 };
         c.set_image(if seed % 2 == 0 { "agent:bad" } else { "agent:2" });
         let done = c.run_until(20_000, |c| if seed % 2 == 0 { c.rollbacks > 0 && c.complete() } else { c.complete() });
         assert!(done, "seed {seed}: did not converge: {:?}", c.status());
         assert!(c.max_unavailable_seen <= MAX_UNAVAILABLE as usize, "seed {seed}: unavailable {}", c.max_unavailable_seen);
         assert_eq!(c.max_pods_on_a_node, 1, "seed {seed}: two agents on a node");
     }
+}
+
+/// A leader change before every sync of a paused rollout, also with the
+/// status lost (a restore from backup brings no status back): nothing is
+/// replaced, nothing is renumbered, and no node runs two agents.
+#[test]
+fn a_new_leader_at_every_step_of_a_paused_rollout_moves_nothing() {
+    for lose_status in [false, true] {
+        let mut c = Cluster::new(false, 6);
+        let old = template_hash(&c.agent);
+        c.set_image("agent:2");
+        let new = template_hash(&c.agent);
+        assert!(c.run_until(5_000, |c| c.nodes_on(&new).len() >= 50));
+        c.agent.spec.rollout.paused = true;
+        for _ in 0..30 {
+            c.tick();
+        }
+        let (on_new, numbers, creates) = (c.nodes_on(&new), c.revision_numbers(), c.creates.len());
+        assert_eq!(numbers.get(&new), Some(&2));
+        c.faults.restart = 1.0;
+        for step in 0..300 {
+            if lose_status && step % 50 == 0 {
+                c.agent.status = None;
+            }
+            c.tick();
+            assert_eq!(c.nodes_on(&new), on_new, "lose_status {lose_status}, step {step}: a paused rollout moved");
+        }
+        assert!(c.leaders > 300);
+        assert_eq!(c.creates.len(), creates, "no pod created");
+        assert_eq!(c.revision_numbers(), numbers, "revisions keep their numbers");
+        assert_eq!(c.status().current_revision.as_deref(), Some(old.as_str()));
+        assert_eq!(c.max_pods_on_a_node, 1);
+        // Resumed, under the same churn of leaders, it finishes.
+        c.agent.spec.rollout.paused = false;
+        assert!(c.run_until(5_000, |c| c.complete()), "{:?}", c.status());
+        assert_eq!(c.max_pods_on_a_node, 1);
+        assert!(c.max_unavailable_seen <= MAX_UNAVAILABLE as usize);
+    }
+}
+
+/// A leader change before every sync of a partitioned rollout: exactly the
+/// partition stays on the old revision, the last nodes in rollout order.
+#[test]
+fn a_new_leader_at_every_step_of_a_partitioned_rollout_keeps_the_partition() {
+    let mut c = Cluster::new(false, 7);
+    let old = template_hash(&c.agent);
+    c.agent.spec.rollout.partition = Some(100);
+    c.faults.restart = 1.0;
+    c.set_image("agent:2");
+    let new = template_hash(&c.agent);
+    assert!(c.run_until(5_000, |c| c.nodes_on(&new).len() == NODES - 3 - 100), "partition rollout stalled");
+    for _ in 0..200 {
+        c.tick();
+    }
+    assert_eq!(c.nodes_on(&old).len(), 100);
+    let mut held = c.nodes_on(&old);
+    held.sort();
+    let mut order: Vec<String> = c.nodes.iter().skip(3).map(|n| n.name_any()).filter(|n| !c.is_canary(n)).collect();
+    order.sort();
+    assert_eq!(held, order.split_off(order.len() - 100));
+    assert_eq!(c.status().current_revision.as_deref(), Some(old.as_str()));
+    assert_eq!(c.max_pods_on_a_node, 1);
+    assert!(c.max_unavailable_seen <= MAX_UNAVAILABLE as usize);
+}
+
+/// A leader change before every sync of a waved rollout: the canary wave
+/// still finishes before any other node is touched.
+#[test]
+fn a_new_leader_at_every_step_of_a_waved_rollout_keeps_the_waves() {
+    let mut c = Cluster::new(false, 8);
+    c.faults.restart = 1.0;
+    c.set_image("agent:2");
+    let new = template_hash(&c.agent);
+    assert!(c.run_until(5_000, |c| c.complete()), "{:?}", c.status());
+    let new_creates: Vec<&(i64, String, String)> = c.creates.iter().filter(|(_, _, h)| *h == new).collect();
+    let last_canary = new_creates.iter().filter(|(_, n, _)| c.is_canary(n)).map(|(t, _, _)| *t).max().expect("canaries");
+    let first_other = new_creates.iter().filter(|(_, n, _)| !c.is_canary(n)).map(|(t, _, _)| *t).min().expect("others");
+    assert!(last_canary < first_other, "canary wave must finish first ({last_canary} vs {first_other})");
+    assert_eq!(new_creates.len(), NODES - 3, "one create per node");
+    assert_eq!(c.max_pods_on_a_node, 1);
+    assert!(c.max_unavailable_seen <= MAX_UNAVAILABLE as usize);
+}
+
+/// `rollout resume` after a halt whose pod is still not ready: the gate's
+/// deadline counts again from the resume, so the rollout does not re-halt
+/// at once on the pod it forgave; it halts again only past that deadline.
+#[test]
+fn resume_forgives_the_overdue_pod_until_its_own_deadline() {
+    let mut c = Cluster::new(false, 9);
+    c.set_image("agent:bad");
+    let bad = template_hash(&c.agent);
+    assert!(c.run_until(2_000, |c| c.halted()));
+    for _ in 0..100 {
+        c.tick();
+    }
+    // What `node-agent rollout resume` writes.
+    let halted = c.agent.clone();
+    let now = c.ts();
+    let patch = controller::report::resume_patch(&halted, now);
+    let st = c.agent.status.as_mut().expect("status");
+    st.halted_revision = None;
+    st.conditions = serde_json::from_value(patch["status"]["conditions"].clone()).expect("conditions");
+    st.resumed_at = Some(Time(now));
+    let resumed_at = c.now;
+    let halts = c.halts;
+    assert!(c.run_until(DEADLINE as usize + 20, |c| c.halted()), "the bad pod halts again past its new deadline");
+    assert!(c.now - resumed_at > DEADLINE, "re-halted {}s after the resume, within the deadline", c.now - resumed_at);
+    assert_eq!(c.halts, halts + 1);
+    assert_eq!(c.status().halted_revision.as_deref(), Some(bad.as_str()));
 }

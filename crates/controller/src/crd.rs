@@ -3,7 +3,7 @@
 //! generated from these types (`node-agent crd`).
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -206,6 +206,11 @@ pub struct NodeAgentStatus {
     /// The wave being rolled (its name), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_wave: Option<String>,
+    /// When `rollout resume` last cleared a halt (written by the CLI, kept
+    /// by the controller): a pod's health-gate deadline counts from here at
+    /// the earliest, so a resume never re-halts on the pod it forgave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -3,6 +3,7 @@
 //! pause, waves, a health gate, halt and rollback.
 
 pub mod crd;
+pub mod events;
 pub mod gate;
 pub mod lease;
 pub mod metrics;

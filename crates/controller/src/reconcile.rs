@@ -14,15 +14,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
-use super::crd::{NodeAgent, FIELD_MANAGER, GATE_CONDITION};
+use super::crd::{NodeAgent, NodeAgentStatus, FIELD_MANAGER, GATE_CONDITION};
+use super::events::{Event, EventType, Recorder};
 use super::gate::Probe;
 use super::metrics::Metrics;
-use super::rollout::{self, Decision, Expectations, GateResult, Observed};
+use super::rollout::{self, Decision, Expectations, GateResult, Observed, FAILED_CONDITION};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -34,10 +34,12 @@ pub enum Error {
 
 impl Error {
     /// The `reason` label of `node_agent_controller_reconcile_errors_total`:
-    /// one of a fixed set.
+    /// one of a fixed set (invalid, forbidden, conflict, not_found,
+    /// api_unavailable, api_rejected, transport).
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Invalid(..) => "invalid",
+            Error::Kube(kube::Error::Api(s)) if s.code == 403 => "forbidden",
             Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
             Error::Kube(kube::Error::Api(s)) if s.code == 404 => "not_found",
             Error::Kube(kube::Error::Api(s)) if s.code == 429 || s.code >= 500 => "api_unavailable",
@@ -70,6 +72,10 @@ pub struct Context {
     backoff: Mutex<BTreeMap<String, (Duration, Instant)>>,
     priority_ensured: Mutex<Vec<String>>,
     expectations: Mutex<BTreeMap<String, Expectations>>,
+    /// Per NodeAgent, the resourceVersion its last status write was made
+    /// from: while the cache still shows that version, it has not seen the
+    /// write, and a sync from it would only conflict.
+    written_from: Mutex<BTreeMap<String, String>>,
 }
 
 impl Context {
@@ -91,10 +97,7 @@ impl Context {
         metrics: Arc<Metrics>,
     ) -> Context {
         Context {
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() },
-            ),
+            recorder: Recorder::new(client.clone(), FIELD_MANAGER.into(), std::env::var("POD_NAME").ok()),
             client,
             nodes,
             pods,
@@ -105,6 +108,7 @@ impl Context {
             backoff: Mutex::new(BTreeMap::new()),
             priority_ensured: Mutex::new(Vec::new()),
             expectations: Mutex::new(BTreeMap::new()),
+            written_from: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -159,7 +163,7 @@ async fn ensure_priority_class(ctx: &Context, agent: &NodeAgent) -> Result<(), E
 }
 
 async fn publish(recorder: &Recorder, agent: &NodeAgent, type_: EventType, reason: &str, action: &str, note: String) {
-    let ev = Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: action.into(), secondary: None };
+    let ev = Event { type_, reason: reason.into(), action: action.into(), note };
     if let Err(e) = recorder.publish(&ev, &agent.object_ref(&())).await {
         tracing::warn!(reason, error = %e, "could not publish event");
     }
@@ -182,8 +186,58 @@ pub async fn reconcile(agent: Arc<NodeAgent>, ctx: Arc<Context>) -> Result<Actio
     let name = agent.name_any();
     ctx.metrics.reconciles.inc();
     let result = sync(&agent, &ctx, &ns, &name).await;
+    if let Err(e) = &result {
+        if let Some((reason, message)) = failure_condition(e) {
+            record_failure(&agent, &ctx, reason, message).await;
+        }
+    }
     ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
     result
+}
+
+/// The ReconcileFailed reason and message for errors a retry will not fix:
+/// an invalid spec, a request RBAC or admission forbade, one the API server
+/// rejected. Conflicts, 5xx and transport errors are retried, not reported.
+pub fn failure_condition(e: &Error) -> Option<(&'static str, String)> {
+    match e {
+        Error::Invalid(_, m) => Some(("InvalidSpec", m.clone())),
+        Error::Kube(kube::Error::Api(s)) if s.code == 403 => Some((
+            "Forbidden",
+            format!(
+                "{}: the controller's ServiceAccount may not do this; the ClusterRole in deploy/overlays/controller grants what the controller needs",
+                s.message
+            ),
+        )),
+        Error::Kube(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => Some(("Rejected", s.message.clone())),
+        _ => None,
+    }
+}
+
+/// Writes ReconcileFailed=True into the status (the rest as it was); a
+/// failure to write it is logged, the sync's own error stands.
+async fn record_failure(agent: &NodeAgent, ctx: &Context, reason: &str, message: String) {
+    let mut status = agent.status.clone().unwrap_or_default();
+    let since = match status.conditions.iter().find(|c| c.type_ == FAILED_CONDITION) {
+        Some(c) if c.status == "True" && c.reason == reason => c.last_transition_time.clone(),
+        _ => Time((ctx.clock)()),
+    };
+    status.conditions.retain(|c| c.type_ != FAILED_CONDITION);
+    status.conditions.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        type_: FAILED_CONDITION.into(),
+        status: "True".into(),
+        reason: reason.into(),
+        message: message.chars().take(1000).collect(),
+        last_transition_time: since,
+        observed_generation: agent.metadata.generation,
+    });
+    if agent.status.as_ref() == Some(&status) {
+        return;
+    }
+    let ns = agent.namespace().unwrap_or_else(|| "default".into());
+    let agents: Api<NodeAgent> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Err(e) = write_status(ctx, &agents, agent, &status).await {
+        tracing::warn!(nodeagent = %agent.name_any(), error = %e, "could not record the failure in the status");
+    }
 }
 
 async fn sync(agent: &NodeAgent, ctx: &Context, ns: &str, name: &str) -> Result<Action, Error> {
@@ -206,8 +260,19 @@ async fn sync(agent: &NodeAgent, ctx: &Context, ns: &str, name: &str) -> Result<
     let pods = objects(&ctx.pods, Some(ns));
     let revisions = objects(&ctx.revisions, Some(ns));
 
-    // Act only on a view that shows this controller's last creates and deletes.
+    // Act only on a view that shows this controller's last creates and
+    // deletes, and its last status write.
     let key = format!("{ns}/{name}");
+    let unseen_write = ctx
+        .written_from
+        .lock()
+        .ok()
+        .and_then(|w| w.get(&key).cloned())
+        .is_some_and(|rv| agent.metadata.resource_version.as_deref() == Some(rv.as_str()));
+    if unseen_write {
+        tracing::debug!(nodeagent = %key, "waiting for the informer to show the last status write");
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     let waiting = ctx.expectations.lock().ok().and_then(|e| e.get(&key).cloned()).is_some_and(|e| !e.satisfied(&pods, (ctx.clock)()));
     if waiting {
         tracing::debug!(nodeagent = %key, "waiting for the informer to show the last sync's pods");
@@ -333,6 +398,9 @@ async fn act_steps(agent: &NodeAgent, ctx: &Context, ns: &str, d: &Decision, now
         publish(recorder, agent, EventType::Warning, "RolloutHalted", "Halt", format!("revision {}: {}", d.update_hash, h.message)).await;
     }
     if let Some((number, template)) = &d.rollback {
+        // The halt is in the status before the template goes back: no reader
+        // sees the rollback without the halt that caused it.
+        write_status(ctx, &agents, agent, &d.status).await?;
         let patch = json!([{ "op": "replace", "path": "/spec/template", "value": template }]);
         agents
             .patch(
@@ -441,9 +509,28 @@ async fn act_steps(agent: &NodeAgent, ctx: &Context, ns: &str, d: &Decision, now
         }
     }
 
-    if agent.status.as_ref() != Some(&d.status) {
-        let body = json!({ "apiVersion": NodeAgent::api_version(&()), "kind": NodeAgent::kind(&()), "metadata": { "name": name }, "status": d.status });
-        agents.patch_status(&name, &apply, &Patch::Apply(&body)).await?;
+    // (With a rollback the status went out before it, and the object has
+    // moved on since: the next sync writes the next one.)
+    if agent.status.as_ref() != Some(&d.status) && d.rollback.is_none() {
+        write_status(ctx, &agents, agent, &d.status).await?;
+    }
+    Ok(())
+}
+
+/// Applies the whole status, on the condition that the NodeAgent is still
+/// the version the decision was made from: a `rollout resume` (or another
+/// writer) in between makes it a conflict, and the next sync decides again
+/// instead of writing back a halt that was just cleared.
+async fn write_status(ctx: &Context, agents: &Api<NodeAgent>, agent: &NodeAgent, status: &NodeAgentStatus) -> Result<(), Error> {
+    let name = agent.name_any();
+    let mut metadata = json!({ "name": name });
+    if let Some(rv) = &agent.metadata.resource_version {
+        metadata["resourceVersion"] = json!(rv);
+    }
+    let body = json!({ "apiVersion": NodeAgent::api_version(&()), "kind": NodeAgent::kind(&()), "metadata": metadata, "status": status });
+    agents.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
+    if let (Some(rv), Ok(mut w)) = (&agent.metadata.resource_version, ctx.written_from.lock()) {
+        w.insert(format!("{}/{name}", agent.namespace().unwrap_or_else(|| "default".into())), rv.clone());
     }
     Ok(())
 }
@@ -466,6 +553,7 @@ mod tests {
     #[test]
     fn error_reasons_are_a_fixed_set() {
         assert_eq!(Error::Invalid("a".into(), "b".into()).metric_label(), "invalid");
+        assert_eq!(api(403).metric_label(), "forbidden");
         assert_eq!(api(409).metric_label(), "conflict");
         assert_eq!(api(404).metric_label(), "not_found");
         assert_eq!(api(500).metric_label(), "api_unavailable");

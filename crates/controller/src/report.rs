@@ -33,7 +33,11 @@ pub fn status_table(agents: &[NodeAgent], now: Timestamp, with_namespace: bool) 
     }
     for a in agents {
         let s = a.status.clone().unwrap_or_default();
-        let state = if s.halted_revision.is_some() {
+        let rolled_back =
+            s.conditions.iter().any(|c| c.type_ == "RolloutHalted" && c.status == "True" && c.reason == crate::rollout::REASON_ROLLED_BACK);
+        let state = if rolled_back {
+            "RolledBack"
+        } else if s.halted_revision.is_some() {
             "Halted"
         } else if a.spec.rollout.paused {
             "Paused"
@@ -98,7 +102,8 @@ pub fn progress(a: &NodeAgent) -> (String, Outcome) {
         line.push_str(" (waiting for the controller to observe the change)");
         Outcome::Waiting
     } else if let Some(h) = halted {
-        let _ = write!(line, "\nrollout halted: {}", h.message);
+        let what = if h.reason == crate::rollout::REASON_ROLLED_BACK { "halted and rolled back" } else { "halted" };
+        let _ = write!(line, "\nrollout {what}: revision {}: {}", s.halted_revision.as_deref().unwrap_or("?"), h.message);
         Outcome::Halted
     } else if s.update_revision.is_some() && s.current_revision == s.update_revision && s.number_available as usize >= desired {
         line.push_str("\nrollout complete");
@@ -110,6 +115,25 @@ pub fn progress(a: &NodeAgent) -> (String, Outcome) {
         Outcome::Waiting
     };
     (line, outcome)
+}
+
+/// The status merge patch `rollout resume` sends: the halt cleared
+/// (haltedRevision gone, RolloutHalted False with reason Resumed),
+/// `resumedAt` now, on the condition of the version read.
+pub fn resume_patch(a: &NodeAgent, now: Timestamp) -> serde_json::Value {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let s = a.status.clone().unwrap_or_default();
+    let mut conditions = s.conditions.clone();
+    for c in conditions.iter_mut().filter(|c| c.type_ == "RolloutHalted" && c.status == "True") {
+        c.status = "False".into();
+        c.reason = "Resumed".into();
+        c.message = "cleared by rollout resume".into();
+        c.last_transition_time = Time(now);
+    }
+    serde_json::json!({
+        "metadata": { "resourceVersion": a.metadata.resource_version },
+        "status": { "haltedRevision": null, "resumedAt": Time(now), "conditions": conditions },
+    })
 }
 
 /// The revision history table, oldest first.
@@ -188,9 +212,38 @@ mod tests {
             last_transition_time: Time(Timestamp::UNIX_EPOCH),
             observed_generation: None,
         }];
-        let (line, o) = progress(&agent(s));
+        s.halted_revision = Some("new".into());
+        let (line, o) = progress(&agent(s.clone()));
         assert_eq!(o, Outcome::Halted);
-        assert!(line.ends_with("rollout halted: pod x on node a failed the health gate"), "{line}");
+        assert!(line.ends_with("rollout halted: revision new: pod x on node a failed the health gate"), "{line}");
+        // Rolled back: the template is the old one again, and the halt is still what it says.
+        let mut rolled = status(20, 20, "old", "old");
+        rolled.halted_revision = Some("new".into());
+        rolled.conditions = s.conditions.clone();
+        rolled.conditions[0].reason = crate::rollout::REASON_ROLLED_BACK.into();
+        rolled.conditions[0].message.push_str("; template rolled back to revision 1 (old)");
+        let (line, o) = progress(&agent(rolled.clone()));
+        assert_eq!(o, Outcome::Halted, "a rolled-back halt is not a completed rollout");
+        assert!(
+            line.ends_with("rollout halted and rolled back: revision new: pod x on node a failed the health gate; template rolled back to revision 1 (old)"),
+            "{line}"
+        );
+        let t = status_table(&[agent(rolled)], Timestamp::from_second(1_000).unwrap(), false);
+        assert!(t.lines().nth(1).is_some_and(|l| l.contains("RolledBack")), "{t}");
+        // Resume clears the halt in the same write, conditional on the version read.
+        let mut halted = agent(s);
+        halted.metadata.resource_version = Some("42".into());
+        let p = resume_patch(&halted, Timestamp::from_second(5_000).unwrap());
+        assert_eq!(p["metadata"]["resourceVersion"], "42");
+        assert!(p["status"]["haltedRevision"].is_null());
+        assert_eq!(p["status"]["resumedAt"], "1970-01-01T01:23:20Z");
+        assert_eq!(p["status"]["conditions"][0]["status"], "False");
+        assert_eq!(p["status"]["conditions"][0]["reason"], "Resumed");
+        let mut resumed = halted.clone();
+        let st = resumed.status.as_mut().unwrap();
+        st.conditions = serde_json::from_value(p["status"]["conditions"].clone()).unwrap();
+        st.halted_revision = None;
+        assert_eq!(progress(&resumed).1, Outcome::Waiting, "right after resume the old halt is not reported");
         // A spec change the controller has not seen yet is not "complete".
         let mut s = status(20, 20, "new", "new");
         s.observed_generation = Some(1);

@@ -18,6 +18,13 @@ use super::crd::{NodeAgent, NodeAgentStatus, GATE_CONDITION};
 use planner::plan::{self, Action, Invalid, Options, REVISION_LABEL};
 use planner::scheduling::daemon_tolerations;
 
+/// The condition type that says the last sync failed for a reason a person
+/// must fix (an invalid spec, a forbidden or rejected request).
+pub const FAILED_CONDITION: &str = "ReconcileFailed";
+
+/// The RolloutHalted reason of a halt the controller rolled back.
+pub const REASON_ROLLED_BACK: &str = "HealthGateFailedRolledBack";
+
 /// Old revisions kept when the spec does not say.
 pub const DEFAULT_HISTORY_LIMIT: usize = 10;
 
@@ -273,6 +280,16 @@ pub fn gate_targets(agent: &NodeAgent, pods: &[Pod]) -> Vec<GateTarget> {
         .collect()
 }
 
+/// The pod shares the node's ports: host network, or any host port.
+fn uses_host_ports(spec: &k8s_openapi::api::core::v1::PodSpec) -> bool {
+    spec.host_network == Some(true)
+        || spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .any(|c| c.ports.iter().flatten().any(|p| p.host_port.is_some_and(|h| h > 0)))
+}
+
 fn wave_of(agent: &NodeAgent, node: &Node) -> Result<usize, Invalid> {
     let labels = node.metadata.labels.clone().unwrap_or_default();
     for (i, w) in agent.spec.rollout.waves.iter().enumerate() {
@@ -319,11 +336,32 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     let revisions = revisions_by_hash(agent, o.revisions);
     let max_revision = revisions.values().map(|r| r.revision).max().unwrap_or(0);
 
-    // The current revision: the last completed rollout's, if its template is known.
+    // Owned pods, and how many live ones run each revision.
+    let owned: Vec<&Pod> = o.pods.iter().filter(|p| controlled_by(&p.metadata, agent)).collect();
+    let mut live_per_hash: BTreeMap<String, usize> = BTreeMap::new();
+    for p in owned.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
+        if let Some(h) = label(&p.metadata, REVISION_LABEL) {
+            *live_per_hash.entry(h).or_default() += 1;
+        }
+    }
+
+    // The current revision: the last completed rollout's, if its template is
+    // known. Without one (status never written, or lost: a restore from
+    // backup does not bring status back), the recorded revision most live
+    // pods run: taking the update revision as current would roll out at once,
+    // past pause, partition and waves.
     let current_hash = old_status
         .current_revision
         .clone()
         .filter(|h| *h == update_hash || revisions.contains_key(h))
+        .or_else(|| {
+            live_per_hash
+                .iter()
+                .filter(|(h, _)| **h != update_hash)
+                .filter_map(|(h, n)| revisions.get(h).map(|r| ((*n, r.revision), h.clone())))
+                .max()
+                .map(|(_, h)| h)
+        })
         .unwrap_or_else(|| update_hash.clone());
     let current_template = if current_hash == update_hash {
         agent.spec.template.clone()
@@ -332,6 +370,12 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     };
     let rolling = current_hash != update_hash;
     let halted = rolling && old_status.halted_revision.as_deref() == Some(update_hash.as_str());
+    // A halt the controller rolled back stays reported after the rollback,
+    // until the template changes again or `rollout resume` clears it.
+    let old_halt = old_status.conditions.iter().find(|c| c.type_ == "RolloutHalted" && c.status == "True");
+    let rolled_back_earlier = !rolling
+        && old_status.halted_revision.as_ref().is_some_and(|h| *h != update_hash)
+        && old_halt.is_some_and(|c| c.reason == REASON_ROLLED_BACK);
 
     // The update revision is recorded, and renumbered newest when an old one comes back.
     let revision = match revisions.get(&update_hash) {
@@ -343,9 +387,16 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     let ds = as_daemonset(agent, &agent.spec.template);
     let spec = plan::Spec::from_daemonset(&ds)?;
     let min_ready = spec.min_ready_seconds;
+    if spec.rolling_counts(1).0 > 0 && uses_host_ports(&spec.template) {
+        return Err(Invalid {
+            field: "spec.updateStrategy.rollingUpdate.maxSurge".into(),
+            msg: "must be 0 when the template uses the host's network or host ports: a surge pod would run beside the old one on \
+                  the same node and both would bind the same port (use maxUnavailable)"
+                .into(),
+        });
+    }
 
     // Owned pods by node.
-    let owned: Vec<&Pod> = o.pods.iter().filter(|p| controlled_by(&p.metadata, agent)).collect();
     let mut by_node: BTreeMap<String, Vec<&Pod>> = BTreeMap::new();
     for p in &owned {
         if let Some(n) = plan::target_node(p) {
@@ -408,7 +459,11 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
                 continue;
             }
             let node = plan::target_node(p).unwrap_or_default();
-            let overdue = |t: Option<Timestamp>| t.is_some_and(|t| o.now.as_second() - t.as_second() > g.deadline_seconds);
+            // The deadline counts from the last resume at the earliest.
+            let resumed = old_status.resumed_at.as_ref().map(|t| t.0.as_second());
+            let overdue = |t: Option<Timestamp>| {
+                t.is_some_and(|t| o.now.as_second() - t.as_second().max(resumed.unwrap_or(i64::MIN)) > g.deadline_seconds)
+            };
             let message = match condition_since(p, "ContainersReady") {
                 Some(since) if overdue(since) => Some(match o.gate.get(&p.name_any()) {
                     Some(GateResult::Fail(why)) => {
@@ -430,8 +485,12 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     }
     let halted = halted || halt.is_some();
     let held = |node: &str| held(node) || (rolling && halted);
-    let rollback = match (&halt, &gate_cfg) {
-        (Some(_), Some(g)) if g.auto_rollback => revisions.get(&current_hash).and_then(|r| revision_template(r).map(|t| (r.revision, t))),
+    // With autoRollback, a halted update is rolled back: at the halt, and
+    // again at the next sync if that rollback's patch failed.
+    let rollback = match &gate_cfg {
+        Some(g) if g.auto_rollback && rolling && halted => {
+            revisions.get(&current_hash).and_then(|r| revision_template(r).map(|t| (r.revision, t)))
+        }
         _ => None,
     };
 
@@ -478,26 +537,32 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     let new_current = if complete { update_hash.clone() } else { current_hash.clone() };
     let generation = agent.metadata.generation;
     let mut conditions = Conditions { out: Vec::new(), old: &old_status.conditions, now: o.now, generation };
-    let halted_message = halt
-        .as_ref()
-        .map(|h| h.message.clone())
-        .or_else(|| old_status.conditions.iter().find(|c| c.type_ == "RolloutHalted" && c.status == "True").map(|c| c.message.clone()));
-    let still_halted = halted && !complete;
+    let halted_message = match (&halt, &rollback) {
+        (Some(h), Some((number, _))) => Some(format!("{}; template rolled back to revision {number} ({current_hash})", h.message)),
+        (Some(h), None) => Some(h.message.clone()),
+        _ => old_halt.map(|c| c.message.clone()),
+    };
+    let still_halted = (halted && !complete) || rolled_back_earlier;
+    let halt_reason = if rollback.is_some() || rolled_back_earlier { REASON_ROLLED_BACK } else { "HealthGateFailed" };
     conditions.set(
         "RolloutHalted",
         still_halted,
-        if still_halted {
-            if rollback.is_some() {
-                "HealthGateFailedRolledBack"
-            } else {
-                "HealthGateFailed"
-            }
-        } else {
-            "NotHalted"
-        },
+        if still_halted { halt_reason } else { "NotHalted" },
         if still_halted { halted_message.unwrap_or_default() } else { String::new() },
     );
-    let (progressing, reason, message) = if complete {
+    let halted_revision = if rolled_back_earlier { old_status.halted_revision.clone() } else { Some(update_hash.clone()) };
+    let (progressing, reason, message) = if rolled_back_earlier {
+        (
+            false,
+            REASON_ROLLED_BACK,
+            format!(
+                "revision {} halted and rolled back; revision {update_hash} runs on {}/{} nodes",
+                halted_revision.clone().unwrap_or_default(),
+                s.updated_number_scheduled,
+                s.desired_number_scheduled
+            ),
+        )
+    } else if complete {
         (false, "RolloutComplete", format!("revision {update_hash} runs on all {} nodes", s.desired_number_scheduled))
     } else if still_halted {
         (false, "RolloutHalted", format!("{}/{} nodes updated; halted", s.updated_number_scheduled, s.desired_number_scheduled))
@@ -511,6 +576,9 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
         )
     };
     conditions.set("Progressing", progressing, reason, message);
+    // This sync's decision was made; the reconciler sets it True when a
+    // request fails for a reason a retry will not fix.
+    conditions.set(FAILED_CONDITION, false, "Synced", String::new());
     let status = NodeAgentStatus {
         observed_generation: generation,
         desired_number_scheduled: s.desired_number_scheduled as i32,
@@ -522,8 +590,9 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
         number_unavailable: s.number_unavailable as i32,
         current_revision: Some(new_current),
         update_revision: Some(update_hash.clone()),
-        halted_revision: if still_halted { Some(update_hash.clone()) } else { None },
+        halted_revision: if still_halted { halted_revision } else { None },
         current_wave: if complete || agent.spec.rollout.waves.is_empty() { None } else { current_wave },
+        resumed_at: old_status.resumed_at.clone(),
         conditions: conditions.out,
     };
     let gate_pending = !gate_targets(agent, o.pods).is_empty();

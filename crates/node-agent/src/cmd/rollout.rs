@@ -116,12 +116,29 @@ pub async fn run_with(client: Client, cmd: &str, sub: &ArgMatches, ns: &str, nam
             let paused = cmd == "pause";
             api.patch(name, &PatchParams::default(), &Patch::Merge(json!({ "spec": { "rollout": { "paused": paused } } }))).await?;
             if !paused {
-                // A halted rollout resumes too: the halt is forgotten.
-                api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({ "status": { "haltedRevision": null } }))).await?;
+                resume(&api, name).await?;
             }
             println!("nodeagent.nodeagent.io/{name} {}", if paused { "paused" } else { "resumed" });
             Ok(ExitCode::SUCCESS)
         }
         other => Err(Error::Usage(format!("rollout: unknown subcommand {other}"))),
+    }
+}
+
+/// Clears a halt at once (haltedRevision, and RolloutHalted False, so a
+/// `rollout status` right after does not read the old halt) and stamps
+/// `resumedAt`, from which the health gate's deadline counts again. The
+/// patch is conditional on the version read, so a controller write in
+/// between is read again, not overwritten; the controller's own status
+/// writes are conditional the same way.
+async fn resume(api: &Api<NodeAgent>, name: &str) -> Result<(), Error> {
+    let mut tries = 0;
+    loop {
+        let a = api.get(name).await?;
+        let patch = controller::report::resume_patch(&a, k8s_openapi::jiff::Timestamp::now());
+        match api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Err(kube::Error::Api(s)) if s.code == 409 && tries < 5 => tries += 1,
+            r => return r.map(|_| ()).map_err(Error::from),
+        }
     }
 }
