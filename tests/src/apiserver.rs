@@ -3,12 +3,28 @@
 //! patch, delete, status subresources, label and field selectors, optional
 //! injected faults, and a log of every request.
 //!
-//! It is not Kubernetes: apply is a deep merge (lists of conditions merged
-//! by type), there is no admission, no garbage collection, and deletes are
-//! immediate. It runs the clients' own wiring (informers, watches, leader
-//! election) for real; exact requests are asserted by the mock tests.
+//! Where the controller's correctness hangs on them, it keeps the real
+//! server's semantics:
+//! - server-side apply is field-managed: a manager owns the fields it
+//!   applied; applying again without a field it alone owned removes that
+//!   field; other writes take ownership of what they change; lists of
+//!   objects with a `type` (conditions) are maps keyed by type, other
+//!   lists are atomic; a conflict with another owner is 409 unless forced;
+//! - `metadata.resourceVersion` in any write is a precondition (409);
+//! - NodeAgents and pods have a status subresource: writes to the object
+//!   leave its status alone, writes to `/status` change only the status,
+//!   and a NodeAgent's generation moves only with its spec;
+//! - with `owner_admission` (the OwnerReferencesPermissionEnforcement
+//!   plugin) an ownerReference with blockOwnerDeletion needs `update` on
+//!   the owner's `finalizers` subresource, judged by the ClusterRole rules
+//!   given.
+//!
+//! It is not Kubernetes otherwise: no other admission, no garbage
+//! collection, and deletes are immediate. It runs the clients' own wiring
+//! (informers, watches, leader election) for real; exact requests are
+//! asserted by the mock tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -23,11 +39,17 @@ use tokio::sync::Notify;
 
 pub type Body = http_body_util::Either<Full<Bytes>, StreamBody<tokio_stream::wrappers::ReceiverStream<Result<Frame<Bytes>, Infallible>>>>;
 
+type Key = (String, String, String);
+/// A field: its path from the object's root; a condition is `[type=X]`.
+type Field = Vec<String>;
+
 #[derive(Default)]
 pub struct State {
     pub rv: u64,
-    pub objects: BTreeMap<(String, String, String), Value>,
+    pub objects: BTreeMap<Key, Value>,
     pub log: Vec<(u64, String, String, &'static str, Value)>,
+    /// Per object, the fields each manager owns.
+    pub managed: BTreeMap<Key, BTreeMap<String, BTreeSet<Field>>>,
 }
 
 pub struct Api {
@@ -40,6 +62,134 @@ pub struct Api {
     rng: std::sync::atomic::AtomicU64,
     /// Every request's method, path and query, in order.
     pub requests: Mutex<Vec<String>>,
+    /// OwnerReferencesPermissionEnforcement on: the writer's ClusterRole
+    /// rules (as in deploy/), for every writer.
+    pub owner_admission: Mutex<Option<Vec<Value>>>,
+}
+
+/// Resources with a status subresource.
+fn has_status(resource: &str) -> bool {
+    resource == "nodeagents" || resource == "pods"
+}
+
+/// The fields of `v` under `prefix`: leaves, atomic lists, and the items of
+/// lists of typed objects (conditions), each whole.
+fn fields(v: &Value, prefix: &mut Field, out: &mut BTreeSet<Field>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, x) in m {
+                prefix.push(k.clone());
+                fields(x, prefix, out);
+                prefix.pop();
+            }
+        }
+        Value::Array(a) if !a.is_empty() && a.iter().all(|x| x.get("type").and_then(Value::as_str).is_some()) => {
+            for x in a {
+                prefix.push(format!("[type={}]", x["type"].as_str().unwrap_or_default()));
+                out.insert(prefix.clone());
+                prefix.pop();
+            }
+        }
+        _ => {
+            out.insert(prefix.clone());
+        }
+    }
+}
+
+/// The fields a write can own: not the identity in metadata.
+fn owned_fields(v: &Value) -> BTreeSet<Field> {
+    let mut out = BTreeSet::new();
+    fields(v, &mut Vec::new(), &mut out);
+    out.retain(|f| match f.first().map(String::as_str) {
+        Some("apiVersion") | Some("kind") | None => false,
+        Some("metadata") => matches!(f.get(1).map(String::as_str), Some("labels" | "annotations" | "ownerReferences" | "finalizers")),
+        _ => true,
+    });
+    out
+}
+
+fn field<'a>(v: &'a Value, f: &Field) -> Option<&'a Value> {
+    let mut cur = v;
+    for seg in f {
+        cur = match seg.strip_prefix("[type=").and_then(|s| s.strip_suffix(']')) {
+            Some(t) => cur.as_array()?.iter().find(|x| x["type"] == t)?,
+            None => cur.get(seg)?,
+        };
+    }
+    Some(cur)
+}
+
+fn remove_field(v: &mut Value, f: &Field) {
+    let Some((last, parents)) = f.split_last() else { return };
+    let mut cur = v;
+    for seg in parents {
+        let next = match seg.strip_prefix("[type=").and_then(|s| s.strip_suffix(']')) {
+            Some(t) => cur.as_array_mut().and_then(|a| a.iter_mut().find(|x| x["type"] == t)),
+            None => cur.get_mut(seg),
+        };
+        let Some(n) = next else { return };
+        cur = n;
+    }
+    match last.strip_prefix("[type=").and_then(|s| s.strip_suffix(']')) {
+        Some(t) => {
+            if let Some(a) = cur.as_array_mut() {
+                a.retain(|x| x["type"] != t);
+            }
+        }
+        None => {
+            if let Some(o) = cur.as_object_mut() {
+                o.remove(last);
+            }
+        }
+    }
+}
+
+/// The object a write leaves: through /status only the status changes;
+/// elsewhere, on a resource with a status subresource, everything but it.
+fn scoped(resource: &str, sub: Option<&str>, old: &Value, new: Value) -> Value {
+    match sub {
+        Some("status") => {
+            let mut o = old.clone();
+            o["status"] = new["status"].clone();
+            o
+        }
+        _ if has_status(resource) => {
+            let mut n = new;
+            match old.get("status") {
+                Some(st) => n["status"] = st.clone(),
+                None => {
+                    n.as_object_mut().map(|o| o.remove("status"));
+                }
+            }
+            n
+        }
+        _ => new,
+    }
+}
+
+/// A NodeAgent's generation moves with its spec only.
+fn bump_generation(resource: &str, old: &Value, new: &mut Value) {
+    if resource == "nodeagents" {
+        let g = old["metadata"]["generation"].as_i64().unwrap_or(1);
+        new["metadata"]["generation"] = json!(if new["spec"] != old["spec"] { g + 1 } else { g });
+    }
+}
+
+/// A non-apply write: its manager owns what it changed; removed fields
+/// are nobody's.
+fn take_ownership(managers: &mut BTreeMap<String, BTreeSet<Field>>, manager: &str, old: &Value, new: &Value) {
+    let after = owned_fields(new);
+    let changed: BTreeSet<Field> = after.iter().filter(|f| field(old, f) != field(new, f)).cloned().collect();
+    for (m, set) in managers.iter_mut() {
+        set.retain(|f| after.contains(f) && (m == manager || !changed.contains(f)));
+    }
+    managers.entry(manager.to_string()).or_default().extend(changed);
+}
+
+/// Whether ClusterRole `rules` allow `verb` on `resource` of `group`.
+pub fn rbac_allows(rules: &[Value], group: &str, resource: &str, verb: &str) -> bool {
+    let has = |r: &Value, k: &str, want: &str| r[k].as_array().is_some_and(|a| a.iter().any(|x| x == want || x == "*"));
+    rules.iter().any(|r| has(r, "apiGroups", group) && has(r, "resources", resource) && has(r, "verbs", verb))
 }
 
 pub fn now() -> String {
@@ -140,6 +290,7 @@ impl Api {
             injected: AtomicU64::new(0),
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             requests: Mutex::new(Vec::new()),
+            owner_admission: Mutex::new(None),
         }
     }
 
@@ -179,6 +330,7 @@ impl Api {
         obj
     }
 
+    /// A write as the tests make it (manager "test", not forced).
     #[allow(clippy::too_many_arguments)]
     pub fn write(
         &self,
@@ -190,8 +342,71 @@ impl Api {
         ctype: &str,
         body: Value,
     ) -> (u16, Value) {
+        self.write_as("test", false, method, resource, ns, name, sub, ctype, body)
+    }
+
+    /// OwnerReferencesPermissionEnforcement: a new ownerReference with
+    /// blockOwnerDeletion needs `update` on the owner's finalizers.
+    fn admit_owners(&self, old: Option<&Value>, body: &Value) -> Option<(u16, Value)> {
+        let guard = self.owner_admission.lock().expect("admission");
+        let rules = guard.as_ref()?;
+        let refs = body["metadata"]["ownerReferences"].as_array()?;
+        for r in refs.iter().filter(|r| r["blockOwnerDeletion"] == true) {
+            if old.and_then(|o| o["metadata"]["ownerReferences"].as_array()).is_some_and(|a| a.contains(r)) {
+                continue;
+            }
+            let group = r["apiVersion"].as_str().and_then(|v| v.split_once('/')).map(|(g, _)| g).unwrap_or("");
+            let plural = format!("{}s", r["kind"].as_str().unwrap_or_default().to_lowercase());
+            if !rbac_allows(rules, group, &format!("{plural}/finalizers"), "update") {
+                let msg = format!(
+                    "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on: \
+                     User \"system:serviceaccount\" cannot update resource \"{plural}/finalizers\" in API group \"{group}\""
+                );
+                return Some((
+                    403,
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Forbidden", "code": 403, "message": msg}),
+                ));
+            }
+        }
+        None
+    }
+
+    /// A write by `manager` (server-side apply's field manager; `force`
+    /// takes fields from other managers).
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_as(
+        &self,
+        manager: &str,
+        force: bool,
+        method: &str,
+        resource: &str,
+        ns: &str,
+        name: Option<&str>,
+        sub: Option<&str>,
+        ctype: &str,
+        body: Value,
+    ) -> (u16, Value) {
         let mut st = self.state.lock().expect("state");
         let key = |n: &str| (resource.to_string(), ns.to_string(), n.to_string());
+        let old = name.and_then(|n| st.objects.get(&key(n)).cloned());
+        // Managed fields are kept per manager and subresource, as the real
+        // server's managedFields entries are.
+        let manager_key = match sub {
+            Some(sub) => format!("{manager}/{sub}"),
+            None => manager.to_string(),
+        };
+        let manager = manager_key.as_str();
+        if matches!(method, "POST" | "PUT" | "PATCH") {
+            if let Some(denied) = self.admit_owners(old.as_ref(), &body) {
+                return denied;
+            }
+        }
+        // A resourceVersion in the body is a precondition.
+        if let (Some(o), Some(rv)) = (&old, body["metadata"]["resourceVersion"].as_str()) {
+            if o["metadata"]["resourceVersion"].as_str() != Some(rv) {
+                return status(409, "Conflict");
+            }
+        }
         match method {
             "POST" => {
                 let mut body = body;
@@ -206,55 +421,98 @@ impl Api {
                 if st.objects.contains_key(&key(&n)) {
                     return status(409, "AlreadyExists");
                 }
+                if resource == "nodeagents" {
+                    body.as_object_mut().map(|o| o.remove("status"));
+                }
+                st.managed.insert(key(&n), [(manager.to_string(), owned_fields(&body))].into());
                 (201, self.put(&mut st, resource, ns, &n, body, true))
             }
             "PUT" => {
                 let n = name.unwrap_or_default();
-                let Some(old) = st.objects.get(&key(n)).cloned() else { return status(404, "NotFound") };
+                let Some(old) = old else { return status(404, "NotFound") };
                 if body["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"] {
                     return status(409, "Conflict");
                 }
-                let mut new = body;
+                let mut new = scoped(resource, sub, &old, body);
                 new["metadata"]["uid"] = old["metadata"]["uid"].clone();
                 new["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+                bump_generation(resource, &old, &mut new);
+                take_ownership(st.managed.entry(key(n)).or_default(), manager, &old, &new);
                 (200, self.put(&mut st, resource, ns, n, new, false))
             }
             "PATCH" => {
                 let n = name.unwrap_or_default();
-                let old = st.objects.get(&key(n)).cloned();
-                let mut obj = match (&old, ctype) {
-                    (None, "application/apply-patch+yaml") if sub.is_none() => {
-                        let mut b = body.clone();
+                let Some(old) = old else {
+                    if ctype == "application/apply-patch+yaml" && sub.is_none() {
+                        let mut b = body;
                         b["metadata"]["namespace"] = json!(ns);
+                        if resource == "nodeagents" {
+                            b.as_object_mut().map(|o| o.remove("status"));
+                        }
+                        st.managed.insert(key(n), [(manager.to_string(), owned_fields(&b))].into());
                         return (201, self.put(&mut st, resource, ns, n, b, true));
                     }
-                    (None, _) => return status(404, "NotFound"),
-                    (Some(o), _) => o.clone(),
+                    return status(404, "NotFound");
                 };
-                let before_spec = obj["spec"].clone();
-                match ctype {
-                    "application/apply-patch+yaml" => match sub {
-                        Some("status") => merge(&mut obj["status"], &body["status"]),
-                        _ => merge(&mut obj, &body),
-                    },
-                    "application/merge-patch+json" => merge_patch(&mut obj, &body),
-                    "application/json-patch+json" => {
-                        let Ok(p) = serde_json::from_value::<json_patch::Patch>(body) else { return status(400, "BadRequest") };
-                        if json_patch::patch(&mut obj, &p).is_err() {
-                            return status(422, "Invalid");
+                let mut new = match ctype {
+                    "application/apply-patch+yaml" => {
+                        // What this apply may touch: the status through /status, the rest otherwise.
+                        let mut scope = body.clone();
+                        match sub {
+                            Some("status") => scope = json!({ "status": body["status"].clone() }),
+                            _ if has_status(resource) => {
+                                scope.as_object_mut().map(|o| o.remove("status"));
+                            }
+                            _ => {}
                         }
+                        let applied = owned_fields(&scope);
+                        let managers = st.managed.entry(key(n)).or_default();
+                        if !force {
+                            for (m, set) in managers.iter() {
+                                if m != manager && set.iter().any(|f| applied.contains(f) && field(&old, f) != field(&scope, f)) {
+                                    return status(409, "Conflict");
+                                }
+                            }
+                        }
+                        let mut obj = old.clone();
+                        let before = managers.get(manager).cloned().unwrap_or_default();
+                        for f in before.difference(&applied) {
+                            if !managers.iter().any(|(m, set)| m != manager && set.contains(f)) {
+                                remove_field(&mut obj, f);
+                            }
+                        }
+                        merge(&mut obj, &scope);
+                        for (m, set) in managers.iter_mut() {
+                            if m != manager {
+                                set.retain(|f| !applied.contains(f));
+                            }
+                        }
+                        managers.insert(manager.to_string(), applied);
+                        obj
+                    }
+                    "application/merge-patch+json" | "application/json-patch+json" => {
+                        let mut obj = old.clone();
+                        if ctype == "application/merge-patch+json" {
+                            merge_patch(&mut obj, &body);
+                        } else {
+                            let Ok(p) = serde_json::from_value::<json_patch::Patch>(body) else { return status(400, "BadRequest") };
+                            if json_patch::patch(&mut obj, &p).is_err() {
+                                return status(422, "Invalid");
+                            }
+                        }
+                        let obj = scoped(resource, sub, &old, obj);
+                        take_ownership(st.managed.entry(key(n)).or_default(), manager, &old, &obj);
+                        obj
                     }
                     _ => return status(415, "UnsupportedMediaType"),
-                }
-                if resource == "nodeagents" && obj["spec"] != before_spec {
-                    let g = obj["metadata"]["generation"].as_i64().unwrap_or(1);
-                    obj["metadata"]["generation"] = json!(g + 1);
-                }
-                (200, self.put(&mut st, resource, ns, n, obj, false))
+                };
+                bump_generation(resource, &old, &mut new);
+                (200, self.put(&mut st, resource, ns, n, new, false))
             }
             "DELETE" => {
                 let n = name.unwrap_or_default();
                 let Some(old) = st.objects.remove(&key(n)) else { return status(404, "NotFound") };
+                st.managed.remove(&key(n));
                 st.rv += 1;
                 let rv = st.rv;
                 st.log.push((rv, resource.into(), ns.into(), "DELETED", old.clone()));
@@ -353,7 +611,11 @@ impl Api {
                     _ => status(409, "Conflict"),
                 }
             }
-            (m, n) => self.write(m, &resource, &ns, n.as_deref(), sub.as_deref(), &ctype, body),
+            (m, n) => {
+                let manager = query.get("fieldManager").cloned().unwrap_or_else(|| "unknown".into());
+                let force = query.get("force").map(String::as_str) == Some("true");
+                self.write_as(&manager, force, m, &resource, &ns, n.as_deref(), sub.as_deref(), &ctype, body)
+            }
         };
         Ok(json_response(code, v))
     }

@@ -5,11 +5,14 @@
 //! the health gate scrapes. Two controller replicas share one Lease: one
 //! leads, the other stands by and takes over when the leader stops.
 //!
-//! The fake server is not Kubernetes: apply is a deep merge (lists of
-//! conditions merged by type), there is no admission, no garbage
-//! collection, and deletes are immediate. It is here to run the
-//! controller's own wiring (informers, triggers, leader election, gate
-//! scrapes) for real; the exact requests are asserted in controller_mock.
+//! The fake server keeps the real one's semantics where the controller
+//! depends on them (field-managed server-side apply, resourceVersion
+//! preconditions, status subresources, generations, and optionally
+//! OwnerReferencesPermissionEnforcement judged by the shipped ClusterRole:
+//! see node_agent_tests::apiserver); it has no garbage collection and
+//! deletes are immediate. It is here to run the controller's own wiring
+//! (informers, triggers, leader election, gate scrapes) for real; the
+//! exact requests are asserted in controller_mock.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -165,6 +168,9 @@ async fn scenario(agent_port: u16) {
         json!({"spec": {"template": {"spec": {"containers": [{"name": "agent", "image": "agent:2"}]}}}}),
     );
     wait_for("the agent:2 rollout", 60, || complete(&api, "agent:2")).await;
+    // Server-side apply is field-managed: the wave the controller no longer
+    // applies once the rollout is complete is gone, not left behind.
+    wait_for("currentWave to go", 10, || api.get("nodeagents", "monitoring", "node-agent").1["status"].get("currentWave").is_none()).await;
     {
         let st = api.state.lock().expect("state");
         let created: Vec<(u64, String)> = st
@@ -314,5 +320,64 @@ fn api_faults_and_dropped_watches_never_break_the_invariants() {
         let _ = stop.send(());
         controller.await.expect("join").expect("stops cleanly");
         kubelet.abort();
+    });
+}
+
+/// The ClusterRole deploy/ ships for the controller, as rules.
+fn shipped_cluster_role() -> Vec<Value> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/controller/controller.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/controller/controller.yaml");
+    for doc in text.split("\n---\n") {
+        let v: Value = serde_yaml_ng::from_str(doc).expect("yaml");
+        if v["kind"] == "ClusterRole" {
+            return v["rules"].as_array().cloned().expect("rules");
+        }
+    }
+    panic!("no ClusterRole in {}", path.display())
+}
+
+/// Under OwnerReferencesPermissionEnforcement (OpenShift, hardened
+/// clusters), the shipped ClusterRole lets the controller create its
+/// revisions and pods, whose owner references block the owner's deletion;
+/// without `update` on nodeagents/finalizers nothing is created, and the
+/// NodeAgent's status says why and what to do.
+#[test]
+fn owner_reference_admission_passes_with_the_shipped_role_and_is_reported_without_it() {
+    with_agent(|port| async move {
+        let rules = shipped_cluster_role();
+        assert!(node_agent_tests::apiserver::rbac_allows(&rules, "nodeagent.io", "nodeagents/finalizers", "update"));
+        for (with_finalizers, name) in [(true, "shipped"), (false, "without finalizers")] {
+            let api = cluster(port);
+            let granted: Vec<Value> =
+                rules.iter().filter(|r| with_finalizers || r["resources"] != json!(["nodeagents/finalizers"])).cloned().collect();
+            *api.owner_admission.lock().expect("admission") = Some(granted);
+            let addr = serve(api.clone()).await;
+            let kubelet = kubelet(api.clone());
+            let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+            let controller = tokio::spawn(controller::run_until(client(addr), replica("replica-a", free_port()), async move {
+                let _ = rx.await;
+            }));
+            if with_finalizers {
+                wait_for("the install under owner-reference admission", 30, || complete(&api, "agent:1")).await;
+            } else {
+                let failed = || {
+                    let v = api.get("nodeagents", "monitoring", "node-agent").1;
+                    v["status"]["conditions"]
+                        .as_array()
+                        .and_then(|c| c.iter().find(|c| c["type"] == "ReconcileFailed" && c["status"] == "True"))
+                        .cloned()
+                };
+                wait_for("ReconcileFailed in the status", 30, || failed().is_some()).await;
+                let c = failed().unwrap_or_default();
+                assert_eq!(c["reason"], "Forbidden", "{name}: {c}");
+                let m = c["message"].as_str().unwrap_or_default();
+                assert!(m.contains("cannot set blockOwnerDeletion") && m.contains("deploy/overlays/controller"), "{m}");
+                assert!(api.list("pods", "monitoring", "", "")["items"].as_array().is_some_and(Vec::is_empty), "{name}: no pod");
+                assert!(api.list("controllerrevisions", "monitoring", "", "")["items"].as_array().is_some_and(Vec::is_empty));
+            }
+            let _ = stop.send(());
+            controller.await.expect("join").expect("stops cleanly");
+            kubelet.abort();
+        }
     });
 }
