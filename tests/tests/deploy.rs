@@ -54,12 +54,13 @@ const KUSTOMIZATIONS: &[&str] = &[
     "deploy/overlays/seccomp-profile",
     "deploy/overlays/controller",
     "deploy/overlays/prometheus-operator",
+    "deploy/crd",
 ];
 
 fn validate(python: &Path, files: &[PathBuf]) -> (bool, String) {
     let out = Command::new(python)
         .arg(root().join("tests/validate_manifests.py"))
-        .arg(root().join("deploy/controller/crd.yaml"))
+        .arg(root().join("deploy/crd/crd.yaml"))
         .arg(VERSIONS)
         .args(files)
         .output()
@@ -82,6 +83,40 @@ fn committed_manifests_are_the_generated_ones() {
     let ds = std::fs::read_to_string(root().join("deploy/agent/daemonset.yaml")).expect("daemonset");
     assert!(ds.contains(&format!("image: ghcr.io/node-agent/node-agent:{}", env!("CARGO_PKG_VERSION"))));
     assert!(ds.contains("hostPort: 9100") && ds.contains("--web.listen-address=:9100"));
+}
+
+/// kubectl maps every object of an apply before it sends any, so an object
+/// whose CRD is in the same apply fails ("no matches for kind ... ensure
+/// CRDs are installed first"): no kustomization may hold both.
+#[test]
+fn no_kustomization_holds_a_crd_and_objects_of_its_kind() {
+    if need("kubectl (kustomize)", which("kubectl")).is_none() {
+        return;
+    }
+    for k in KUSTOMIZATIONS {
+        let docs: Vec<serde_yaml_ng::Value> = kustomize(k).split("\n---\n").map(|d| serde_yaml_ng::from_str(d).expect("yaml")).collect();
+        let defined: Vec<(String, String)> = docs
+            .iter()
+            .filter(|d| d["kind"].as_str() == Some("CustomResourceDefinition"))
+            .map(|d| (d["spec"]["group"].as_str().unwrap_or("").to_string(), d["spec"]["names"]["kind"].as_str().unwrap_or("").to_string()))
+            .collect();
+        for d in &docs {
+            let group = d["apiVersion"].as_str().and_then(|v| v.split_once('/')).map(|(g, _)| g).unwrap_or("");
+            let kind = d["kind"].as_str().unwrap_or("");
+            assert!(
+                !defined.iter().any(|(g, k)| g == group && k == kind),
+                "{k}: a {kind} beside its own CRD: kubectl would refuse it until the CRD is established"
+            );
+        }
+    }
+    let kinds = |k: &str| -> Vec<String> {
+        kustomize(k)
+            .split("\n---\n")
+            .map(|d| serde_yaml_ng::from_str::<serde_yaml_ng::Value>(d).expect("yaml")["kind"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    assert_eq!(kinds("deploy/crd"), ["CustomResourceDefinition"]);
+    assert!(kinds("deploy/overlays/controller").iter().any(|k| k == "NodeAgent"));
 }
 
 #[test]

@@ -75,3 +75,41 @@ fn rbac_is_exactly_what_the_controller_does() {
         ]
     );
 }
+
+/// Every `format` in the CRD's schema is one the API server knows (it
+/// warns on others, e.g. schemars' `uint16`): the OpenAPI formats
+/// apiextensions-apiserver validates.
+#[test]
+fn the_crd_uses_only_formats_the_api_server_knows() {
+    const KNOWN: &[&str] = &[
+        "int32",
+        "int64",
+        "float",
+        "double",
+        "byte",
+        "binary",
+        "date",
+        "date-time",
+        "datetime",
+        "duration",
+        "password",
+        "uri",
+        "email",
+        "hostname",
+        "ipv4",
+        "ipv6",
+        "cidr",
+        "mac",
+        "uuid",
+        "uuid3",
+        "uuid4",
+        "uuid5",
+    ];
+    let text = std::fs::read_to_string(root().join("deploy/crd/crd.yaml")).expect("crd");
+    let formats: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("format: ")).collect();
+    assert!(formats.len() >= 5, "{formats:?}");
+    for f in &formats {
+        assert!(KNOWN.contains(f), "format {f:?} is not one the API server knows");
+    }
+    assert!(!text.contains("minimum: 0.0"), "ports start at 1");
+}

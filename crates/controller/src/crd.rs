@@ -115,6 +115,7 @@ pub struct Wave {
 #[serde(rename_all = "camelCase")]
 pub struct HealthGate {
     #[serde(default = "default_port")]
+    #[schemars(schema_with = "port_schema")]
     pub port: u16,
     #[serde(default = "default_path")]
     pub path: String,
@@ -131,6 +132,18 @@ pub struct HealthGate {
 
 fn default_port() -> u16 {
     9100
+}
+
+/// A port as the API server knows it (schemars would say `format: uint16`,
+/// a format the API server does not know).
+fn port_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "integer",
+        "format": "int32",
+        "minimum": 1,
+        "maximum": 65535,
+        "default": 9100
+    })
 }
 fn default_path() -> String {
     "/metrics".into()

@@ -504,7 +504,7 @@ fn overlay_seccomp_profile() -> String {
 
 fn overlay_controller() -> String {
     kustomization(
-        "The agent run by the NodeAgent controller instead of a DaemonSet\n(run one or the other: both bind hostPort 9100).",
+        "The agent run by the NodeAgent controller instead of a DaemonSet\n(run one or the other: both bind hostPort 9100). Apply deploy/crd first.",
         &["../../namespace", "../../agent-rbac", "../../controller"],
         "",
     )
@@ -610,8 +610,17 @@ pub fn render(rules_yml: &str) -> Result<Vec<(String, String)>, serde_yaml_ng::E
         ("deploy/agent/priorityclass.yaml".into(), priority_class()),
         ("deploy/agent/service.yaml".into(), service()),
         ("deploy/agent/daemonset.yaml".into(), daemonset()),
-        ("deploy/controller/kustomization.yaml".into(), kustomization("", &["crd.yaml", "controller.yaml", "nodeagent.yaml"], "")),
-        ("deploy/controller/crd.yaml".into(), crd),
+        ("deploy/controller/kustomization.yaml".into(), kustomization("", &["controller.yaml", "nodeagent.yaml"], "")),
+        (
+            "deploy/crd/kustomization.yaml".into(),
+            kustomization(
+                "The NodeAgent CRD, applied (and established) before deploy/overlays/controller:\n\
+                 kubectl cannot map a NodeAgent whose CRD arrives in the same apply.",
+                &["crd.yaml"],
+                "",
+            ),
+        ),
+        ("deploy/crd/crd.yaml".into(), crd),
         ("deploy/controller/controller.yaml".into(), controller()),
         ("deploy/controller/nodeagent.yaml".into(), nodeagent()),
         ("deploy/overlays/no-ebpf/kustomization.yaml".into(), overlay_no_ebpf()),
