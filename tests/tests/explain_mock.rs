@@ -107,3 +107,25 @@ async fn explain_reads_the_cluster_and_names_each_reason() {
     assert!(text.contains("taint dedicated=database:NoExecute is not tolerated"), "{text}");
     assert!(text.contains("priority 1000 is below system-node-critical"), "{text}");
 }
+
+/// Run in-cluster as the agent's ServiceAccount (`kubectl exec`), which may
+/// read pods only: the first read RBAC forbids fails with what was denied
+/// and every permission `explain` needs.
+#[tokio::test]
+async fn a_forbidden_read_names_the_permissions_explain_needs() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let server = tokio::spawn(async move {
+        let (req, send) = handle.next_request().await.expect("a request");
+        assert_eq!(req.uri().path(), "/apis/apps/v1/namespaces/monitoring/daemonsets/node-agent");
+        let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Forbidden", "code": 403,
+            "message": "daemonsets.apps \"node-agent\" is forbidden: User \"system:serviceaccount:monitoring:node-agent\" cannot get resource \"daemonsets\" in API group \"apps\" in the namespace \"monitoring\""});
+        send.send_response(Response::builder().status(403).body(Body::from(serde_json::to_vec(&body).expect("json"))).expect("response"));
+    });
+    let err = node_agent::cmd::explain::read(client, "monitoring", "node-agent").await.expect_err("403");
+    server.await.expect("mock server");
+    let text = err.to_string();
+    assert!(text.starts_with("explain may not get the DaemonSet: daemonsets.apps \"node-agent\" is forbidden"), "{text}");
+    assert!(text.contains(node_agent::cmd::explain::NEEDS), "{text}");
+    assert!(text.contains("run it with your own kubeconfig"), "{text}");
+}

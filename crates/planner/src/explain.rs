@@ -28,6 +28,8 @@ pub struct Report {
     pub plan: Plan,
     /// Nodes without a pod of the DaemonSet.
     pub missing: Vec<String>,
+    /// With `--node` on a node that runs a pod: (node, pod, its state).
+    pub running: Vec<(String, String, String)>,
     pub warnings: Vec<String>,
 }
 
@@ -89,14 +91,23 @@ pub fn explain(c: &Cluster, namespace: &str, name: &str, node: Option<&str>, now
             return Err(Error::NoNode(n.to_string()));
         }
     }
-    let with_pod: std::collections::HashSet<String> = pods.iter().filter_map(plan::target_node).collect();
+    let live = || pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none());
+    let with_pod: std::collections::HashSet<String> = live().filter_map(plan::target_node).collect();
     let missing: Vec<String> = plan
         .nodes
         .iter()
         .filter(|p| node.is_none_or(|n| n == p.node))
-        .filter(|p| node.is_some() || !with_pod.contains(&p.node))
+        .filter(|p| !with_pod.contains(&p.node))
         .map(|p| p.node.clone())
         .collect();
+    // Asked about one node that runs its pod: say so, and how the pod is.
+    let running: Vec<(String, String, String)> = match node {
+        Some(n) => live()
+            .filter(|p| plan::target_node(p).as_deref() == Some(n))
+            .map(|p| (n.to_string(), p.metadata.name.clone().unwrap_or_default(), pod_state(p)))
+            .collect(),
+        None => Vec::new(),
+    };
 
     // Priority: infrastructure agents should not be the first evicted.
     let mut warnings = Vec::new();
@@ -124,14 +135,25 @@ pub fn explain(c: &Cluster, namespace: &str, name: &str, node: Option<&str>, now
             _ => {}
         }
     }
-    Ok(Report { daemonset: format!("{namespace}/{name}"), plan, missing, warnings })
+    Ok(Report { daemonset: format!("{namespace}/{name}"), plan, missing, running, warnings })
+}
+
+/// A pod's phase and readiness, e.g. `Running, Ready`.
+fn pod_state(p: &Pod) -> String {
+    let st = p.status.as_ref();
+    let phase = st.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into());
+    let ready = st.and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    format!("{phase}, {}", if ready { "Ready" } else { "not Ready" })
 }
 
 /// Renders a report for a person.
 pub fn render(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "DaemonSet {} (revision {})", r.daemonset, r.plan.revision.hash);
-    if r.missing.is_empty() {
+    for (node, pod, state) in &r.running {
+        let _ = writeln!(s, "node {node}: runs agent pod {pod} ({state})");
+    }
+    if r.missing.is_empty() && r.running.is_empty() {
         let _ = writeln!(s, "Every node runs an agent pod.");
     }
     for n in &r.missing {
@@ -149,4 +171,30 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(s, "warning: {w}");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builders::{at, daemonset, node, pod};
+
+    #[test]
+    fn asked_about_a_node_that_runs_its_pod_it_says_so() {
+        let ds = daemonset("agent:1", None, None, false);
+        let c = Cluster {
+            daemonset: ds,
+            nodes: vec![node("a", &[], &[]), node("b", &[], &[])],
+            pods: vec![pod("agent-a", "a", "h", at(0), "Running", Some(at(1)))],
+            ..Default::default()
+        };
+        let r = explain(&c, "monitoring", "node-agent", Some("a"), at(100)).expect("report");
+        assert!(r.missing.is_empty(), "{:?}", r.missing);
+        let text = render(&r);
+        assert!(text.contains("node a: runs agent pod agent-a (Running, Ready)"), "{text}");
+        assert!(!text.contains("will create"), "{text}");
+        // The node without one is still explained.
+        let r = explain(&c, "monitoring", "node-agent", Some("b"), at(100)).expect("report");
+        assert_eq!(r.missing, vec!["b".to_string()]);
+        assert!(render(&r).contains("node b: eligible; the controller will create its pod"));
+    }
 }

@@ -22,15 +22,35 @@ pub fn command() -> Command {
         .arg(Arg::new("node").long("node").value_name("NAME").help("Explain this node only."))
 }
 
+/// Everything `explain` reads, for its error when RBAC forbids a read.
+pub const NEEDS: &str = "get on daemonsets.apps in the DaemonSet's namespace, list on nodes, list on pods and \
+                         controllerrevisions.apps in that namespace, and get on priorityclasses.scheduling.k8s.io";
+
+/// A read RBAC forbade, said with what `explain` needs (the agent's own
+/// ServiceAccount, which `kubectl exec` runs it as, has only pod reads).
+fn forbidden(what: &str) -> impl Fn(kube::Error) -> Error + '_ {
+    move |e| match e {
+        kube::Error::Api(s) if s.code == 403 => Error::Failed(format!(
+            "explain may not {what}: {}\nexplain needs {NEEDS}; run it with your own kubeconfig, or bind those to the identity it runs as",
+            s.message
+        )),
+        e => Error::Kube(e),
+    }
+}
+
 /// Reads what the report needs from the cluster.
-pub async fn read(client: Client, namespace: &str, name: &str) -> Result<Cluster, kube::Error> {
-    let daemonset: DaemonSet = Api::namespaced(client.clone(), namespace).get(name).await?;
-    let nodes: Vec<Node> = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?.items;
+pub async fn read(client: Client, namespace: &str, name: &str) -> Result<Cluster, Error> {
+    let daemonset: DaemonSet = Api::namespaced(client.clone(), namespace).get(name).await.map_err(forbidden("get the DaemonSet"))?;
+    let nodes: Vec<Node> = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.map_err(forbidden("list nodes"))?.items;
     let lp = ListParams::default().labels(&ex::selector_string(&daemonset));
-    let pods: Vec<Pod> = Api::<Pod>::namespaced(client.clone(), namespace).list(&lp).await?.items;
-    let revisions: Vec<ControllerRevision> = Api::<ControllerRevision>::namespaced(client.clone(), namespace).list(&lp).await?.items;
+    let pods: Vec<Pod> = Api::<Pod>::namespaced(client.clone(), namespace).list(&lp).await.map_err(forbidden("list pods"))?.items;
+    let revisions: Vec<ControllerRevision> = Api::<ControllerRevision>::namespaced(client.clone(), namespace)
+        .list(&lp)
+        .await
+        .map_err(forbidden("list controllerrevisions"))?
+        .items;
     let priority_class_value = match ex::priority_class(&daemonset) {
-        Some(pc) => Api::<PriorityClass>::all(client).get_opt(&pc).await?.map(|pc| pc.value),
+        Some(pc) => Api::<PriorityClass>::all(client).get_opt(&pc).await.map_err(forbidden("get the PriorityClass"))?.map(|pc| pc.value),
         None => None,
     };
     Ok(Cluster { daemonset, nodes, pods, revisions, priority_class_value })
