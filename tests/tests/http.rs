@@ -297,3 +297,50 @@ fn serves_on_a_socket_passed_by_systemd() {
     };
     assert!(text.contains("node_load1 0.21"), "{text}");
 }
+
+/// `LISTEN_FDS` out of range (as 4294967295 and 2147483647 once wrapped the
+/// descriptor range to empty: no listener, no error) stops start-up naming
+/// it; an empty `GOMAXPROCS` (templated manifests) is ignored, as kingpin
+/// ignores empty environment variables, and the agent serves.
+#[test]
+fn listen_fds_out_of_range_fails_and_an_empty_gomaxprocs_is_ignored() {
+    let t = host_tree();
+    let bin = node_agent_tests::agent_binary();
+    for n in ["4294967295", "2147483647", "0", "-1"] {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "LISTEN_PID=$$ LISTEN_FDS={n} exec {} --web.systemd-socket --path.procfs={} --collector.disable-defaults --collector.loadavg",
+                bin.display(),
+                t.path().join("proc").display()
+            ))
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "LISTEN_FDS={n}: the agent must not start: {err}");
+        assert!(err.contains("LISTEN_FDS"), "LISTEN_FDS={n}: the error names it: {err}");
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let child = std::process::Command::new(&bin)
+        .env("GOMAXPROCS", "")
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg(format!("--path.procfs={}", t.path().join("proc").display()))
+        .args(["--collector.disable-defaults", "--collector.loadavg"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let _kill = node_agent_tests::Kill(child);
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut raw = String::new();
+            if s.read_to_string(&mut raw).is_ok() && raw.contains("node_load1 0.21") {
+                break;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "GOMAXPROCS=\"\": the agent did not serve");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

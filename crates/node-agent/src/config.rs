@@ -154,7 +154,12 @@ pub fn resolve(m: &ArgMatches) -> Result<ServeConfig, Error> {
     let max_requests = kingpin_int(&max)
         .map(|n| n.max(0) as usize)
         .ok_or_else(|| Error::Invalid { flag: "web.max-requests", msg: format!("not a number: {max:?}") })?;
-    let procs = f.string("runtime.gomaxprocs");
+    // kingpin ignores an empty environment variable (templated manifests
+    // produce `GOMAXPROCS=""`): the default holds; an empty flag is an error.
+    let procs = match (f.string("runtime.gomaxprocs"), m.value_source("runtime.gomaxprocs")) {
+        (p, Some(clap::parser::ValueSource::EnvVariable)) if p.trim().is_empty() => "1".to_string(),
+        (p, _) => p,
+    };
     let gomaxprocs =
         kingpin_int(&procs).ok_or_else(|| Error::Invalid { flag: "runtime.gomaxprocs", msg: format!("not a number: {procs:?}") })?;
     let worker_threads = if gomaxprocs >= 1 { gomaxprocs as usize } else { std::thread::available_parallelism().map_or(1, |n| n.get()) };

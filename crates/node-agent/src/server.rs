@@ -324,18 +324,19 @@ pub fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
 /// descriptors 3 to 3 + `LISTEN_FDS`, when `LISTEN_PID` is this process.
 pub fn systemd_listeners() -> Result<Vec<TcpListener>, Error> {
     use std::os::fd::FromRawFd;
-    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u32>().ok());
     let err = |msg: String| Error::Systemd(msg);
-    let pid = env("LISTEN_PID").ok_or_else(|| err("LISTEN_PID is not set: not started by systemd socket activation".into()))?;
+    let env = |k: &str, unset: &str| -> Result<u32, Error> {
+        let v = std::env::var(k).map_err(|_| err(format!("{k} is not set{unset}")))?;
+        v.trim().parse::<u32>().map_err(|_| err(format!("{k}={v:?} is not a number")))
+    };
+    let pid = env("LISTEN_PID", ": not started by systemd socket activation")?;
     if pid != std::process::id() {
         return Err(err(format!("LISTEN_PID is {pid}, not this process ({})", std::process::id())));
     }
-    let n = env("LISTEN_FDS").ok_or_else(|| err("LISTEN_FDS is not set".into()))?;
-    if n == 0 {
-        return Err(err("systemd passed no socket".into()));
-    }
+    let n = env("LISTEN_FDS", "")?;
+    let fds = listen_fd_range(n).map_err(err)?;
     let mut out = Vec::new();
-    for fd in 3..3 + n as i32 {
+    for fd in fds {
         // SAFETY: fcntl on a descriptor number; it fails on one not open.
         if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
             return Err(err(format!("descriptor {fd} is not open")));
@@ -349,6 +350,17 @@ pub fn systemd_listeners() -> Result<Vec<TcpListener>, Error> {
         out.push(TcpListener::from_std(l).map_err(|e| err(format!("descriptor {fd}: {e}")))?);
     }
     Ok(out)
+}
+
+/// The descriptors `LISTEN_FDS=n` names: 3 to 3 + n, with n at least 1 and
+/// within what a process can hold (the kernel's nr_open ceiling, 2^20).
+pub fn listen_fd_range(n: u32) -> Result<std::ops::Range<i32>, String> {
+    const MAX: u32 = 1 << 20;
+    match n {
+        0 => Err("systemd passed no socket (LISTEN_FDS=0)".into()),
+        n if n > MAX => Err(format!("LISTEN_FDS={n} is out of range (1 to {MAX})")),
+        n => Ok(3..3 + n as i32),
+    }
 }
 
 /// Binds every listen address (failing with the flag named).
@@ -543,6 +555,16 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn listen_fds_range_is_bounded() {
+        assert_eq!(super::listen_fd_range(1), Ok(3..4));
+        assert_eq!(super::listen_fd_range(2), Ok(3..5));
+        assert!(super::listen_fd_range(0).is_err());
+        for wraps in [u32::MAX, i32::MAX as u32, (1 << 20) + 1] {
+            assert!(super::listen_fd_range(wraps).unwrap_err().contains("out of range"), "{wraps}");
+        }
+    }
+
     #[test]
     fn parses_selection() {
         let s = super::selection(Some("collect%5B%5D=cpu&collect[]=meminfo&x=1"));
