@@ -90,7 +90,7 @@ fn cluster(agent_port: u16) -> Arc<Api> {
                 "updateStrategy": {"rollingUpdate": {"maxUnavailable": 2}},
                 "rollout": {
                     "waves": [{"name": "canary", "selector": {"matchLabels": {"nodeagent.io/wave": "canary"}}}],
-                    "healthGate": {"port": agent_port, "requiredCollectors": ["loadavg", "meminfo"], "deadlineSeconds": 60}
+                    "healthGate": {"port": agent_port, "requiredCollectors": ["loadavg", "meminfo"], "deadlineSeconds": 60, "minPrograms": 0}
                 }
             }
         });

@@ -128,6 +128,14 @@ pub struct HealthGate {
     /// On a halt, put the template back to the current revision.
     #[serde(default)]
     pub auto_rollback: bool,
+    /// Fewer `node_ebpf_program_up` series than this fails the gate (an
+    /// agent that loaded no program); 0 for agents run without eBPF.
+    #[serde(default = "default_min_programs")]
+    pub min_programs: i32,
+}
+
+fn default_min_programs() -> i32 {
+    1
 }
 
 fn default_port() -> u16 {
@@ -160,6 +168,7 @@ impl Default for HealthGate {
             required_collectors: Vec::new(),
             deadline_seconds: default_deadline(),
             auto_rollback: false,
+            min_programs: default_min_programs(),
         }
     }
 }

@@ -1,52 +1,162 @@
 //! The health gate: scrape a new agent pod's /metrics and require every
 //! eBPF program up and every required collector succeeding.
+//!
+//! The body is judged line by line as it arrives: only the two families
+//! the gate reads are kept (the failing programs' first names, the
+//! required collectors), so a probe holds one chunk and one line at most
+//! (≤ 64 KiB a line, ≤ 16 MiB a body), whatever the pod answers.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 
 use super::crd::HealthGate;
 use super::rollout::{GateResult, GateTarget};
-use expo::text as expfmt;
+use expo::text::{self as expfmt, Line};
 
 /// Largest /metrics body the gate reads.
 const MAX_BODY: usize = 16 << 20;
+/// Longest line the gate reads.
+const MAX_LINE: usize = 64 << 10;
+/// Down programs named in a failure (the rest are counted).
+const NAMED: usize = 10;
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Judges one scrape's text. Failure messages name the metric, never raw
-/// bodies, and stay short (they go into conditions and events).
-pub fn check(text: &str, gate: &HealthGate) -> GateResult {
-    let families = match expfmt::parse(text) {
-        Ok(f) => f,
-        Err(e) => return GateResult::Fail(format!("unparsable /metrics (line {}: {})", e.line, e.msg)),
-    };
-    let mut down: Vec<String> = Vec::new();
-    let mut collectors: Vec<(String, f64)> = Vec::new();
-    for f in &families {
-        for s in &f.samples {
-            let get = |k: &str| s.labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_default();
-            match s.name.as_str() {
-                "node_ebpf_program_up" if s.value != 1.0 => down.push(get("program")),
-                "node_scrape_collector_success" => collectors.push((get("collector"), s.value)),
-                _ => {}
+/// The gate's judgement of one scrape, built line by line in bounded
+/// memory. Failure messages name the metric, never raw bodies, and stay
+/// short (they go into conditions and events).
+pub struct Scan<'g> {
+    gate: &'g HealthGate,
+    line: usize,
+    error: Option<String>,
+    programs: usize,
+    down: usize,
+    down_named: BTreeSet<String>,
+    collectors: BTreeMap<String, f64>,
+}
+
+impl<'g> Scan<'g> {
+    pub fn new(gate: &'g HealthGate) -> Scan<'g> {
+        Scan { gate, line: 0, error: None, programs: 0, down: 0, down_named: BTreeSet::new(), collectors: BTreeMap::new() }
+    }
+
+    /// Takes one line of the exposition (without its newline).
+    pub fn line(&mut self, raw: &str) {
+        self.line += 1;
+        if self.error.is_some() {
+            return;
+        }
+        let s = match expfmt::parse_line(raw, self.line) {
+            Ok(Line::Sample(s)) => s,
+            Ok(_) => return,
+            Err(e) => {
+                self.error = Some(format!("unparsable /metrics (line {}: {})", e.line, e.msg));
+                return;
+            }
+        };
+        let get = |k: &str| s.labels.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()).unwrap_or_default();
+        match s.name {
+            "node_ebpf_program_up" => {
+                self.programs += 1;
+                if s.value != 1.0 {
+                    self.down += 1;
+                    self.down_named.insert(get("program"));
+                    if self.down_named.len() > NAMED {
+                        self.down_named.pop_last();
+                    }
+                }
+            }
+            "node_scrape_collector_success" => {
+                let c = get("collector");
+                if self.gate.required_collectors.contains(&c) {
+                    self.collectors.insert(c, s.value);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Fails the scan (a transport or size problem).
+    pub fn fail(&mut self, why: String) {
+        self.error.get_or_insert(why);
+    }
+
+    pub fn finish(self) -> GateResult {
+        if let Some(e) = self.error {
+            return GateResult::Fail(e);
+        }
+        if self.down > 0 {
+            let mut names = self.down_named.into_iter().collect::<Vec<_>>().join(", ");
+            if self.down > NAMED {
+                names.push_str(&format!(" and {} more", self.down - NAMED));
+            }
+            return GateResult::Fail(format!("node_ebpf_program_up is 0 for {names}"));
+        }
+        if self.programs < self.gate.min_programs.max(0) as usize {
+            return GateResult::Fail(format!(
+                "{} node_ebpf_program_up series, fewer than minPrograms {}: the agent reports no eBPF program",
+                self.programs, self.gate.min_programs
+            ));
+        }
+        for want in &self.gate.required_collectors {
+            match self.collectors.get(want) {
+                None => return GateResult::Fail(format!("required collector {want} is not reported")),
+                Some(v) if *v != 1.0 => return GateResult::Fail(format!("node_scrape_collector_success{{collector=\"{want}\"}} is {v}")),
+                Some(_) => {}
             }
         }
+        GateResult::Pass
     }
-    if !down.is_empty() {
-        down.sort();
-        return GateResult::Fail(format!("node_ebpf_program_up is 0 for {}", down.join(", ")));
+}
+
+/// Judges one scrape's whole text.
+pub fn check(text: &str, gate: &HealthGate) -> GateResult {
+    let mut scan = Scan::new(gate);
+    for l in text.lines() {
+        scan.line(l);
     }
-    for want in &gate.required_collectors {
-        match collectors.iter().find(|(c, _)| c == want) {
-            None => return GateResult::Fail(format!("required collector {want} is not reported")),
-            Some((_, v)) if *v != 1.0 => return GateResult::Fail(format!("node_scrape_collector_success{{collector=\"{want}\"}} is {v}")),
-            Some(_) => {}
+    scan.finish()
+}
+
+/// Splits a body's chunks into lines for a scan, holding at most one line.
+struct Lines {
+    pending: Vec<u8>,
+    total: usize,
+}
+
+impl Lines {
+    fn feed(&mut self, chunk: &[u8], scan: &mut Scan) -> Result<(), String> {
+        self.total += chunk.len();
+        if self.total > MAX_BODY {
+            return Err(format!("/metrics is larger than {} MiB", MAX_BODY >> 20));
         }
+        let mut rest = chunk;
+        while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+            self.push(&rest[..i])?;
+            self.emit(scan)?;
+            rest = &rest[i + 1..];
+        }
+        self.push(rest)
     }
-    GateResult::Pass
+
+    fn push(&mut self, bytes: &[u8]) -> Result<(), String> {
+        if self.pending.len() + bytes.len() > MAX_LINE {
+            return Err(format!("a /metrics line is longer than {} KiB", MAX_LINE >> 10));
+        }
+        self.pending.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn emit(&mut self, scan: &mut Scan) -> Result<(), String> {
+        let line = std::str::from_utf8(&self.pending).map_err(|_| "body is not UTF-8".to_string())?;
+        scan.line(line);
+        self.pending.clear();
+        Ok(())
+    }
 }
 
 /// Scrapes a gate target; a trait so tests and the simulation can serve
@@ -58,7 +168,7 @@ pub trait Probe: Send + Sync {
 /// Scrapes `http://POD_IP:PORT/PATH` over HTTP/1.1 with a timeout.
 pub struct HttpProbe;
 
-async fn fetch(target: &GateTarget, gate: &HealthGate) -> Result<String, String> {
+async fn fetch(target: &GateTarget, gate: &HealthGate) -> Result<GateResult, String> {
     let addr = if target.ip.contains(':') { format!("[{}]:{}", target.ip, gate.port) } else { format!("{}:{}", target.ip, gate.port) };
     let stream = tokio::net::TcpStream::connect(&addr).await.map_err(|e| format!("connect {addr}: {}", e.kind()))?;
     let (mut send, conn) =
@@ -69,8 +179,19 @@ async fn fetch(target: &GateTarget, gate: &HealthGate) -> Result<String, String>
     if !resp.status().is_success() {
         return Err(format!("{} answered {}", gate.path, resp.status().as_u16()));
     }
-    let body = Limited::new(resp.into_body(), MAX_BODY).collect().await.map_err(|e| format!("body: {e}"))?.to_bytes();
-    String::from_utf8(body.to_vec()).map_err(|_| "body is not UTF-8".to_string())
+    let mut body = resp.into_body();
+    let mut scan = Scan::new(gate);
+    let mut lines = Lines { pending: Vec::new(), total: 0 };
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| format!("body: {e}"))?;
+        if let Some(chunk) = frame.data_ref() {
+            lines.feed(chunk, &mut scan)?;
+        }
+    }
+    if !lines.pending.is_empty() {
+        lines.emit(&mut scan)?;
+    }
+    Ok(scan.finish())
 }
 
 impl Probe for HttpProbe {
@@ -81,7 +202,7 @@ impl Probe for HttpProbe {
                     GateResult::Fail(format!("no answer from {}:{}{} within {}s", target.ip, gate.port, gate.path, TIMEOUT.as_secs()))
                 }
                 Ok(Err(e)) => GateResult::Fail(e),
-                Ok(Ok(text)) => check(&text, gate),
+                Ok(Ok(r)) => r,
             }
         })
     }
@@ -114,6 +235,44 @@ mod tests {
         assert_eq!(check(&t, &gate(&["cpu"])), GateResult::Fail("node_scrape_collector_success{collector=\"cpu\"} is 0".into()));
         assert_eq!(check(&t, &gate(&["meminfo"])), GateResult::Pass);
         assert_eq!(check(HEALTHY, &gate(&["diskstats"])), GateResult::Fail("required collector diskstats is not reported".into()));
+    }
+
+    #[test]
+    fn the_message_names_ten_down_programs_and_counts_the_rest() {
+        let mut t = String::from("# TYPE node_ebpf_program_up gauge\n");
+        for i in 0..5000 {
+            t.push_str(&format!("node_ebpf_program_up{{program=\"p{i:05}\"}} 0\n"));
+        }
+        let GateResult::Fail(m) = check(&t, &gate(&[])) else { panic!("passed") };
+        assert_eq!(
+            m,
+            "node_ebpf_program_up is 0 for p00000, p00001, p00002, p00003, p00004, p00005, p00006, p00007, p00008, p00009 and 4990 more"
+        );
+    }
+
+    #[test]
+    fn no_program_reported_fails_unless_min_programs_is_zero() {
+        let t = "# TYPE node_scrape_collector_success gauge\nnode_scrape_collector_success{collector=\"cpu\"} 1\n";
+        assert!(matches!(check(t, &gate(&["cpu"])), GateResult::Fail(m) if m.contains("fewer than minPrograms 1")));
+        let g = HealthGate { min_programs: 0, ..gate(&["cpu"]) };
+        assert_eq!(check(t, &g), GateResult::Pass);
+    }
+
+    #[test]
+    fn streamed_lines_hold_one_line_at_most() {
+        let g = gate(&["cpu"]);
+        let mut scan = Scan::new(&g);
+        let mut lines = Lines { pending: Vec::new(), total: 0 };
+        // HEALTHY in 7-byte chunks, lines split across chunks.
+        for chunk in HEALTHY.as_bytes().chunks(7) {
+            lines.feed(chunk, &mut scan).expect("feed");
+            assert!(lines.pending.len() < 120);
+        }
+        assert_eq!(scan.finish(), GateResult::Pass);
+        let mut scan = Scan::new(&g);
+        let mut lines = Lines { pending: Vec::new(), total: 0 };
+        let long = vec![b'a'; MAX_LINE + 1];
+        assert!(lines.feed(&long, &mut scan).unwrap_err().contains("longer than 64 KiB"));
     }
 
     #[test]

@@ -22,6 +22,9 @@ use planner::scheduling::daemon_tolerations;
 /// must fix (an invalid spec, a forbidden or rejected request).
 pub const FAILED_CONDITION: &str = "ReconcileFailed";
 
+/// Characters a condition's message keeps.
+pub const MAX_MESSAGE: usize = 1024;
+
 /// The RolloutHalted reason of a halt the controller rolled back.
 pub const REASON_ROLLED_BACK: &str = "HealthGateFailedRolledBack";
 
@@ -321,7 +324,9 @@ impl Conditions<'_> {
             type_: type_.into(),
             status,
             reason: reason.into(),
-            message,
+            // Bounded: a status apply has a size limit (the API server
+            // refuses a whole request over it, halts and all).
+            message: message.chars().take(MAX_MESSAGE).collect(),
             last_transition_time: since,
             observed_generation: self.generation,
         });
