@@ -153,12 +153,25 @@ pub fn merge(into: &mut Families, file: &str, text: String) -> Result<(Accepted,
     let decl = expfmt::Declarations::scan(&text).map_err(|e| format!("failed to parse textfile data: {e}"))?;
     let mut here: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     let mut stamped = false;
+    let mut reserved: Option<String> = None;
     decl.samples(&text, |fam, s| {
         stamped |= s.timestamp.is_some();
+        if reserved.is_none() {
+            reserved = s.labels.iter().find(|(k, _)| k.starts_with("__")).map(|(k, _)| k.to_string());
+        }
         here.entry(fam).or_default().extend(s.labels.iter().map(|(k, _)| *k).filter(|k| *k != "le" && *k != "quantile"));
     });
     if stamped {
         return Err("textfile contains unsupported client-side timestamps, skipping entire file".into());
+    }
+    // What Prometheus would refuse, failing the whole scrape with it: a
+    // reserved label name (`__name__` would be a duplicate label), and a
+    // counter whose OpenMetrics family name, without `_total`, is empty.
+    if let Some(k) = reserved {
+        return Err(format!("textfile has the reserved label name {k:?} (names starting with \"__\" are Prometheus's own), skipping entire file"));
+    }
+    if let Some(fam) = here.keys().find(|f| decl.kind(f) == Type::Counter && f.strip_suffix("_total") == Some("")) {
+        return Err(format!("counter {fam:?} has no name without its _total suffix, skipping entire file"));
     }
     for fam in here.keys() {
         if let Some(m) = into.get(*fam) {
@@ -425,6 +438,22 @@ mod tests {
 
     fn family<'a>(sink: &'a Sink, n: &str) -> Option<expo::FamilyRef<'a>> {
         sink.families().into_iter().find(|f| f.name() == n && !f.is_empty())
+    }
+
+    #[test]
+    fn refuses_what_prometheus_would_refuse_the_scrape_for() {
+        let (sink, problems) = run(&[
+            ("reserved", "a{__name__=\"b\"} 1\n"),
+            ("reserved2", "a{x=\"1\",__meta=\"y\"} 1\n"),
+            ("empty", "# TYPE _total counter\n_total 1\n"),
+            ("fine", "# TYPE c_total counter\nc_total 1\n_x 2\n"),
+        ]);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].contains("reserved label name \"__name__\""), "{problems:?}");
+        assert!(problems[1].contains("\"__meta\""), "{problems:?}");
+        assert!(problems[2].contains("counter \"_total\" has no name without its _total suffix"), "{problems:?}");
+        assert!(family(&sink, "a").is_none() && family(&sink, "_total").is_none());
+        assert!(family(&sink, "c_total").is_some() && family(&sink, "_x").is_some(), "names that only start with _ are fine");
     }
 
     #[test]
