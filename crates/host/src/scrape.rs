@@ -7,11 +7,14 @@
 //! collector delays no other (node_exporter runs every collector at once;
 //! this costs a thread only when one is slow). A collector that overruns
 //! its deadline (`--collector.timeout`, or the scrape's own, shorter one) is
-//! cut off: it reports `node_scrape_collector_success 0`, the scrape
-//! returns with everything else, and the collector is *stuck* until it
-//! returns: later scrapes skip it at once (success 0) instead of waiting,
-//! so a stuck collector holds exactly one thread, however many scrapes
-//! follow. The runner left inside it goes back to work when it returns.
+//! cut off: it reports `node_scrape_collector_success 0` and the scrape
+//! returns with everything else. A collector that has run longer than
+//! `--collector.timeout` itself is *stuck* until it returns: later scrapes
+//! skip it at once (success 0) instead of waiting, so a stuck collector
+//! holds exactly one thread, however many scrapes follow. A client's
+//! shorter deadline (`X-Prometheus-Scrape-Timeout-Seconds`) cuts off its
+//! own scrape only; later scrapes wait for the collector as usual. The
+//! runner left inside it goes back to work when it returns.
 //!
 //! The caller supervises a scrape it starts ([`Scraper::start`]): it calls
 //! [`Scrape::supervise`] at the times that returns (the HTTP server does so
@@ -52,8 +55,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Slot {
     /// `None` while a runner is running it.
     collector: Option<(Box<dyn Collector>, Sink)>,
-    /// Set when it overran a deadline, until it returns.
+    /// Set when it overran `--collector.timeout`, until it returns.
     stuck_since: Option<Instant>,
+    /// When the runner now in it took it.
+    running_since: Option<Instant>,
     /// Runners waiting on `changed` for it (another scrape holds it): a
     /// collector handed back with none waiting wakes nobody, with no
     /// futex call (std's `Condvar` makes one on every notify).
@@ -112,6 +117,9 @@ struct Job {
     deadline: Duration,
     state: Mutex<JobState>,
     finished: AtomicBool,
+    /// Per item: cut off at the deadline (a runner waiting for that
+    /// collector gives up rather than run it for a scrape already gone).
+    cut: Vec<AtomicBool>,
 }
 
 enum Task {
@@ -205,7 +213,7 @@ impl Builder {
             .into_iter()
             .map(|(name, c)| Entry {
                 name,
-                slot: Mutex::new(Slot { collector: Some((c, Sink::new())), stuck_since: None, waiters: 0 }),
+                slot: Mutex::new(Slot { collector: Some((c, Sink::new())), stuck_since: None, running_since: None, waiters: 0 }),
                 changed: Condvar::new(),
             })
             .collect();
@@ -295,6 +303,7 @@ impl Scraper {
             deadline,
             state: Mutex::new(JobState { outcomes: (0..n).map(|_| None).collect(), left: n, running: Vec::new(), done: Some(done) }),
             finished: AtomicBool::new(false),
+            cut: (0..n).map(|_| AtomicBool::new(false)).collect(),
         });
         let task = if n == 0 { Task::Finish(Arc::clone(&job)) } else { Task::Run(Arc::clone(&job)) };
         Pool::submit(&self.inner, task);
@@ -303,11 +312,16 @@ impl Scraper {
 
     /// Runs one scrape and returns the encoded body (blocking).
     pub fn scrape(&self, sel: &Selection, format: Format) -> Vec<u8> {
+        self.scrape_within(sel, format, None)
+    }
+
+    /// Runs one scrape within `deadline` (a client's), blocking.
+    pub fn scrape_within(&self, sel: &Selection, format: Format, deadline: Option<Duration>) -> Vec<u8> {
         let (tx, rx) = std::sync::mpsc::channel();
         let s = self.start(
             sel,
             format,
-            None,
+            deadline,
             Box::new(move |body| {
                 let _ = tx.send(body);
             }),
@@ -366,13 +380,19 @@ impl Scrape {
                 if st.outcomes[item].is_none() {
                     st.outcomes[item] = Some(Outcome::TimedOut { secs: ran.as_secs_f64() });
                     st.left -= 1;
+                    job.cut[item].store(true, Ordering::Release);
                     let e = &inner.entries[job.items[item]];
                     let mut slot = lock(&e.slot);
-                    if slot.collector.is_none() && slot.stuck_since.is_none() {
-                        slot.stuck_since = Some(now - ran);
+                    // Stuck only past --collector.timeout itself: a
+                    // client's shorter deadline cuts off its own scrape
+                    // (a full-deadline scrape's cut-off is the overrun).
+                    let overran = job.deadline >= inner.timeout
+                        || slot.running_since.is_some_and(|t| now.saturating_duration_since(t) >= inner.timeout);
+                    if slot.collector.is_none() && slot.stuck_since.is_none() && overran {
+                        slot.stuck_since = Some(slot.running_since.unwrap_or(now - ran));
                         tracing::error!(
                             collector = e.name,
-                            deadline_seconds = job.deadline.as_secs_f64(),
+                            deadline_seconds = inner.timeout.as_secs_f64(),
                             "collector timed out: skipped by later scrapes until it returns"
                         );
                     }
@@ -507,10 +527,11 @@ fn run(inner: &Arc<Inner>, job: &Arc<Job>, runner: u64) -> bool {
         let taken = {
             let mut slot = lock(&entry.slot);
             loop {
-                if slot.stuck_since.is_some() {
+                if slot.stuck_since.is_some() || job.cut[item].load(Ordering::Acquire) {
                     break None;
                 }
                 if let Some(c) = slot.collector.take() {
+                    slot.running_since = Some(Instant::now());
                     break Some(c);
                 }
                 slot.waiters += 1;
@@ -541,6 +562,7 @@ fn run(inner: &Arc<Inner>, job: &Arc<Job>, runner: u64) -> bool {
                 // the collector back now, with a fresh sink if this one is
                 // still in use.
                 slot.collector = Some((collector, Sink::new()));
+                slot.running_since = None;
                 let waiting = slot.waiters > 0;
                 drop(slot);
                 if waiting {
@@ -698,6 +720,37 @@ mod tests {
         let e = Error::Panicked(panic_message(&"boom"));
         assert_eq!(e.to_string(), "collector panicked: boom");
         assert!(!e.is_no_data(), "a panic is a fault, not a missing feature");
+    }
+
+    /// A client's short deadline cuts off its own scrape, and never makes
+    /// the collector stuck for other scrapers: a looping 0.1 s client does
+    /// not cost a 10 s scraper a 0.4 s collector.
+    #[test]
+    fn a_clients_short_deadline_never_marks_a_collector_stuck() {
+        let s = Scraper::builder(vec![("slow", Box::new(Slow(Duration::from_millis(400)))), ("fine", Box::new(Fine("fine_value")))])
+            .timeouts(Duration::from_secs(8), Duration::from_millis(50))
+            .build();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = Arc::new(s);
+        let hostile = {
+            let (s, stop) = (Arc::clone(&s), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut cut = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let b =
+                        String::from_utf8(s.scrape_within(&Selection::default(), Format::Text, Some(Duration::from_millis(100)))).unwrap();
+                    cut += usize::from(b.contains("node_scrape_collector_success{collector=\"slow\"} 0"));
+                }
+                cut
+            })
+        };
+        for i in 0..8 {
+            let b = text(&s, &Selection::default());
+            assert!(b.contains("node_scrape_collector_success{collector=\"slow\"} 1") && b.contains("slow_value 1"), "scrape {i}: {b}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(hostile.join().unwrap() > 0, "the short scrapes were cut off");
+        assert!(s.stuck(Duration::ZERO).is_empty());
     }
 
     #[test]
