@@ -132,7 +132,18 @@ pub struct Merged {
     pub files: Vec<String>,
     /// Label names of all its samples, sorted (without `le`, `quantile`).
     pub labels: BTreeSet<String>,
+    /// Its samples, over all files.
+    pub samples: usize,
 }
+
+/// The most label pairs the files' families may expand to once every
+/// sample carries every label name of its family (node_exporter pads them
+/// so): samples × label names, summed over families. A file past it is
+/// refused whole, so a small file of samples that each have a label name
+/// of their own cannot make an answer that grows with its square (5,000
+/// such samples, 88 KB, were a 220 MB answer). 4 M pairs is about 100 MB of
+/// text, well above what an 8 MiB file of ordinary series expands to.
+pub const MAX_LABEL_PAIRS: usize = 4_000_000;
 
 /// Families by name, in exposition order.
 pub type Families = BTreeMap<String, Merged>;
@@ -152,10 +163,12 @@ pub struct Accepted {
 pub fn merge(into: &mut Families, file: &str, text: String) -> Result<(Accepted, Vec<String>), String> {
     let decl = expfmt::Declarations::scan(&text).map_err(|e| format!("failed to parse textfile data: {e}"))?;
     let mut here: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     let mut stamped = false;
     let mut reserved: Option<String> = None;
     decl.samples(&text, |fam, s| {
         stamped |= s.timestamp.is_some();
+        *counts.entry(fam).or_default() += 1;
         if reserved.is_none() {
             reserved = s.labels.iter().find(|(k, _)| k.starts_with("__")).map(|(k, _)| k.to_string());
         }
@@ -168,7 +181,9 @@ pub fn merge(into: &mut Families, file: &str, text: String) -> Result<(Accepted,
     // reserved label name (`__name__` would be a duplicate label), and a
     // counter whose OpenMetrics family name, without `_total`, is empty.
     if let Some(k) = reserved {
-        return Err(format!("textfile has the reserved label name {k:?} (names starting with \"__\" are Prometheus's own), skipping entire file"));
+        return Err(format!(
+            "textfile has the reserved label name {k:?} (names starting with \"__\" are Prometheus's own), skipping entire file"
+        ));
     }
     if let Some(fam) = here.keys().find(|f| decl.kind(f) == Type::Counter && f.strip_suffix("_total") == Some("")) {
         return Err(format!("counter {fam:?} has no name without its _total suffix, skipping entire file"));
@@ -181,9 +196,23 @@ pub fn merge(into: &mut Families, file: &str, text: String) -> Result<(Accepted,
             }
         }
     }
+    // The padded size with this file: over every family, samples × names.
+    let padded = |fam: &str, labels: &BTreeSet<&str>| {
+        let (old_samples, old_labels) = into.get(fam).map_or((0, 0), |m| (m.samples, m.labels.len()));
+        let new_names = labels.iter().filter(|l| into.get(fam).is_none_or(|m| !m.labels.contains(**l))).count();
+        (old_samples + counts.get(fam).copied().unwrap_or(0)).saturating_mul(old_labels + new_names)
+    };
+    let untouched: usize = into.iter().filter(|(f, _)| !here.contains_key(f.as_str())).map(|(_, m)| m.samples * m.labels.len()).sum();
+    let total = here.iter().fold(untouched, |acc, (f, l)| acc.saturating_add(padded(f, l)));
+    if total > MAX_LABEL_PAIRS {
+        return Err(format!(
+            "textfile would expand to {total} label pairs (samples × label names of their families) with the files before it, over the limit of {MAX_LABEL_PAIRS}: give the samples of a family the same label names; skipping entire file"
+        ));
+    }
     let mut problems = Vec::new();
     let mut skipped = BTreeSet::new();
     for (fam, labels) in here {
+        let n = counts.get(fam).copied().unwrap_or(0);
         let help = decl.helps.get(fam);
         match into.get_mut(fam) {
             Some(m) => {
@@ -199,6 +228,7 @@ pub fn merge(into: &mut Families, file: &str, text: String) -> Result<(Accepted,
                 }
                 m.files.push(file.to_string());
                 m.labels.extend(labels.into_iter().map(str::to_string));
+                m.samples += n;
             }
             None => {
                 let m = Merged {
@@ -206,6 +236,7 @@ pub fn merge(into: &mut Families, file: &str, text: String) -> Result<(Accepted,
                     help: help.cloned(),
                     files: vec![file.to_string()],
                     labels: labels.into_iter().map(str::to_string).collect(),
+                    samples: n,
                 };
                 into.insert(fam.to_string(), m);
             }
@@ -454,6 +485,27 @@ mod tests {
         assert!(problems[2].contains("counter \"_total\" has no name without its _total suffix"), "{problems:?}");
         assert!(family(&sink, "a").is_none() && family(&sink, "_total").is_none());
         assert!(family(&sink, "c_total").is_some() && family(&sink, "_x").is_some(), "names that only start with _ are fine");
+    }
+
+    /// 5,000 samples each with a label name of its own (88 KB) would pad to
+    /// 25 M label pairs: refused, naming the limit; an ordinary file of as
+    /// many series is fine.
+    #[test]
+    fn padding_is_bounded_by_label_pairs_not_bytes() {
+        let mut bad = String::from("# TYPE m gauge\n");
+        for i in 0..5000 {
+            bad.push_str(&format!("m{{l{i}=\"v\"}} 1\n"));
+        }
+        assert!(bad.len() < 100_000);
+        let mut good = String::from("# TYPE g gauge\n");
+        for i in 0..5000 {
+            good.push_str(&format!("g{{a=\"{i}\",b=\"x\"}} 1\n"));
+        }
+        let (sink, problems) = run(&[("bad", &bad), ("good", &good)]);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("25000000 label pairs") && problems[0].contains("limit of 4000000"), "{problems:?}");
+        assert!(family(&sink, "m").is_none());
+        assert_eq!(family(&sink, "g").unwrap().samples().count(), 5000);
     }
 
     #[test]
