@@ -276,9 +276,17 @@ fn serves_on_a_socket_passed_by_systemd() {
         ))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    // SAFETY: dup2 is async-signal-safe; it runs in the child before exec.
+    // SAFETY: dup2 and fcntl are async-signal-safe; they run in the child
+    // before exec. (dup2 onto itself keeps close-on-exec: clear it then.)
     unsafe {
-        cmd.pre_exec(move || if libc::dup2(fd, 3) < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+        cmd.pre_exec(move || {
+            let r = if fd == 3 { libc::fcntl(3, libc::F_SETFD, 0) } else { libc::dup2(fd, 3) };
+            if r < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        });
     }
     let child = cmd.spawn().expect("spawn");
     let _kill = node_agent_tests::Kill(child);
@@ -306,7 +314,9 @@ fn serves_on_a_socket_passed_by_systemd() {
 fn listen_fds_out_of_range_fails_and_an_empty_gomaxprocs_is_ignored() {
     let t = host_tree();
     let bin = node_agent_tests::agent_binary();
-    for n in ["4294967295", "2147483647", "0", "-1"] {
+    // And a descriptor the agent opened itself is never taken for the socket
+    // (here fd 3 is not passed at all).
+    for n in ["4294967295", "2147483647", "0", "-1", "1"] {
         let out = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(

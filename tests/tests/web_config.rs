@@ -161,3 +161,67 @@ fn bad_web_config_files_fail_at_start_naming_the_field() {
         assert!(e.contains("--web.config.file") && e.contains(want), "{text:?}: {e}");
     }
 }
+
+/// One request on a kept-alive connection: the status code.
+fn request_on(s: &mut std::net::TcpStream, auth: &str) -> u16 {
+    use std::io::{BufRead, BufReader, Read, Write};
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n\r\n").as_bytes()).expect("write");
+    let mut r = BufReader::new(s);
+    let mut status = String::new();
+    r.read_line(&mut status).expect("status line");
+    let mut len = 0usize;
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).expect("header");
+        if h == "\r\n" {
+            break;
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().expect("length");
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).expect("body");
+    status.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("code")
+}
+
+fn basic(user: &str, password: &str) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let b = format!("{user}:{password}").into_bytes();
+    let mut out = String::new();
+    for c in b.chunks(3) {
+        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            out.push(if i <= c.len() { A[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+        }
+    }
+    out
+}
+
+/// The web config is read per request: after a password rotation the old
+/// password gets 401 on a connection kept alive from before it, and the
+/// new one is accepted on that same connection (it used to be captured
+/// per connection at accept, and kept working for as long as it stayed open).
+#[test]
+fn a_rotated_password_is_refused_on_a_kept_alive_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("web.yml");
+    let hash = |p: &str| bcrypt::hash(p, 4).expect("bcrypt");
+    std::fs::write(&cfg, format!("basic_auth_users:\n  prometheus: {}\n", hash("old"))).expect("write");
+    let agent = start(&cfg).expect("start");
+    let mut s = std::net::TcpStream::connect(agent.addrs[0]).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+    assert_eq!(basic("prometheus", "old"), "cHJvbWV0aGV1czpvbGQ=");
+    assert_eq!(request_on(&mut s, &basic("prometheus", "old")), 200);
+    std::fs::write(&cfg, format!("basic_auth_users:\n  prometheus: {}\n", hash("new"))).expect("rotate");
+    let t = std::time::Instant::now();
+    loop {
+        let code = request_on(&mut s, &basic("prometheus", "old"));
+        if code == 401 {
+            break;
+        }
+        assert!(t.elapsed() < node_agent::webconfig::POLL * 5, "the old password still works on the kept-alive connection");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(request_on(&mut s, &basic("prometheus", "new")), 200, "the new password, same connection");
+}

@@ -195,12 +195,12 @@ fn landing(state: &State) -> Response<Full<Bytes>> {
 }
 
 /// Handles one request: authentication, then the route, then the
-/// configured response headers.
-pub async fn handle(
-    state: Arc<State>,
-    web: Arc<crate::webconfig::Loaded>,
-    req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+/// configured response headers. The web config is read per request (as
+/// exporter-toolkit does), so a rotated password or newly required basic
+/// auth applies at once to kept-alive connections too; TLS settings apply
+/// from the next connection.
+pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let web = state.web.current();
     let auth = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let mut resp = if web.authorize(auth).await == crate::webconfig::Auth::Denied {
         let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
@@ -339,7 +339,18 @@ pub fn systemd_listeners() -> Result<Vec<TcpListener>, Error> {
     for fd in fds {
         // SAFETY: fcntl on a descriptor number; it fails on one not open.
         if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-            return Err(err(format!("descriptor {fd} is not open")));
+            return Err(err(format!("descriptor {fd} is not open (LISTEN_FDS={n})")));
+        }
+        // Only a listening socket is taken: a descriptor the process opened
+        // itself (systemd passed fewer than LISTEN_FDS says, so the number
+        // went to something else) must not be wrapped and closed twice.
+        let mut listening: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `listening`.
+        let r =
+            unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN, (&mut listening as *mut libc::c_int).cast(), &mut len) };
+        if r < 0 || listening == 0 {
+            return Err(err(format!("descriptor {fd} is not a listening socket (LISTEN_FDS={n})")));
         }
         // SAFETY: systemd hands these descriptors to this process, which
         // now owns them; nothing else uses them.
@@ -515,8 +526,8 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
                 tokio::spawn(async move {
                     let _permit = permit;
                     let tls = web.tls.clone();
-                    let svc_web = Arc::clone(&web);
-                    let svc = service_fn(move |req| handle(Arc::clone(&state), Arc::clone(&svc_web), req));
+                    drop(web);
+                    let svc = service_fn(move |req| handle(Arc::clone(&state), req));
                     let builder = {
                         let mut b = hyper::server::conn::http1::Builder::new();
                         b.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
