@@ -125,9 +125,25 @@ fn inspect(image: &str, format: &str) -> Result<String> {
 }
 
 /// The build base, made unless cached: Debian 12 with the toolchain.
+fn build_base_name() -> String {
+    format!("localhost/node-agent-build-base:{}", key(&[SUITE, &BUILD_PACKAGES.join(","), crate::BPF_LINKER_VERSION, "llvm-22", "v1"]))
+}
+
+/// After a build on a machine that will not build again (CI): drops what
+/// only another build would reuse — the build base, the build stage's
+/// layers, the release build's cargo target — several GB the test suite's
+/// own build needs more. The image itself stays.
+pub fn free_build_space(root: &Path) {
+    let _ = std::fs::remove_dir_all(root.join("target/image/cargo-target"));
+    let quiet = |args: &[&str]| {
+        let _ = Command::new("podman").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    };
+    quiet(&["rmi", &build_base_name()]);
+    quiet(&["image", "prune", "--force"]);
+}
+
 fn build_base(root: &Path, refresh: bool) -> Result<String> {
-    let name =
-        format!("localhost/node-agent-build-base:{}", key(&[SUITE, &BUILD_PACKAGES.join(","), crate::BPF_LINKER_VERSION, "llvm-22", "v1"]));
+    let name = build_base_name();
     if exists(&name) && !refresh {
         return Ok(name);
     }
