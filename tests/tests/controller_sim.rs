@@ -438,6 +438,14 @@ impl Cluster {
         self.pods.values().filter(|p| p.labels().get(REVISION_LABEL).map(String::as_str) == Some(hash)).filter_map(target_node).collect()
     }
 
+    /// The last `n` eligible nodes in rollout order (canary wave first,
+    /// then by name): the ones a partition of `n` holds.
+    fn last_in_rollout_order(&self, n: usize) -> Vec<String> {
+        let mut order: Vec<String> = self.nodes.iter().skip(3).map(|x| x.name_any()).filter(|x| !self.is_canary(x)).collect();
+        order.sort();
+        order.split_off(order.len() - n)
+    }
+
     fn is_canary(&self, node: &str) -> bool {
         self.nodes.iter().any(|n| n.name_any() == node && n.labels().contains_key("nodeagent.io/wave"))
     }
@@ -535,9 +543,7 @@ fn a_partition_keeps_nodes_on_the_previous_revision() {
     // The held nodes are the last 100 in rollout order (canary wave first, then by name).
     let mut held = c.nodes_on(&old);
     held.sort();
-    let mut order: Vec<String> = c.nodes.iter().skip(3).map(|n| n.name_any()).filter(|n| !c.is_canary(n)).collect();
-    order.sort();
-    assert_eq!(held, order.split_off(order.len() - 100));
+    assert_eq!(held, c.last_in_rollout_order(100));
     assert_eq!(c.status().current_revision.as_deref(), Some(old.as_str()), "not complete while partitioned");
     // Lowering the partition finishes it.
     c.agent.spec.rollout.partition = None;
@@ -632,9 +638,7 @@ fn a_new_leader_at_every_step_of_a_partitioned_rollout_keeps_the_partition() {
     assert_eq!(c.nodes_on(&old).len(), 100);
     let mut held = c.nodes_on(&old);
     held.sort();
-    let mut order: Vec<String> = c.nodes.iter().skip(3).map(|n| n.name_any()).filter(|n| !c.is_canary(n)).collect();
-    order.sort();
-    assert_eq!(held, order.split_off(order.len() - 100));
+    assert_eq!(held, c.last_in_rollout_order(100));
     assert_eq!(c.status().current_revision.as_deref(), Some(old.as_str()));
     assert_eq!(c.max_pods_on_a_node, 1);
     assert!(c.max_unavailable_seen <= MAX_UNAVAILABLE as usize);

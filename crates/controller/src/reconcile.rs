@@ -22,7 +22,7 @@ use super::crd::{NodeAgent, NodeAgentStatus, FIELD_MANAGER, GATE_CONDITION};
 use super::events::{Event, EventType, Recorder};
 use super::gate::Probe;
 use super::metrics::Metrics;
-use super::rollout::{self, Decision, Expectations, GateResult, Observed, FAILED_CONDITION};
+use super::rollout::{self, Decision, Expectations, GateResult, Observed};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -216,20 +216,7 @@ pub fn failure_condition(e: &Error) -> Option<(&'static str, String)> {
 /// Writes ReconcileFailed=True into the status (the rest as it was); a
 /// failure to write it is logged, the sync's own error stands.
 async fn record_failure(agent: &NodeAgent, ctx: &Context, reason: &str, message: String) {
-    let mut status = agent.status.clone().unwrap_or_default();
-    let since = match status.conditions.iter().find(|c| c.type_ == FAILED_CONDITION) {
-        Some(c) if c.status == "True" && c.reason == reason => c.last_transition_time.clone(),
-        _ => Time((ctx.clock)()),
-    };
-    status.conditions.retain(|c| c.type_ != FAILED_CONDITION);
-    status.conditions.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-        type_: FAILED_CONDITION.into(),
-        status: "True".into(),
-        reason: reason.into(),
-        message: message.chars().take(1000).collect(),
-        last_transition_time: since,
-        observed_generation: agent.metadata.generation,
-    });
+    let status = rollout::failed_status(agent, reason, message, (ctx.clock)());
     if agent.status.as_ref() == Some(&status) {
         return;
     }

@@ -333,6 +333,19 @@ impl Conditions<'_> {
     }
 }
 
+/// The NodeAgent's status with ReconcileFailed set True for `reason` (the
+/// rest as it was): what the reconciler writes when a request fails for a
+/// reason a retry will not fix.
+pub fn failed_status(agent: &NodeAgent, reason: &str, message: String, now: Timestamp) -> NodeAgentStatus {
+    let mut status = agent.status.clone().unwrap_or_default();
+    let mut conditions = Conditions { out: Vec::new(), old: &status.conditions, now, generation: agent.metadata.generation };
+    conditions.set(FAILED_CONDITION, true, reason, message);
+    let failed = conditions.out;
+    status.conditions.retain(|c| c.type_ != FAILED_CONDITION);
+    status.conditions.extend(failed);
+    status
+}
+
 /// Decides one sync.
 pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     let agent = o.agent;
