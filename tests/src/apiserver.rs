@@ -65,6 +65,61 @@ pub struct Api {
     /// OwnerReferencesPermissionEnforcement on: the writer's ClusterRole
     /// rules (as in deploy/), for every writer.
     pub owner_admission: Mutex<Option<Vec<Value>>>,
+    /// Broken or hostile answers to pod lists and watches (all off by default).
+    pub pod_faults: PodFaults,
+}
+
+/// How the server misbehaves towards pod lists and watches.
+#[derive(Default)]
+pub struct PodFaults {
+    /// A pod watch is answered with one line of this many bytes that never
+    /// ends (0: off); the bytes sent so far are counted in `endless_sent`.
+    pub endless_line: std::sync::atomic::AtomicU64,
+    pub endless_sent: std::sync::atomic::AtomicU64,
+    /// Pod lists get no answer while this is set (and are answered when it
+    /// is cleared).
+    pub hang_lists: std::sync::atomic::AtomicBool,
+    /// Every pod watch is answered with a 410 Gone error event at once.
+    pub gone_watches: std::sync::atomic::AtomicBool,
+}
+
+impl PodFaults {
+    /// A fault for pod watches is on.
+    fn watch(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.endless_line.load(Ordering::Relaxed) > 0 || self.gone_watches.load(Ordering::Relaxed)
+    }
+}
+
+/// A stream body sending `total` bytes on one line in 64 KiB chunks,
+/// counting them in `sent`, until the client goes.
+fn endless_line(api: Arc<Api>, total: u64) -> Body {
+    use std::sync::atomic::Ordering;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        let head = Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"name\":\"");
+        let chunk = Bytes::from(vec![b'a'; 64 << 10]);
+        if tx.send(Ok(Frame::data(head))).await.is_err() {
+            return;
+        }
+        let mut sent = 0;
+        while sent < total {
+            if tx.send(Ok(Frame::data(chunk.clone()))).await.is_err() {
+                return;
+            }
+            sent += chunk.len() as u64;
+            api.pod_faults.endless_sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+        // Then hold the stream open, as a hung server would.
+        tx.closed().await;
+    });
+    http_body_util::Either::Right(StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+}
+
+/// A watch answered with one 410 Gone error event.
+fn gone_watch() -> Body {
+    let line = format!("{}\n", json!({"type": "ERROR", "object": status(410, "Expired").1}));
+    http_body_util::Either::Left(Full::new(Bytes::from(line)))
 }
 
 /// Resources with a status subresource.
@@ -291,6 +346,7 @@ impl Api {
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             requests: Mutex::new(Vec::new()),
             owner_admission: Mutex::new(None),
+            pod_faults: PodFaults::default(),
         }
     }
 
@@ -596,12 +652,22 @@ impl Api {
         let selector = query.get("labelSelector").cloned().unwrap_or_default();
         let fields = query.get("fieldSelector").cloned().unwrap_or_default();
         let (code, v) = match (method.as_str(), &name) {
+            ("GET", None) if query.get("watch").map(String::as_str) == Some("true") && resource == "pods" && self.pod_faults.watch() => {
+                let total = self.pod_faults.endless_line.load(std::sync::atomic::Ordering::Relaxed);
+                let body = if total > 0 { endless_line(self.clone(), total) } else { gone_watch() };
+                return Ok(Response::builder().header("content-type", "application/json").body(body).expect("response"));
+            }
             ("GET", None) if query.get("watch").map(String::as_str) == Some("true") => {
                 let from = query.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
                 let body = self.watch(resource, ns, selector, fields, from);
                 return Ok(Response::builder().header("content-type", "application/json").body(body).expect("response"));
             }
-            ("GET", None) => (200, self.list(&resource, &ns, &selector, &fields)),
+            ("GET", None) => {
+                while resource == "pods" && self.pod_faults.hang_lists.load(std::sync::atomic::Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                (200, self.list(&resource, &ns, &selector, &fields))
+            }
             ("GET", Some(n)) => self.get(&resource, &ns, n),
             // Injected faults on writes (not the lease: that only slows leadership down).
             (_, _) if resource != "leases" && resource != "events" && self.roll().is_some() => {

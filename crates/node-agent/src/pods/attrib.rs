@@ -43,7 +43,18 @@ pub struct Outcome {
     /// Cgroups with counts whose owner is not known yet.
     pub pending: usize,
     pub attributed: usize,
+    /// Label sets (pod and container) left out to stay within
+    /// [`MAX_LABEL_SETS`].
+    pub dropped_label_sets: usize,
 }
+
+/// The most label sets (namespace, pod, container) exported per pass, the
+/// host's included: five containers for each of `index::MAX_PODS` pods.
+/// Each set is one series of the per-container family and, with the
+/// other sets of its pod, one series of each per-pod family. Whole pods are
+/// left out beyond it (the last ones in label order), so a pod's totals are
+/// never partial.
+pub const MAX_LABEL_SETS: usize = 5 * super::index::MAX_PODS;
 
 pub fn add(a: &mut PodCounters, b: &PodCounters) {
     a.runq_wait_ns = a.runq_wait_ns.wrapping_add(b.runq_wait_ns);
@@ -70,11 +81,19 @@ pub struct Attribution {
     /// How long a container's cgroup waits for its id to appear in the
     /// pod's status before it is counted as the pod's own.
     pub container_wait: Duration,
+    /// The most label sets exported.
+    pub max_label_sets: usize,
 }
 
 impl Attribution {
     pub fn new(grace: Duration) -> Self {
-        Attribution { tracked: HashMap::new(), retired: HashMap::new(), grace, container_wait: Duration::from_secs(30).min(grace) }
+        Attribution {
+            tracked: HashMap::new(),
+            retired: HashMap::new(),
+            grace,
+            container_wait: Duration::from_secs(30).min(grace),
+            max_label_sets: MAX_LABEL_SETS,
+        }
     }
 
     /// Decides a present cgroup's owner, or None while it cannot be told.
@@ -95,17 +114,20 @@ impl Attribution {
     /// One pass over the kernel's entries.
     pub fn update(&mut self, entries: &[(u64, PodCounters)], cgroups: &HashMap<u64, Cgroup>, pods: &mut PodIndex, now: Instant) -> Outcome {
         let mut out = Outcome::default();
-        let expired = pods.expire(now, self.grace);
-        if !expired.is_empty() {
-            self.retired.retain(|o, _| !expired.contains(&o.uid));
-            self.tracked.retain(|id, t| {
-                let gone = t.owner.as_ref().is_some_and(|o| expired.contains(&o.uid));
-                if gone {
-                    out.delete.push(*id);
-                }
-                !gone
-            });
-        }
+        // The watch expires deleted pods on its own timer; this pass's
+        // clock may be ahead of it.
+        pods.expire(now, self.grace);
+        // Pods no longer in the index (expired, or cut short to make room):
+        // their counts and kernel entries go.
+        let known = |o: &Owner| o.uid.is_empty() || pods.contains(&o.uid);
+        self.retired.retain(|o, _| known(o));
+        self.tracked.retain(|id, t| {
+            let gone = t.owner.as_ref().is_some_and(|o| !known(o));
+            if gone {
+                out.delete.push(*id);
+            }
+            !gone
+        });
         let mut live: HashMap<Owner, PodCounters> = HashMap::new();
         let mut seen = std::collections::HashSet::new();
         for (id, c) in entries {
@@ -172,8 +194,34 @@ impl Attribution {
             };
             add(out.series.entry(labels).or_default(), &c);
         }
+        out.dropped_label_sets = cap_label_sets(&mut out.series, self.max_label_sets);
         out
     }
+}
+
+/// Keeps at most `max` label sets, the host's and whole pods in label
+/// order; returns how many were left out.
+pub fn cap_label_sets(series: &mut BTreeMap<Labels, PodCounters>, max: usize) -> usize {
+    if series.len() <= max {
+        return 0;
+    }
+    let mut per_pod: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for (ns, pod, _) in series.keys() {
+        *per_pod.entry((ns, pod)).or_default() += 1;
+    }
+    let mut kept = std::collections::HashSet::new();
+    let mut n = 0;
+    // The host first ("" sorts first), then pods while whole ones fit.
+    for (pod, count) in per_pod {
+        if n + count > max {
+            break;
+        }
+        n += count;
+        kept.insert((pod.0.to_string(), pod.1.to_string()));
+    }
+    let before = series.len();
+    series.retain(|(ns, pod, _), _| kept.contains(&(ns.clone(), pod.clone())));
+    before - series.len()
 }
 
 #[cfg(test)]
@@ -303,5 +351,44 @@ mod tests {
         assert_eq!((out.pending, out.series[&Labels::default()].syscall_errors), (0, 4));
         let out = a.update(&[(99, errs(4))], &none, &mut pods, t0 + grace * 2);
         assert_eq!((out.delete.clone(), out.series[&Labels::default()].syscall_errors), (vec![99], 4));
+    }
+
+    #[test]
+    fn pods_the_watch_expired_between_passes_lose_their_entries_and_counts() {
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(60);
+        let mut pods = PodIndex::default();
+        let p = pod("u1", "web", "web-0", &[("app", CID)]);
+        pods.apply(&p);
+        let cgroups: HashMap<u64, Cgroup> = [(10, cg(Some("u1"), Some(CID)))].into();
+        let mut a = Attribution::new(grace);
+        a.update(&[(10, errs(5))], &cgroups, &mut pods, t0);
+        pods.delete(&p, t0);
+        // The watch's timer, not a pass, forgets the pod.
+        assert_eq!(pods.expire(t0 + grace, grace), vec!["u1".to_string()]);
+        let out = a.update(&[(10, errs(5))], &cgroups, &mut pods, t0 + grace);
+        assert_eq!(out.delete, vec![10]);
+        assert_eq!(out.series.len(), 1, "only the host: {:?}", out.series.keys());
+        assert!(a.tracked.is_empty() && a.retired.is_empty());
+    }
+
+    #[test]
+    fn label_sets_are_capped_by_whole_pods_and_counted() {
+        let now = Instant::now();
+        let mut pods = PodIndex::default();
+        pods.apply(&pod("u1", "a", "p1", &[("c1", CID), ("c2", CID2)]));
+        pods.apply(&pod("u2", "b", "p2", &[("c1", "x")]));
+        pods.apply(&pod("u3", "c", "p3", &[("c1", "y")]));
+        let mut a = Attribution::new(Duration::from_secs(60));
+        a.max_label_sets = 3;
+        let out = a.update(&[], &HashMap::new(), &mut pods, now);
+        let keys: Vec<_> = out.series.keys().cloned().collect();
+        assert_eq!(keys, [labels("", "", ""), labels("a", "p1", "c1"), labels("a", "p1", "c2")]);
+        assert_eq!(out.dropped_label_sets, 2);
+        a.max_label_sets = 4;
+        let out = a.update(&[], &HashMap::new(), &mut pods, now);
+        assert_eq!((out.series.len(), out.dropped_label_sets), (4, 1));
+        a.max_label_sets = 100;
+        assert_eq!(a.update(&[], &HashMap::new(), &mut pods, now).dropped_label_sets, 0);
     }
 }

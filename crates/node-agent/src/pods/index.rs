@@ -62,8 +62,81 @@ impl PodMeta {
 /// hash, which its cgroups are named with.
 const MIRROR: &str = "kubernetes.io/config.mirror";
 
+/// The most pods tracked. The kubelet runs at most `--max-pods` pods, 110
+/// by default, and Kubernetes' large-cluster guidance stays at or below
+/// 110 per node (some distributions allow 250); 1,000 leaves room for
+/// those plus the deleted pods kept for their grace period under churn,
+/// while bounding the index (about 1 KiB a pod) and the series (see
+/// `attrib::MAX_LABEL_SETS`) whatever the API server sends.
+pub const MAX_PODS: usize = 1000;
+
+/// Why the pods are (or are not) known: the watch's state, one of a fixed
+/// set (exported as `node_ebpf_pod_attribution_sync_state{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reason {
+    /// Listing the pods (at start, or again after the watch expired).
+    #[default]
+    Listing,
+    /// Listed, and watching.
+    Synced,
+    /// The list did not complete within its timeout.
+    ListTimeout,
+    /// The list failed (connection, server error, bad answer).
+    ListFailed,
+    /// The API server refused the credentials (401) or the access (403).
+    Forbidden,
+    /// The API server sent a watch line or a list over the bound.
+    TooLarge,
+    /// The watch failed (connection, server error, bad event).
+    WatchFailed,
+    /// The watch's resource version expired (410 Gone): listing again.
+    Expired,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 8] = [
+        Reason::Listing,
+        Reason::Synced,
+        Reason::ListTimeout,
+        Reason::ListFailed,
+        Reason::Forbidden,
+        Reason::TooLarge,
+        Reason::WatchFailed,
+        Reason::Expired,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::Listing => "listing",
+            Reason::Synced => "synced",
+            Reason::ListTimeout => "list_timeout",
+            Reason::ListFailed => "list_failed",
+            Reason::Forbidden => "forbidden",
+            Reason::TooLarge => "too_large",
+            Reason::WatchFailed => "watch_failed",
+            Reason::Expired => "expired",
+        }
+    }
+
+    /// A failure (not listing or synced).
+    pub fn failed(self) -> bool {
+        !matches!(self, Reason::Listing | Reason::Synced)
+    }
+}
+
+/// What the index refused or cut short to stay within [`MAX_PODS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Dropped {
+    /// Pod events (added, changed, listed) for a new pod not tracked: the
+    /// index was full of pods not deleted.
+    pub pods_cap: u64,
+    /// Deleted pods forgotten before their grace period ended, to make room
+    /// for a pod not deleted.
+    pub deleted_early: u64,
+}
+
 /// The node's pods by UID (and static pods by hash).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PodIndex {
     pods: HashMap<String, PodMeta>,
     mirrors: HashMap<String, String>,
@@ -71,12 +144,41 @@ pub struct PodIndex {
     relist: Option<Vec<String>>,
     /// A full list has been received.
     pub synced: bool,
+    /// The watch's state.
+    pub reason: Reason,
+    /// The most pods tracked.
+    pub max_pods: usize,
+    pub dropped: Dropped,
+}
+
+impl Default for PodIndex {
+    fn default() -> Self {
+        PodIndex::with_max(MAX_PODS)
+    }
 }
 
 impl PodIndex {
-    /// A pod added or changed.
+    /// An index of at most `max_pods` pods.
+    pub fn with_max(max_pods: usize) -> Self {
+        PodIndex {
+            pods: HashMap::new(),
+            mirrors: HashMap::new(),
+            relist: None,
+            synced: false,
+            reason: Reason::default(),
+            max_pods,
+            dropped: Dropped::default(),
+        }
+    }
+
+    /// A pod added or changed. A new pod when the index is full takes the
+    /// place of the pod deleted longest ago, or is not tracked (counted).
     pub fn apply(&mut self, pod: &Pod) {
         let Some((uid, meta)) = PodMeta::from_pod(pod) else { return };
+        if !self.pods.contains_key(&uid) && self.pods.len() >= self.max_pods && !self.evict_oldest_deleted() {
+            self.dropped.pods_cap += 1;
+            return;
+        }
         if let Some(hash) = pod.metadata.annotations.as_ref().and_then(|a| a.get(MIRROR)) {
             self.mirrors.insert(hash.clone(), uid.clone());
         }
@@ -85,6 +187,17 @@ impl PodIndex {
         }
         let deleted = self.pods.get(&uid).and_then(|p| p.deleted);
         self.pods.insert(uid, PodMeta { deleted, ..meta });
+    }
+
+    /// Forgets the pod deleted longest ago, if any.
+    fn evict_oldest_deleted(&mut self) -> bool {
+        let Some(uid) = self.pods.iter().filter_map(|(u, p)| p.deleted.map(|d| (d, u))).min().map(|(_, u)| u.clone()) else {
+            return false;
+        };
+        self.pods.remove(&uid);
+        self.mirrors.retain(|_, u| *u != uid);
+        self.dropped.deleted_early += 1;
+        true
     }
 
     /// A pod deleted.
@@ -109,6 +222,7 @@ impl PodIndex {
             }
         }
         self.synced = true;
+        self.reason = Reason::Synced;
     }
 
     /// A pod by the UID (or static pod hash) its cgroups are named with.
@@ -125,15 +239,26 @@ impl PodIndex {
         self.pods.iter().filter(move |(_, p)| p.deleted.is_none_or(|d| now.duration_since(d) < grace))
     }
 
-    /// Forgets pods deleted at least `grace` ago; returns their UIDs.
+    /// Forgets pods deleted at least `grace` ago (the watch does, on a
+    /// timer); returns their UIDs. Whoever keeps state by pod notices a
+    /// forgotten pod by [`PodIndex::contains`].
     pub fn expire(&mut self, now: Instant, grace: Duration) -> Vec<String> {
         let gone: Vec<String> =
             self.pods.iter().filter(|(_, p)| p.deleted.is_some_and(|d| now.duration_since(d) >= grace)).map(|(u, _)| u.clone()).collect();
+        if gone.is_empty() {
+            return gone;
+        }
         for u in &gone {
             self.pods.remove(u);
         }
-        self.mirrors.retain(|_, uid| !gone.contains(uid));
+        let gone_set: std::collections::HashSet<&String> = gone.iter().collect();
+        self.mirrors.retain(|_, uid| !gone_set.contains(uid));
         gone
+    }
+
+    /// Whether the pod with this UID (not a static pod's hash) is tracked.
+    pub fn contains(&self, uid: &str) -> bool {
+        self.pods.contains_key(uid)
     }
 
     pub fn len(&self) -> usize {
@@ -193,5 +318,43 @@ pub(crate) mod tests {
         assert_eq!(idx.len(), 2);
         assert_eq!(idx.expire(t0 + Duration::from_secs(90), grace), vec!["b".to_string()]);
         assert!(idx.get("c").is_some());
+    }
+
+    #[test]
+    fn at_most_max_pods_deleted_ones_make_room_and_the_rest_is_counted() {
+        let t0 = Instant::now();
+        let mut idx = PodIndex::with_max(3);
+        for u in ["a", "b", "c"] {
+            idx.apply(&pod(u, "ns", u, &[]));
+        }
+        idx.apply(&pod("d", "ns", "d", &[]));
+        idx.apply(&pod("d", "ns", "d", &[]));
+        assert_eq!((idx.len(), idx.get("d").is_none()), (3, true));
+        assert_eq!(idx.dropped, Dropped { pods_cap: 2, deleted_early: 0 });
+        // A change to a tracked pod is never refused.
+        idx.apply(&pod("a", "ns", "a2", &[]));
+        assert_eq!(idx.get("a").map(|(_, m)| m.name.as_str()), Some("a2"));
+        // The pod deleted longest ago makes room for a live one.
+        let mut m = pod("b", "ns", "b", &[]);
+        m.metadata.annotations = Some([(MIRROR.to_string(), "hash-b".to_string())].into());
+        idx.apply(&m);
+        idx.delete(&pod("c", "ns", "c", &[]), t0 + Duration::from_secs(1));
+        idx.delete(&pod("b", "ns", "b", &[]), t0);
+        idx.apply(&pod("e", "ns", "e", &[]));
+        assert!(!idx.contains("b") && idx.get("hash-b").is_none() && idx.contains("c") && idx.contains("e"));
+        assert_eq!(idx.dropped, Dropped { pods_cap: 2, deleted_early: 1 });
+        assert_eq!(idx.len(), 3);
+    }
+
+    #[test]
+    fn reasons_are_a_fixed_set() {
+        let labels: BTreeSet<&str> = Reason::ALL.iter().map(|r| r.label()).collect();
+        assert_eq!(labels.len(), Reason::ALL.len());
+        assert_eq!(Reason::default(), Reason::Listing);
+        assert!(!Reason::Synced.failed() && Reason::ListTimeout.failed());
+        let mut idx = PodIndex::default();
+        idx.begin_list();
+        idx.end_list(Instant::now());
+        assert_eq!((idx.synced, idx.reason), (true, Reason::Synced));
     }
 }

@@ -3,10 +3,12 @@
 //! The eBPF programs count events per cgroup v2 id (`POD_STATS`); this
 //! module names the cgroups: the hierarchy's paths give pod UIDs and
 //! container ids (`cgroup`), a watch on the node's pods gives namespaces,
-//! names and container names (`index`, `watch`), and `attrib` turns the
-//! per-cgroup counts into bounded per-pod counters.
+//! names and container names (`index`, `watch`, with the bounds on what the
+//! API server may send in `bound`), and `attrib` turns the per-cgroup
+//! counts into bounded per-pod counters.
 
 pub mod attrib;
+pub mod bound;
 pub mod cgroup;
 pub mod index;
 pub mod watch;
@@ -26,9 +28,9 @@ pub struct Watched {
 
 impl Watched {
     /// Starts watching the pods of `node`.
-    pub fn start(source: watch::Source, node: String) -> std::io::Result<Watched> {
+    pub fn start(source: watch::Source, node: String, settings: watch::Settings) -> std::io::Result<Watched> {
         let index = Arc::new(Mutex::new(PodIndex::default()));
-        let w = watch::spawn(source, node.clone(), Arc::clone(&index))?;
+        let w = watch::spawn(source, node.clone(), Arc::clone(&index), settings)?;
         Ok(Watched { index, node, _watch: w })
     }
 

@@ -7,8 +7,11 @@
 //! program is attached for it. Processes outside any pod count under
 //! `namespace=""`, `pod=""`. Cardinality: one series per pod of this node
 //! (containers for OOM kills), kept `--collector.ebpf_pods.grace-period`
-//! after a pod's deletion; at most `POD_MAX_CGROUPS` cgroups are counted in
-//! the kernel (beyond that, events are counted as dropped).
+//! after a pod's deletion (forgotten by the watch on a timer, scraped or
+//! not); at most `POD_MAX_CGROUPS` cgroups are counted in the kernel
+//! (beyond that, events are counted as dropped), at most `index::MAX_PODS`
+//! pods tracked and `attrib::MAX_LABEL_SETS` label sets exported (beyond
+//! those, counted in `node_ebpf_pod_attribution_dropped_total`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -31,6 +34,7 @@ use crate::ebpf::maps::{self, MapError};
 use crate::ebpf::{Globals, Probe};
 use crate::pods::attrib::Attribution;
 use crate::pods::cgroup::{self, Cgroup};
+use crate::pods::index::Reason;
 use crate::pods::watch;
 
 pub fn args() -> Vec<Arg> {
@@ -48,7 +52,19 @@ pub fn args() -> Vec<Arg> {
             .value_name("DURATION")
             .default_value("5m")
             .help("How long a deleted pod's series (and a gone cgroup's counts) are kept, e.g. 30s, 5m, 1h."),
+        Arg::new("collector.ebpf_pods.list-timeout")
+            .long("collector.ebpf_pods.list-timeout")
+            .value_name("DURATION")
+            .default_value("60s")
+            .help("How long listing this node's pods may take before it is dropped and retried with backoff, e.g. 30s, 2m."),
     ]
+}
+
+/// A duration flag's value.
+fn duration(f: &Flags, flag: &str) -> Result<Duration, ConfigError> {
+    let value = f.string(flag);
+    crate::pods::parse_duration(&value)
+        .ok_or_else(|| ConfigError::Invalid { flag: flag.into(), msg: format!("not a duration: {value:?} (e.g. 30s, 5m, 1h)") })
 }
 
 /// Decides before the eBPF object loads whether the pod collectors are
@@ -64,7 +80,11 @@ pub fn prepare(f: &Flags, ctx: &mut Context) -> Result<(), ConfigError> {
                 .or_else(|| std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()))
                 .or_else(|| host::sys::uname().ok().map(|u| u.nodename.to_lowercase()))
                 .unwrap_or_default();
-            ctx.pods_source = Some((s, node));
+            let settings = watch::Settings {
+                grace: duration(f, "collector.ebpf_pods.grace-period")?,
+                list_timeout: duration(f, "collector.ebpf_pods.list-timeout")?.max(Duration::from_secs(1)),
+            };
+            ctx.pods_source = Some((s, node, settings));
             ctx.attribute = ctx.pods_attribution;
         }
         Err(e) if kubeconfig.is_some() => return Err(ConfigError::Invalid { flag: flag.into(), msg: e }),
@@ -173,6 +193,8 @@ struct Active {
     /// Counted cgroups the last walk did not find (gone before it): they
     /// do not call for another walk.
     unfound: std::collections::HashSet<u64>,
+    /// Label sets left out beyond `attrib::MAX_LABEL_SETS`, summed over scrapes.
+    label_sets_dropped: u64,
 }
 
 pub struct Collector {
@@ -185,10 +207,7 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
 
 /// The collector.
 pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigError> {
-    let flag = "collector.ebpf_pods.grace-period";
-    let value = f.string(flag);
-    let grace = crate::pods::parse_duration(&value)
-        .ok_or_else(|| ConfigError::Invalid { flag: flag.into(), msg: format!("not a duration: {value:?} (e.g. 30s, 5m, 1h)") })?;
+    let grace = duration(f, "collector.ebpf_pods.grace-period")?;
     let Some(pods) = ctx.pods()? else { return Ok(Collector { active: None }) };
     let root = cgroup::v2_root(&p.sysfs);
     if root.is_none() {
@@ -221,6 +240,7 @@ pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigE
             cgroups: HashMap::new(),
             walked: None,
             unfound: Default::default(),
+            label_sets_dropped: 0,
         }),
     })
 }
@@ -257,11 +277,12 @@ impl host::Collector for Collector {
             // No cgroup v2 hierarchy to name anything with: all the host's.
             None => a.cgroups = entries.iter().map(|(id, _)| (*id, Cgroup { path: String::new(), pod: None })).collect(),
         }
-        let (out, pods, synced) = {
+        let (out, pods, synced, reason, index_dropped) = {
             let mut idx = a.pods.lock();
             let out = a.attrib.update(&entries, &a.cgroups, &mut idx, now);
-            (out, idx.live(now, a.attrib.grace).count(), idx.synced)
+            (out, idx.live(now, a.attrib.grace).count(), idx.synced, idx.reason, idx.dropped)
         };
+        a.label_sets_dropped += out.dropped_label_sets as u64;
         let dropped = {
             let mut ebpf = shared.lock().ok_or(MapError::Poisoned)?;
             if !out.delete.is_empty() {
@@ -290,6 +311,26 @@ impl host::Collector for Collector {
         .sample(&[], pods as f64);
         sink.family("node_ebpf_pod_attribution_synced", "Whether the pods of this node have been listed from the API server.", Kind::Gauge)
             .sample(&[], if synced { 1.0 } else { 0.0 });
+        let mut f = sink.family(
+            "node_ebpf_pod_attribution_sync_state",
+            "The pod watch's state: 1 for the current reason, 0 for the others. reason is one of listing, synced, list_timeout \
+             (the list did not complete within --collector.ebpf_pods.list-timeout), list_failed, forbidden (401 or 403), too_large \
+             (a watch line over 16 MiB or a list page over 64 MiB), watch_failed, expired (410 Gone: listing again).",
+            Kind::Gauge,
+        );
+        for r in Reason::ALL {
+            f.sample(&[("reason", r.label())], if r == reason { 1.0 } else { 0.0 });
+        }
+        sink.family(
+            "node_ebpf_pod_attribution_dropped_total",
+            "What pod attribution left out to stay bounded. reason is one of pods_cap (events of a new pod not tracked: 1,000 pods \
+             not deleted are), deleted_early (deleted pods forgotten before their grace period to make room), series_cap (label \
+             sets of whole pods left out of a scrape beyond 5,000, counted at each scrape).",
+            Kind::Counter,
+        )
+        .sample(&[("reason", "pods_cap")], index_dropped.pods_cap as f64)
+        .sample(&[("reason", "deleted_early")], index_dropped.deleted_early as f64)
+        .sample(&[("reason", "series_cap")], a.label_sets_dropped as f64);
         sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
             .sample(&[("probe", "pods")], dropped as f64);
         Ok(())
@@ -378,6 +419,15 @@ mod tests {
         assert!(walk_due(Some(t), true, t + Duration::from_millis(1)));
         assert!(!walk_due(Some(t), false, t + Duration::from_secs(9)));
         assert!(walk_due(Some(t), false, t + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn help_texts_state_the_bounds() {
+        // The help of sync_state and dropped_total names these numbers.
+        assert_eq!(crate::pods::bound::WATCH_LINE_MAX, 16 << 20);
+        assert_eq!(crate::pods::bound::BODY_MAX, 64 << 20);
+        assert_eq!(crate::pods::index::MAX_PODS, 1000);
+        assert_eq!(crate::pods::attrib::MAX_LABEL_SETS, 5000);
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub struct Context {
     pub attribute: bool,
     /// The pod collectors are on: where the Kubernetes API is, and this
     /// node's name (the watch starts when the first collector asks).
-    pub pods_source: Option<(crate::pods::watch::Source, String)>,
+    pub pods_source: Option<(crate::pods::watch::Source, String, crate::pods::watch::Settings)>,
     pods_watch: Option<Arc<crate::pods::Watched>>,
     /// `ebpf_pods` is on: it expires deleted pods from the shared index.
     pub pods_attribution: bool,
@@ -93,8 +93,8 @@ impl Context {
         if let Some(w) = &self.pods_watch {
             return Ok(Some(Arc::clone(w)));
         }
-        let Some((source, node)) = self.pods_source.take() else { return Ok(None) };
-        let w = crate::pods::Watched::start(source, node)
+        let Some((source, node, settings)) = self.pods_source.take() else { return Ok(None) };
+        let w = crate::pods::Watched::start(source, node, settings)
             .map_err(|e| ConfigError::Invalid { flag: "collector.ebpf_pods".into(), msg: format!("starting the pod watch: {e}") })?;
         let w = Arc::new(w);
         self.pods_watch = Some(Arc::clone(&w));
