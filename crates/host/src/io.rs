@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::Error;
 
@@ -13,31 +14,185 @@ use crate::Error;
 /// time (a concurrent reader opens its own), so two readers never share a
 /// file position; a read that fails drops the kept file and retries once
 /// on a fresh open (a device that went away and came back). Regular files
-/// are never kept (they are replaced by rename). At most `MAX_KEPT` files,
-/// and never more than a quarter of the open-file limit.
-const MAX_KEPT: usize = 512;
-
-fn max_kept() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(|| crate::sys::nofile_limit().map_or(64, |n| (n / 4) as usize).min(MAX_KEPT))
-}
-
-type Kept = rustc_hash::FxHashMap<std::path::PathBuf, (File, Whole)>;
+/// are never kept (they are replaced by rename). Each kept file holds a
+/// [`Slot`] of the one kept-descriptor budget ([`budget_for`]); without
+/// one, a file is read and closed.
+type Kept = rustc_hash::FxHashMap<std::path::PathBuf, (File, Whole, Slot)>;
 
 fn kept() -> &'static std::sync::Mutex<Kept> {
     static KEPT: std::sync::OnceLock<std::sync::Mutex<Kept>> = std::sync::OnceLock::new();
     KEPT.get_or_init(Default::default)
 }
 
-fn take_kept(path: &Path) -> Option<(File, Whole)> {
+fn take_kept(path: &Path) -> Option<(File, Whole, Slot)> {
     kept().lock().ok()?.remove(path)
 }
 
-fn give_back(path: &Path, f: File, whole: Whole) {
-    if let Ok(mut k) = kept().lock() {
-        if k.len() < max_kept() && !k.contains_key(path) {
-            k.insert(path.to_path_buf(), (f, whole));
+/// Keeps `f` for the next reader of `path`, in the slot it was kept in
+/// before (`slot`) or a new one; closes it when another reader's copy is
+/// kept already, when the budget is spent, or when every kept file was
+/// released since the slot was taken ([`release_all`]).
+fn give_back(path: &Path, f: File, whole: Whole, slot: Option<Slot>) {
+    let Ok(mut k) = kept().lock() else { return };
+    if k.contains_key(path) {
+        return;
+    }
+    let slot = match slot {
+        Some(s) if s.is_current() => s,
+        Some(_) => return,
+        None => match BUDGET.acquire() {
+            Some(s) => s,
+            None => return,
+        },
+    };
+    k.insert(path.to_path_buf(), (f, whole, slot));
+}
+
+/// At most this many descriptors are kept open between scrapes, however
+/// high the open-file limit: each kept sysfs attribute also holds a page of
+/// kernel memory (its `seq_file` buffer), charged to the agent's cgroup.
+pub const MAX_KEPT: usize = 512;
+
+/// The budget when the open-file limit cannot be read.
+const KEPT_WITHOUT_LIMIT: usize = 64;
+
+/// The kept-descriptor budget for an open-file limit (`RLIMIT_NOFILE`'s
+/// soft value): a quarter of it, at most [`MAX_KEPT`]. The listener takes
+/// at most half (`--web.max-connections` is lowered to fit), and the last
+/// quarter is for everything else (see the agent's runtime).
+pub fn budget_for(nofile: Option<u64>) -> usize {
+    nofile.map_or(KEPT_WITHOUT_LIMIT, |n| usize::try_from(n / 4).unwrap_or(usize::MAX)).min(MAX_KEPT)
+}
+
+/// One budget for every descriptor kept open between scrapes: the kept
+/// procfs and sysfs files, and each [`SysDir`]'s directory and attributes.
+/// A holder takes a [`Slot`] per descriptor ([`Budget::acquire`]), which
+/// gives it back when dropped. When an open fails for want of descriptors
+/// (EMFILE, ENFILE), every kept descriptor is released ([`release_all`]):
+/// the shared files at once, each `SysDir`'s at its next read (it sees the
+/// generation move on).
+struct Budget {
+    used: AtomicUsize,
+    /// The most `used` may reach; `UNSET` until read from the open-file
+    /// limit, and again after each release (the limit may have changed).
+    limit: AtomicUsize,
+    generation: AtomicU64,
+    releases: AtomicU64,
+}
+
+const UNSET: usize = usize::MAX;
+
+static BUDGET: Budget = Budget::new();
+
+impl Budget {
+    const fn new() -> Budget {
+        Budget { used: AtomicUsize::new(0), limit: AtomicUsize::new(UNSET), generation: AtomicU64::new(0), releases: AtomicU64::new(0) }
+    }
+
+    fn limit(&self) -> usize {
+        match self.limit.load(Ordering::Relaxed) {
+            UNSET => {
+                let l = budget_for(crate::sys::nofile_limit());
+                self.limit.store(l, Ordering::Relaxed);
+                l
+            }
+            l => l,
         }
+    }
+
+    /// A slot of the budget, `None` when it is spent.
+    fn acquire(&'static self) -> Option<Slot> {
+        let limit = self.limit();
+        self.used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| (u < limit).then_some(u + 1)).ok()?;
+        Some(Slot { budget: self, generation: self.generation() })
+    }
+
+    /// A slot whether or not the budget has one left: for the few
+    /// descriptors that must stay open to work at all (a mount table's
+    /// change mark lives on its open file), counted all the same.
+    fn counted(&'static self) -> Slot {
+        self.used.fetch_add(1, Ordering::AcqRel);
+        Slot { budget: self, generation: self.generation() }
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Moves to a new generation (holders release what they keep), and
+    /// reads the open-file limit afresh at the next acquire.
+    fn begin_release(&self) {
+        self.limit.store(UNSET, Ordering::Relaxed);
+        self.releases.fetch_add(1, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// One kept descriptor's share of the [`Budget`], given back when dropped
+/// (with the descriptor it is kept beside).
+struct Slot {
+    budget: &'static Budget,
+    generation: u64,
+}
+
+impl Slot {
+    /// Taken since the last release.
+    fn is_current(&self) -> bool {
+        self.generation == self.budget.generation()
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The kept-descriptor budget as it stands, for the agent's own metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeptStats {
+    /// Descriptors kept open now.
+    pub kept: usize,
+    /// The most that may be kept.
+    pub budget: usize,
+    /// How many times all were released because an open ran out of
+    /// descriptors.
+    pub releases: u64,
+}
+
+pub fn kept_stats() -> KeptStats {
+    KeptStats { kept: BUDGET.used.load(Ordering::Relaxed), budget: BUDGET.limit(), releases: BUDGET.releases.load(Ordering::Relaxed) }
+}
+
+/// Whether an open failed because the process (EMFILE) or the system
+/// (ENFILE) has no descriptor left.
+fn out_of_fds(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// Releases every descriptor kept in `budget`: the shared files now (the
+/// process's budget keeps them), each [`SysDir`]'s at its next read.
+/// `cause` is the failed open's error.
+fn release_all(budget: &'static Budget, cause: &io::Error) {
+    budget.begin_release();
+    let shared = if std::ptr::eq(budget, &BUDGET) { kept().lock().map(|mut k| std::mem::take(&mut *k).len()).unwrap_or(0) } else { 0 };
+    tracing::warn!(err = %cause, shared, "out of file descriptors: kept proc and sys files released");
+}
+
+/// Runs `open`; when it fails for want of descriptors, releases every kept
+/// one ([`release_all`]) and runs it once more. For the opens of
+/// collectors that are not made through this module (a directory listing).
+pub fn retry_out_of_fds<T>(open: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    retry_in(&BUDGET, open)
+}
+
+fn retry_in<T>(budget: &'static Budget, mut open: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    match open() {
+        Err(e) if out_of_fds(&e) => {
+            release_all(budget, &e);
+            open()
+        }
+        r => r,
     }
 }
 
@@ -74,13 +229,13 @@ fn pseudo_fs(f: &File) -> Option<Whole> {
 }
 
 /// Reads `path` into `buf` (cleared first), keeping its capacity, from a
-/// kept file when there is one (see `MAX_KEPT`), straight into the buffer's
+/// kept file when there is one (see [`Budget`]), straight into the buffer's
 /// spare capacity, with no size probing.
 pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
     buf.clear();
-    if let Some((f, whole)) = take_kept(path) {
+    if let Some((f, whole, slot)) = take_kept(path) {
         if pread_all(&f, buf, whole).is_ok() {
-            give_back(path, f, whole);
+            give_back(path, f, whole, Some(slot));
             return Ok(());
         }
         buf.clear();
@@ -89,7 +244,7 @@ pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
     let kind = pseudo_fs(&f);
     pread_all(&f, buf, kind.unwrap_or(Whole::AtZero))?;
     if let Some(whole) = kind {
-        give_back(path, f, whole);
+        give_back(path, f, whole, None);
     }
     Ok(())
 }
@@ -97,7 +252,13 @@ pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
 /// Opens a file to read with `O_NONBLOCK`: where a FIFO stands in for a
 /// proc or sys file, the open returns at once (and the read fails) instead
 /// of waiting for a writer; regular files and sysfs attributes ignore it.
+/// Out of descriptors, it releases the kept ones and tries once more
+/// ([`retry_out_of_fds`]).
 pub fn open_nonblocking(path: &Path) -> io::Result<File> {
+    retry_out_of_fds(|| open_nonblocking_once(path))
+}
+
+fn open_nonblocking_once(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)
 }
@@ -151,17 +312,19 @@ const PAGE: usize = 4096;
 /// file with `POLLPRI` once a mount or unmount changes its namespace
 /// (proc(5)), so a reader can keep what it parsed until then. Where the
 /// file is not on procfs (a fixture tree) nothing says so, and every call
-/// counts as a change.
+/// counts as a change. Its descriptor counts against the kept budget, and
+/// is kept even when that is spent: the mark lives on the open file.
 pub struct MountTable {
     file: File,
     pollable: bool,
+    _slot: Slot,
 }
 
 impl MountTable {
     pub fn open(path: &Path) -> io::Result<Self> {
         let file = open_nonblocking(path)?;
         let pollable = pseudo_fs(&file).is_some();
-        Ok(MountTable { file, pollable })
+        Ok(MountTable { file, pollable, _slot: BUDGET.counted() })
     }
 
     /// Whether the table may have changed since the last call (or since
@@ -184,15 +347,26 @@ impl MountTable {
     }
 }
 
-/// A sysfs directory held open, whose attributes are read relative to it
-/// (openat) and then kept open and re-read from offset 0 (one read per
-/// attribute: sysfs returns a whole attribute at once). Keep a `SysDir`
-/// across scrapes to keep its attributes open.
+/// A sysfs directory whose attributes are read one read each (sysfs
+/// returns a whole attribute at once). Kept across scrapes, it keeps what
+/// the kept-descriptor [`Budget`] allows open: the directory (attributes
+/// are then opened relative to it, with openat) and each attribute (re-read
+/// from offset 0). Without budget, an attribute is opened by its path, read
+/// and closed, as node_exporter does. After a release ([`release_all`]) it
+/// closes what it kept at its next read.
 pub struct SysDir {
+    budget: &'static Budget,
     path: std::path::PathBuf,
-    fd: std::os::fd::OwnedFd,
-    attrs: rustc_hash::FxHashMap<String, File>,
+    dir: Option<(std::os::fd::OwnedFd, Slot)>,
+    /// The directory opened outside the budget (none was left) while one
+    /// device's attributes are read: one descriptor at a time, closed by
+    /// [`SysDir::end`] (or on drop), so that attributes are still opened
+    /// relative to it rather than by their whole path.
+    transient: Option<std::os::fd::OwnedFd>,
+    attrs: rustc_hash::FxHashMap<String, (File, Slot)>,
     buf: Vec<u8>,
+    /// The budget's generation when it last released (or was opened).
+    generation: u64,
 }
 
 fn open_dir(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
@@ -207,25 +381,77 @@ fn open_dir(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
+/// Opens attribute `name` of the directory `dir` to read.
+fn open_at(dir: &std::os::fd::OwnedFd, name: &str) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    let mut cname = [0u8; 256];
+    if name.len() >= cname.len() || name.as_bytes().contains(&0) {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    cname[..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: `cname` is NUL-terminated; the fd is valid.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), cname.as_ptr().cast(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own; closed on drop.
+    Ok(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
 impl SysDir {
+    /// The directory `path`, which must exist; kept open when the budget
+    /// allows.
     pub fn open(path: &Path) -> io::Result<SysDir> {
-        Ok(SysDir { path: path.to_path_buf(), fd: open_dir(path)?, attrs: Default::default(), buf: Vec::with_capacity(4096) })
+        SysDir::open_in(&BUDGET, path)
     }
 
-    fn open_attr(&self, name: &str) -> Option<File> {
-        use std::os::fd::AsRawFd;
-        let mut cname = [0u8; 256];
-        if name.len() >= cname.len() || name.as_bytes().contains(&0) {
-            return None;
+    fn open_in(budget: &'static Budget, path: &Path) -> io::Result<SysDir> {
+        let fd = retry_in(budget, || open_dir(path))?;
+        Ok(SysDir {
+            budget,
+            path: path.to_path_buf(),
+            dir: budget.acquire().map(|slot| (fd, slot)),
+            transient: None,
+            attrs: Default::default(),
+            buf: Vec::with_capacity(4096),
+            generation: budget.generation(),
+        })
+    }
+
+    /// Closes everything kept (the budget was released).
+    fn release(&mut self) {
+        self.attrs.clear();
+        self.dir = None;
+        self.transient = None;
+        self.generation = self.budget.generation();
+    }
+
+    /// The reading of this directory is over for now: the descriptor
+    /// opened outside the budget, if any, is closed.
+    pub fn end(&mut self) {
+        self.transient = None;
+    }
+
+    /// Opens attribute `name` afresh: relative to the kept directory, or,
+    /// when that fails (the device went away and came back under the same
+    /// name), to the directory opened again, kept if the budget allows, or
+    /// else held until [`SysDir::end`].
+    fn open_attr(&mut self, name: &str) -> io::Result<File> {
+        let held = self.dir.as_ref().map(|(fd, _)| fd).or(self.transient.as_ref());
+        if let Some(fd) = held {
+            match open_at(fd, name) {
+                Ok(f) => return Ok(f),
+                Err(e) if out_of_fds(&e) => return Err(e),
+                Err(_) => (self.dir, self.transient) = (None, None),
+            }
         }
-        cname[..name.len()].copy_from_slice(name.as_bytes());
-        // SAFETY: `cname` is NUL-terminated; the fd is valid.
-        let fd = unsafe { libc::openat(self.fd.as_raw_fd(), cname.as_ptr().cast(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return None;
+        let fd = open_dir(&self.path)?;
+        let f = open_at(&fd, name);
+        match self.budget.acquire() {
+            Some(slot) => self.dir = Some((fd, slot)),
+            None => self.transient = Some(fd),
         }
-        // SAFETY: a fresh descriptor we own; closed on drop.
-        Some(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+        f
     }
 
     fn read_attr(f: &File, buf: &mut Vec<u8>) -> io::Result<()> {
@@ -246,10 +472,15 @@ impl SysDir {
     /// The attribute `name`, trimmed; `None` when it can't be read. An
     /// attribute that exists but has no value now (EINVAL for the speed of
     /// a link that is down) stays open; one whose device went away (ENODEV)
-    /// is opened afresh, with the directory if need be.
+    /// is opened afresh, with the directory if need be. Out of descriptors,
+    /// every kept one is released (this directory's too) and the open tried
+    /// once more.
     pub fn read(&mut self, name: &str) -> Option<&str> {
+        if self.generation != self.budget.generation() {
+            self.release();
+        }
         let kept = match self.attrs.get(name) {
-            Some(f) => match Self::read_attr(f, &mut self.buf) {
+            Some((f, _)) => match Self::read_attr(f, &mut self.buf) {
                 Ok(()) => true,
                 Err(e) if e.raw_os_error() == Some(libc::ENODEV) || e.raw_os_error() == Some(libc::ESTALE) => false,
                 Err(_) => return None,
@@ -259,14 +490,18 @@ impl SysDir {
         if !kept {
             self.attrs.remove(name);
             let f = match self.open_attr(name) {
-                Some(f) => f,
-                None => {
-                    self.fd = open_dir(&self.path).ok()?;
-                    self.open_attr(name)?
+                Ok(f) => f,
+                Err(e) if out_of_fds(&e) => {
+                    release_all(self.budget, &e);
+                    self.release();
+                    self.open_attr(name).ok()?
                 }
+                Err(_) => return None,
             };
             let res = Self::read_attr(&f, &mut self.buf);
-            self.attrs.insert(name.to_string(), f);
+            if let Some(slot) = self.budget.acquire() {
+                self.attrs.insert(name.to_string(), (f, slot));
+            }
             res.ok()?;
         }
         std::str::from_utf8(&self.buf).ok().map(str::trim)
@@ -373,6 +608,178 @@ pub fn read_number<T: std::str::FromStr>(path: &Path) -> Result<Option<T>, crate
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+    use std::sync::atomic::Ordering;
+
+    /// A budget of its own for a test, of `limit` descriptors.
+    fn budget(limit: usize) -> &'static super::Budget {
+        let b: &'static super::Budget = Box::leak(Box::new(super::Budget::new()));
+        b.limit.store(limit, Ordering::Relaxed);
+        b
+    }
+
+    fn used(b: &super::Budget) -> usize {
+        b.used.load(Ordering::Relaxed)
+    }
+
+    /// A directory of attributes `a0` .. `a{n-1}`, each holding its number.
+    fn attrs(n: usize) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for i in 0..n {
+            std::fs::write(d.path().join(format!("a{i}")), format!("{i}\n")).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn the_budget_is_a_quarter_of_the_open_file_limit_at_most_max_kept() {
+        assert_eq!(super::budget_for(None), 64);
+        assert_eq!(super::budget_for(Some(0)), 0);
+        assert_eq!(super::budget_for(Some(1024)), 256);
+        assert_eq!(super::budget_for(Some(2047)), 511);
+        assert_eq!(super::budget_for(Some(4096)), super::MAX_KEPT);
+        assert_eq!(super::budget_for(Some(u64::MAX)), super::MAX_KEPT);
+    }
+
+    #[test]
+    fn slots_go_back_when_dropped_and_none_are_given_past_the_limit() {
+        let b = budget(2);
+        let (s1, s2) = (b.acquire().unwrap(), b.acquire().unwrap());
+        assert!(b.acquire().is_none(), "the budget is spent");
+        let forced = b.counted();
+        assert_eq!(used(b), 3, "a descriptor that must stay open counts all the same");
+        drop(s1);
+        assert!(b.acquire().is_none(), "still at the limit with the counted one");
+        drop(forced);
+        let s3 = b.acquire().unwrap();
+        assert!(s2.is_current() && s3.is_current());
+        b.begin_release();
+        assert!(!s2.is_current() && !s3.is_current(), "a release outdates every slot");
+        drop((s2, s3));
+        assert_eq!(used(b), 0);
+    }
+
+    #[test]
+    fn a_sys_dir_keeps_what_its_budget_allows_and_reads_the_rest_relative_to_it() {
+        let d = attrs(3);
+        let none = budget(0);
+        let mut s = super::SysDir::open_in(none, d.path()).unwrap();
+        for i in 0..3 {
+            assert_eq!(s.read_u64(&format!("a{i}")), Some(i as u64));
+        }
+        assert!(s.dir.is_none() && s.attrs.is_empty() && used(none) == 0, "nothing kept without budget");
+        assert!(s.transient.is_some(), "the directory held outside the budget while it is read");
+        s.end();
+        assert!(s.transient.is_none(), "and closed when its reading ends");
+        std::fs::write(d.path().join("a0"), "10\n").unwrap();
+        assert_eq!(s.read_u64("a0"), Some(10), "read afresh");
+        assert_eq!(s.read("absent"), None);
+
+        let three = budget(3);
+        let mut s = super::SysDir::open_in(three, d.path()).unwrap();
+        for (i, want) in [10, 1, 2].into_iter().enumerate() {
+            assert_eq!(s.read_u64(&format!("a{i}")), Some(want));
+        }
+        assert!(s.dir.is_some() && s.attrs.len() == 2 && used(three) == 3, "the directory and two attributes kept");
+        assert_eq!(s.read_u64("a2"), Some(2), "the third read by path, every time");
+        assert_eq!(s.read("absent"), None);
+        assert_eq!(used(three), 3);
+        drop(s);
+        assert_eq!(used(three), 0, "a dropped SysDir gives its slots back");
+    }
+
+    #[test]
+    fn after_a_release_a_sys_dir_closes_what_it_kept_at_its_next_read() {
+        let d = attrs(3);
+        let b = budget(8);
+        let mut s = super::SysDir::open_in(b, d.path()).unwrap();
+        assert_eq!((s.read_u64("a1"), s.read_u64("a2")), (Some(1), Some(2)));
+        assert_eq!(used(b), 3);
+        b.begin_release();
+        b.limit.store(8, Ordering::Relaxed);
+        assert_eq!(used(b), 3, "kept until its next read");
+        assert_eq!(s.read_u64("a0"), Some(0));
+        assert_eq!((used(b), s.attrs.len()), (2, 1), "the directory and the attribute read since");
+    }
+
+    #[test]
+    fn out_of_descriptors_every_kept_one_is_released_and_the_open_tried_once_more() {
+        let b = budget(4);
+        let emfile = || std::io::Error::from_raw_os_error(libc::EMFILE);
+        let mut calls = 0;
+        let r = super::retry_in(b, || {
+            calls += 1;
+            if calls == 1 {
+                Err(emfile())
+            } else {
+                Ok(7)
+            }
+        });
+        assert_eq!((r.unwrap(), calls), (7, 2));
+        assert_eq!((b.releases.load(Ordering::Relaxed), b.generation()), (1, 1));
+        let mut calls = 0;
+        let r = super::retry_in(b, || -> std::io::Result<()> {
+            calls += 1;
+            Err(std::io::Error::from_raw_os_error(libc::ENFILE))
+        });
+        assert!(r.is_err() && calls == 2, "tried once more, not again");
+        let mut calls = 0;
+        let r = super::retry_in(b, || -> std::io::Result<()> {
+            calls += 1;
+            Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+        });
+        assert!(r.is_err() && calls == 1, "other errors are not retried");
+        assert_eq!(b.releases.load(Ordering::Relaxed), 2);
+    }
+
+    /// With every descriptor of the process taken, a SysDir's read releases
+    /// what is kept and succeeds, and so does a shared file's. Run in a
+    /// child process of its own (this test binary again), whose open-file
+    /// limit it lowers.
+    #[test]
+    fn reads_succeed_when_the_process_runs_out_of_descriptors() {
+        const CHILD: &str = "NODE_AGENT_IO_EMFILE_CHILD";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "io::tests::reads_succeed_when_the_process_runs_out_of_descriptors", "--nocapture", "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success() && text.contains("1 passed"), "{text}");
+            return;
+        }
+        // Room for what is open now, the test's 40 files and a few more.
+        let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+        let lim = libc::rlimit { rlim_cur: open + 64, rlim_max: open + 64 };
+        // SAFETY: a valid rlimit; lowering needs no privilege.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+        let d = attrs(40);
+        let global = &super::BUDGET;
+        global.limit.store(30, Ordering::Relaxed);
+        let mut s = super::SysDir::open(d.path()).unwrap();
+        for i in 0..28 {
+            assert_eq!(s.read_u64(&format!("a{i}")), Some(i as u64));
+        }
+        let mut buf = Vec::new();
+        super::read_into(Path::new("/proc/self/stat"), &mut buf).unwrap();
+        assert_eq!((used(global), s.attrs.len()), (30, 28), "the budget is spent");
+        // Take every descriptor left.
+        let mut filler = Vec::new();
+        while let Ok(f) = std::fs::File::open("/dev/null") {
+            filler.push(f);
+            assert!(filler.len() < 64, "the open-file limit holds");
+        }
+        assert_eq!(std::fs::File::open("/dev/null").unwrap_err().raw_os_error(), Some(libc::EMFILE));
+        // Not kept: its open fails, everything kept is released, the open is tried again.
+        assert_eq!(s.read_u64("a39"), Some(39));
+        assert_eq!(global.releases.load(Ordering::Relaxed), 1);
+        assert!(super::kept().lock().unwrap().is_empty(), "the shared files were released");
+        assert!(used(global) <= 2, "{} kept after the release", used(global));
+        // A shared file reads as well (a descriptor is free again).
+        drop(filler.pop());
+        super::read_into(Path::new("/proc/self/status"), &mut buf).unwrap();
+        assert!(buf.starts_with(b"Name:"));
+    }
 
     /// procfs flags a mount and an unmount on a kept mount table, and only
     /// then (mounts a tmpfs in this namespace: root only; CI runs as root).

@@ -85,6 +85,25 @@ impl ProcessMetrics {
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
             sink.single("process_max_fds", "Maximum number of open file descriptors.", Kind::Gauge, lim.rlim_cur as f64);
         }
+        let kept = host::io::kept_stats();
+        sink.single(
+            "node_agent_kept_fds",
+            "File descriptors of proc and sys files and directories kept open between scrapes.",
+            Kind::Gauge,
+            kept.kept as f64,
+        );
+        sink.single(
+            "node_agent_kept_fds_max",
+            "The most file descriptors kept open between scrapes: a quarter of the open-file limit, at most 512.",
+            Kind::Gauge,
+            kept.budget as f64,
+        );
+        sink.single(
+            "node_agent_kept_fds_releases_total",
+            "Times every kept file descriptor was closed because an open ran out of descriptors.",
+            Kind::Counter,
+            kept.releases as f64,
+        );
         let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: `lim` is a valid, writable rlimit.
         if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0 {

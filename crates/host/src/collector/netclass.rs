@@ -190,7 +190,8 @@ pub struct Collector {
     /// Whether the ethtool family answered the last time.
     ethtool_ok: bool,
     names: Vec<String>,
-    /// Each device's directory, its attributes kept open across scrapes.
+    /// Each device's directory, kept across scrapes with what the
+    /// kept-descriptor budget lets it keep open (see `SysDir`).
     devices: rustc_hash::FxHashMap<String, SysDir>,
 }
 
@@ -266,6 +267,7 @@ impl Collector {
             sink.family("node_network_protocol_type", "Network device property: protocol_type", Kind::Gauge)
                 .sample(&[("device", dev)], v as f64);
         }
+        d.end();
     }
 }
 
@@ -373,7 +375,7 @@ impl crate::Collector for Collector {
         if self.netlink {
             return self.update_netlink(sink);
         }
-        let rd = std::fs::read_dir(&self.dir).map_err(|e| match e.kind() {
+        let rd = crate::io::retry_out_of_fds(|| std::fs::read_dir(&self.dir)).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
                 Error::NoData(format!("cannot read {}: {e}", self.dir.display()))
             }
