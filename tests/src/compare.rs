@@ -16,7 +16,6 @@ pub const COMMON_FLAGS: &[&str] = &[
 /// Families only node_exporter prints, and why.
 pub const ONLY_NODE_EXPORTER: &[(&str, &str)] = &[
     ("go_", "Go runtime metrics"),
-    ("promhttp_", "Go HTTP handler metrics"),
     ("node_exporter_build_info", "node-agent exports node_agent_build_info"),
     ("process_virtual_memory_max_bytes", "Go client only"),
     ("process_network_", "Go client only"),
@@ -26,6 +25,8 @@ pub const ONLY_NODE_EXPORTER: &[(&str, &str)] = &[
 pub const ONLY_NODE_AGENT: &[(&str, &str)] = &[
     ("node_agent_build_info", "node-agent's build info"),
     ("node_agent_capability", "node-agent's capabilities and what a missing one disables"),
+    ("node_agent_http_connections_", "node-agent's connection admission: held, caps and what it closed"),
+    ("node_agent_kept_fds", "node-agent's proc and sys files kept open, their budget and its releases"),
     ("node_arp_states", "ARP entries by state over rtnetlink (node_exporter's PR #3191, after 1.12)"),
     ("node_kernel_hung_", "the kernel_hung collector is newer than Debian's node_exporter"),
     ("node_ebpf_", "node-agent's kernel events through eBPF"),

@@ -91,6 +91,146 @@ fn idle_connections_and_slowloris_clients_neither_block_scrapes_nor_grow_memory(
     assert_eq!(scrape(addr), Ok(200));
 }
 
+/// A TCP connection to `addr` from the loopback address `from`; with
+/// `wait` false, connecting goes on in the background (the handshake is
+/// the kernel's; a SYN dropped by a full accept queue is retried by it).
+fn connect_from(from: std::net::Ipv4Addr, addr: SocketAddr, wait: bool) -> std::io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let SocketAddr::V4(to) = addr else { return Err(std::io::Error::other("IPv4 only")) };
+    let sin = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(ip).to_be() },
+        sin_zero: [0; 8],
+    };
+    let nonblock = if wait { 0 } else { libc::SOCK_NONBLOCK };
+    // SAFETY: socket(2) with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | nonblock, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new socket this function owns; closed by the TcpStream.
+    let stream = unsafe { TcpStream::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // The port is picked at connect (by the 4-tuple), not at bind: binding
+    // thousands of sockets to one address would search the port space.
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt with an int option value of its size.
+    unsafe {
+        libc::setsockopt(fd, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, (&one as *const libc::c_int).cast(), 4);
+    }
+    let (local, remote) = (sin(from, 0), sin(*to.ip(), to.port()));
+    // SAFETY: valid sockaddr_in structures of the given length.
+    if unsafe { libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if wait || e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+    }
+    Ok(stream)
+}
+
+/// The value of `name` (with `reason`, if given) in `text`; -1 when absent.
+fn metric(text: &str, name: &str, reason: Option<&str>) -> f64 {
+    node_agent_tests::samples(text, name)
+        .into_iter()
+        .find(|(l, _)| reason.is_none_or(|r| l.get("reason").map(String::as_str) == Some(r)))
+        .map_or(-1.0, |(_, v)| v)
+}
+
+/// #33 item 1: one address opening 5,000 connections at once, then 1,000 a
+/// second, never sending a byte (5,000 held open on its side) cannot starve
+/// the kubelet's probes: `/healthz` answers within 100 ms, from another
+/// address and from the crowd's own, and scrapes succeed. Before connection
+/// admission, the crowd filled `--web.max-connections` and every probe
+/// timed out.
+#[test]
+fn an_idle_crowd_from_one_address_cannot_starve_the_probes() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    use std::sync::Arc;
+    let a = agent();
+    let addr = a.addrs[0];
+    let crowd_ip = std::net::Ipv4Addr::new(127, 0, 0, 7);
+    let (stop, opened) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let crowd = {
+        let (stop, opened) = (Arc::clone(&stop), Arc::clone(&opened));
+        std::thread::spawn(move || {
+            let mut held = std::collections::VecDeque::new();
+            while !stop.load(Relaxed) {
+                match connect_from(crowd_ip, addr, false) {
+                    Ok(s) => {
+                        held.push_back(s);
+                        if held.len() > 5000 {
+                            held.pop_front();
+                        }
+                        // 5,000 at once, then 1,000 more a second.
+                        if opened.fetch_add(1, Relaxed) >= 5000 {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+            held
+        })
+    };
+    let t = Instant::now();
+    while opened.load(Relaxed) < 5000 {
+        assert!(t.elapsed() < Duration::from_secs(60), "the crowd opened only {} connections in 60 s", opened.load(Relaxed));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Their handshakes are done (or retried by the kernel) by now.
+    std::thread::sleep(Duration::from_secs(2));
+    let probe = |from: std::net::Ipv4Addr| -> (Option<u16>, Duration) {
+        let t = Instant::now();
+        let status = connect_from(from, addr, true).ok().and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out);
+            String::from_utf8_lossy(&out).split_whitespace().nth(1)?.parse().ok()
+        });
+        (status, t.elapsed())
+    };
+    let mut slowest = Duration::ZERO;
+    for i in 0..40 {
+        // The kubelet on another address, and a client sharing the crowd's.
+        let from = if i % 2 == 0 { std::net::Ipv4Addr::new(127, 0, 0, 1) } else { crowd_ip };
+        let (status, took) = probe(from);
+        assert_eq!(status, Some(200), "probe {i} from {from}: no answer within 1 s ({took:?}) with the crowd at {}", opened.load(Relaxed));
+        assert!(took < Duration::from_millis(100), "probe {i} from {from} took {took:?} (bound 100 ms)");
+        slowest = slowest.max(took);
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert_eq!(scrape(addr), Ok(200), "a scrape under the crowd");
+    let text = node_agent_tests::http_get(addr, "/metrics", Duration::from_secs(5)).expect("metrics").1;
+    stop.store(true, Relaxed);
+    let held = crowd.join().expect("crowd");
+    // The crowd's last connections, still held on its side, are closed for
+    // their silence within the first-byte deadline (500 ms).
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = node_agent_tests::http_get(addr, "/metrics", Duration::from_secs(5)).expect("metrics").1;
+    let per_peer = metric(&text, "node_agent_http_connections_per_peer_max", None);
+    let open = metric(&text, "node_agent_http_connections_open", None);
+    let closed = metric(&text, "node_agent_http_connections_closed_total", Some("peer_cap"));
+    let silent = metric(&text, "node_agent_http_connections_closed_total", Some("first_byte_timeout"));
+    let open_after = metric(&after, "node_agent_http_connections_open", None);
+    let silent_after = metric(&after, "node_agent_http_connections_closed_total", Some("first_byte_timeout"));
+    eprintln!(
+        "crowd opened {} ({} held at the end); slowest probe {slowest:?}; open {open}, per peer {per_peer}, closed: {closed} for the peer cap, {silent} silent; 1.5 s later {open_after} open, {silent_after} silent",
+        opened.load(Relaxed),
+        held.len()
+    );
+    assert!(per_peer >= 1.0 && open <= per_peer + 2.0, "{open} connections open with a per-peer cap of {per_peer}");
+    assert!(closed > 0.0 && closed + silent >= 4000.0, "only {closed} + {silent} crowd connections closed (peer cap, silence)");
+    assert!(open_after <= 2.0, "{open_after} connections still open 1.5 s after the crowd stopped ({} held on its side)", held.len());
+    assert!(silent_after >= silent + 1.0, "no silent connection closed after the crowd stopped: {silent} then {silent_after}");
+}
+
 fn raw(addr: SocketAddr, request: &[u8]) -> String {
     let mut s = TcpStream::connect(addr).expect("connect");
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));

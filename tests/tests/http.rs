@@ -249,7 +249,26 @@ fn requests_above_the_limit_get_503() {
     assert_eq!(status, 200);
     let body = String::from_utf8_lossy(&b).to_string();
     assert!(body.contains("node_scrape_collector_success{collector=\"textfile\"} 0") && body.contains("node_load1"), "{body}");
-    assert!(refused.expect("a concurrent scrape was refused").contains("Limit of concurrent requests"));
+    let refusals = refused.expect("a concurrent scrape was refused");
+    assert!(refusals.contains("Limit of concurrent requests"));
+    // node_exporter's handler families count it all: by code (this scrape
+    // is in flight, not yet counted), a bad collect[] not at all.
+    assert_eq!(request(addr, "/metrics?collect[]=nonexistent", &[]).0, 400);
+    let (status, _, b) = request(addr, "/metrics?collect[]=loadavg", &[]);
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&b).to_string();
+    let value = |name: &str, label: Option<(&str, &str)>| {
+        node_agent_tests::samples(&text, name)
+            .into_iter()
+            .find(|(l, _)| label.is_none_or(|(k, v)| l.get(k).map(String::as_str) == Some(v)))
+            .map(|(_, v)| v)
+    };
+    let refused_503 = value("promhttp_metric_handler_requests_total", Some(("code", "503"))).expect("code 503");
+    assert!(refused_503 >= 1.0, "503s counted: {refused_503}");
+    assert_eq!(value("promhttp_metric_handler_requests_total", Some(("code", "200"))), Some(1.0), "the slow scrape");
+    assert_eq!(value("promhttp_metric_handler_requests_total", Some(("code", "400"))), None, "a bad collect[] is not counted");
+    assert_eq!(value("promhttp_metric_handler_requests_in_flight", None), Some(1.0), "this scrape");
+    assert_eq!(value("promhttp_metric_handler_errors_total", Some(("cause", "encoding"))), Some(0.0));
     drop(a);
     drop(fuse);
 }

@@ -137,8 +137,8 @@ impl Server {
             telemetry_path: "/metrics".into(),
             limit: None,
             web: node_agent::webconfig::Handle::none(),
-            connections: Arc::new(tokio::sync::Semaphore::new(16)),
-            max_connections: 16,
+            admission: node_agent::admission::Admission::new(16),
+            handler: Default::default(),
         });
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {

@@ -36,14 +36,16 @@ pub fn scraper(collectors: Vec<host::Named>, exporter_metrics: bool) -> host::sc
 
 /// The agent's scraper, as its configuration says: each collector's
 /// deadline (`--collector.timeout`) and the exporter's own metrics.
-pub fn scraper_for(cfg: &mut config::ServeConfig) -> host::scrape::Scraper {
+/// With the exporter's own metrics, the HTTP server's are served too
+/// (`http`: its handler's and its connection admission's counts).
+pub fn scraper_for(cfg: &mut config::ServeConfig, http: crate::httpstats::HttpMetrics) -> host::scrape::Scraper {
     let b = host::scrape::Scraper::builder(std::mem::take(&mut cfg.collectors)).timeouts(cfg.collector_timeout, host::scrape::DEFAULT_SLOW);
     if !cfg.exporter_metrics {
         return b.build();
     }
     let own = crate::process::ProcessMetrics::new();
     let own = if cfg.node_exporter_build_info { own } else { own.without_node_exporter_build_info() };
-    b.own(Box::new(own)).build()
+    b.own(Box::new(own)).own(Box::new(http)).build()
 }
 
 /// A running agent: its bound addresses, and a handle to stop it.
@@ -65,10 +67,9 @@ impl Agent {
         // files up to the hard one.
         let nofile = host::sys::raise_nofile_limit();
         let mut cfg = config::resolve(m)?;
-        // Connections get at most half the descriptors; kept proc/sys files a
-        // quarter (host::io); the rest is for everything else.
+        // Connections get at most half the descriptors (see connection_budget).
         if let Some(n) = nofile {
-            let budget = (n / 2).max(16) as usize;
+            let budget = connection_budget(n);
             if cfg.max_connections > budget {
                 tracing::warn!(
                     max_connections = cfg.max_connections,
@@ -93,7 +94,10 @@ impl Agent {
             Some(p) => crate::webconfig::Handle::open(p)?,
             None => crate::webconfig::Handle::none(),
         };
-        let scraper = Arc::new(scraper_for(&mut cfg));
+        let admission = crate::admission::Admission::new(cfg.max_connections);
+        let handler = Arc::new(crate::httpstats::HandlerStats::default());
+        let http = crate::httpstats::HttpMetrics { handler: Arc::clone(&handler), admission: Arc::clone(&admission) };
+        let scraper = Arc::new(scraper_for(&mut cfg, http));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(cfg.worker_threads)
             .max_blocking_threads(8)
@@ -114,8 +118,8 @@ impl Agent {
             telemetry_path: cfg.telemetry_path,
             limit: (cfg.max_requests > 0).then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_requests))),
             web,
-            connections: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
-            max_connections: cfg.max_connections,
+            admission,
+            handler,
         });
         // Start-up is over: the code it alone ran (the loaders, the BTF and
         // ELF parsing, the Kubernetes client's set-up) and the relocation
@@ -159,6 +163,30 @@ impl Drop for Agent {
     }
 }
 
+/// The most connections the listener may hold under an open-file limit of
+/// `nofile`: half of it (at least 16). The descriptors add up as follows:
+///
+/// - connections: at most `nofile / 2` (`--web.max-connections` is lowered
+///   to this);
+/// - kept proc and sys files and directories (`host::io`'s one budget,
+///   netclass's device directories included): at most `nofile / 4`, and
+///   never more than `host::io::MAX_KEPT` (512);
+/// - the rest, at least `nofile / 4`, for the fixed and the transient
+///   ones: stdin, stdout and stderr (3), the listeners (one per address),
+///   the async runtime's epoll and eventfds (6), the eBPF maps, programs
+///   and links (56 with the default probes), the collectors' netlink,
+///   ethtool and D-Bus sockets (about 8), perf's per-CPU events when
+///   `--collector.perf` is on, and a few files each scrape runner opens,
+///   reads and closes. About 80 in all without perf: from a limit of 1024
+///   (256 left) up, everything fits.
+///
+/// Should something else take the descriptors all the same, an open in
+/// `host::io` that fails with EMFILE closes every kept file and is tried
+/// again: a collector slows down, the listener keeps its half.
+pub fn connection_budget(nofile: u64) -> usize {
+    usize::try_from(nofile / 2).unwrap_or(usize::MAX).max(16)
+}
+
 /// Runs `serve` with the given matches until SIGTERM or SIGINT.
 pub fn serve(m: &ArgMatches) -> Result<(), Error> {
     let agent = Agent::start(m)?;
@@ -179,5 +207,20 @@ async fn shutdown_signal() {
             }
         }
         _ => std::future::pending::<()>().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Connections, kept files and the fixed descriptors fit the limit.
+    #[test]
+    fn connections_and_kept_files_leave_a_quarter_of_the_limit() {
+        for nofile in [1024u64, 4096, 20_000, 1 << 20] {
+            let conns = super::connection_budget(nofile);
+            let kept = host::io::budget_for(Some(nofile));
+            assert!(conns + kept <= (nofile as usize) * 3 / 4, "{nofile}: {conns} connections + {kept} kept");
+            assert!(nofile as usize - conns - kept >= 256, "{nofile}: room for the fixed descriptors");
+        }
+        assert_eq!(super::connection_budget(4), 16, "a floor of 16");
     }
 }

@@ -7,11 +7,13 @@
 //! crates of their own (`host`, `expo`, `planner`, `controller`); this
 //! crate composes them. See ARCHITECTURE.md.
 
+pub mod admission;
 pub mod agent;
 pub mod caps;
 pub mod cmd;
 pub mod config;
 pub mod ebpf;
+pub mod httpstats;
 pub mod logging;
 pub mod manifests;
 pub mod pods;

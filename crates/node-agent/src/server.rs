@@ -16,6 +16,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::admission::{Admission, Closed, Slot, FIRST_BYTE_TIMEOUT};
+use crate::httpstats::{Cause, HandlerStats};
+
 use expo::Format;
 use host::scrape::{Scraper, Selection};
 
@@ -50,10 +53,11 @@ pub struct State {
     pub limit: Option<Arc<Semaphore>>,
     /// TLS and basic auth (`--web.config.file`), re-read when it changes.
     pub web: crate::webconfig::Handle,
-    /// Open connections at most (`--web.max-connections`): accepting waits
-    /// for a slot beyond it.
-    pub connections: Arc<Semaphore>,
-    pub max_connections: usize,
+    /// The connections held (`--web.max-connections`, and per peer): see
+    /// [`crate::admission`].
+    pub admission: Arc<Admission>,
+    /// Requests to the metrics path (`promhttp_metric_handler_*`).
+    pub handler: Arc<HandlerStats>,
 }
 
 /// The first scrape's pages of the executable are still to be released.
@@ -245,6 +249,20 @@ fn readiness(state: &State) -> Response<Full<Bytes>> {
 }
 
 async fn metrics(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    // As node_exporter: a bad `collect[]` is answered before the counted
+    // handler; everything after is counted by its status code.
+    let sel = selection(req.uri().query());
+    if let Err(e) = state.scraper.validate(&sel) {
+        return text(StatusCode::BAD_REQUEST, format!("couldn't create filtered metrics handler: {e}\n"));
+    }
+    let in_flight = state.handler.enter();
+    let r = counted_metrics(state, req, &sel).await;
+    drop(in_flight);
+    state.handler.answered(r.status().as_u16());
+    r
+}
+
+async fn counted_metrics(state: &State, req: &Request<Incoming>, sel: &Selection) -> Response<Full<Bytes>> {
     let _permit = match &state.limit {
         Some(sem) => match Arc::clone(sem).try_acquire_owned() {
             Ok(p) => Some(p),
@@ -255,10 +273,6 @@ async fn metrics(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>
         None => None,
     };
     let _scrape = ScrapeGuard::enter();
-    let sel = selection(req.uri().query());
-    if let Err(e) = state.scraper.validate(&sel) {
-        return text(StatusCode::BAD_REQUEST, format!("couldn't create filtered metrics handler: {e}\n"));
-    }
     let header = |h| req.headers().get(h).and_then(|v: &HeaderValue| v.to_str().ok());
     let format = Format::negotiate(header(ACCEPT));
     let gzip_ok = expo::negotiate::accepts_gzip(header(ACCEPT_ENCODING));
@@ -272,7 +286,7 @@ async fn metrics(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>
     // Collectors do blocking file I/O on the scraper's own runners; the
     // body is compressed there too, off the async workers.
     let scrape = state.scraper.start(
-        &sel,
+        sel,
         format,
         deadline,
         Box::new(move |body| {
@@ -293,10 +307,12 @@ async fn metrics(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>
         Ok(Ok(b)) => b,
         Ok(Err(e)) => {
             tracing::error!(err = %e, "compressing response failed");
+            state.handler.failed(Cause::Encoding);
             return text(StatusCode::INTERNAL_SERVER_ERROR, "compression failed\n");
         }
         Err(_) => {
             tracing::error!("scrape ended without a body");
+            state.handler.failed(Cause::Gathering);
             return text(StatusCode::INTERNAL_SERVER_ERROR, "scrape failed\n");
         }
     };
@@ -455,30 +471,27 @@ fn overlap_over(peak: usize, now: usize) -> bool {
     peak >= 2 && now == 0
 }
 
-impl State {
-    /// Connections open now.
-    fn connections_open(&self) -> usize {
-        self.max_connections.saturating_sub(self.connections.available_permits())
-    }
-}
-
 /// Serves until `shutdown` resolves, then lets in-flight requests finish
 /// for up to `grace`.
 pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: impl std::future::Future<Output = ()>, grace: Duration) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    type Accepted = (tokio::net::TcpStream, SocketAddr, tokio::sync::OwnedSemaphorePermit);
+    type Accepted = (tokio::net::TcpStream, crate::admission::Ticket);
     let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<Accepted>(16);
     let memory = Arc::new(ConnectionMemory::default());
     for l in listeners {
         let tx = conn_tx.clone();
-        let slots = Arc::clone(&state.connections);
+        let admission = Arc::clone(&state.admission);
         tokio::spawn(async move {
             loop {
-                // At the connection cap, wait for a slot before accepting.
-                let Ok(permit) = Arc::clone(&slots).acquire_owned().await else { return };
+                // Never waits for a slot: admission makes room by closing
+                // the oldest idle connection, or refuses this one.
                 match l.accept().await {
                     Ok((s, peer)) => {
-                        if tx.send((s, peer, permit)).await.is_err() {
+                        let Some(ticket) = admission.admit(peer.ip()) else {
+                            tracing::debug!(peer = %peer, "connection refused: every connection at the cap is busy");
+                            continue;
+                        };
+                        if tx.send((s, ticket)).await.is_err() {
                             return;
                         }
                     }
@@ -493,12 +506,12 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
     {
         // After a burst of connections, or once scrapes that overlapped are
         // over, give their buffers back to the system (every 5 s at most).
-        let (m, slots, cap) = (Arc::clone(&memory), Arc::clone(&state.connections), state.max_connections);
+        let (m, admission) = (Arc::clone(&memory), Arc::clone(&state.admission));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
             loop {
                 tick.tick().await;
-                let open = cap.saturating_sub(slots.available_permits());
+                let open = admission.open();
                 let burst = m.peak.swap(open, std::sync::atomic::Ordering::Relaxed) >= BURST && open < BURST / 8;
                 // The peak is kept while a scrape runs: an overlap followed
                 // by a lone scrape still running at the tick is trimmed at
@@ -516,41 +529,24 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
     loop {
         tokio::select! {
             c = conn_rx.recv() => {
-                let Some((stream, _peer, permit)) = c else { break };
+                let Some((stream, ticket)) = c else { break };
                 let _ = stream.set_nodelay(true);
-                let open = state.connections_open();
+                let open = state.admission.open();
                 memory.peak.fetch_max(open, std::sync::atomic::Ordering::Relaxed);
                 let web = state.web.current();
                 let state = Arc::clone(&state);
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {
-                    let _permit = permit;
+                    let slot = Arc::clone(&ticket.slot);
                     let tls = web.tls.clone();
                     drop(web);
-                    let svc = service_fn(move |req| handle(Arc::clone(&state), req));
-                    let builder = {
-                        let mut b = hyper::server::conn::http1::Builder::new();
-                        b.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
-                        b
-                    };
-                    let res = match tls {
-                        None => watcher.watch(builder.serve_connection(TokioIo::new(WriteTimeout::new(stream, WRITE_TIMEOUT)), svc)).await,
-                        Some(cfg) => {
-                            // The handshake shares the header deadline.
-                            let accepted = tokio::time::timeout(HEADER_TIMEOUT, tokio_rustls::TlsAcceptor::from(cfg).accept(stream)).await;
-                            match accepted {
-                                Ok(Ok(s)) => watcher.watch(builder.serve_connection(TokioIo::new(WriteTimeout::new(s, WRITE_TIMEOUT)), svc)).await,
-                                Ok(Err(e)) => {
-                                    tracing::debug!(err = %e, "TLS handshake failed");
-                                    return;
-                                }
-                                Err(_) => return,
-                            }
-                        }
-                    };
-                    if let Err(e) = res {
-                        tracing::debug!(err = %e, "connection ended with an error");
+                    // Closed at once when admission makes room for a newer
+                    // connection (only while no request is in its handler).
+                    tokio::select! {
+                        _ = connection(stream, tls, state, Arc::clone(&slot), watcher) => {}
+                        _ = slot.closed() => {}
                     }
+                    drop(ticket);
                 });
             }
             _ = &mut shutdown => {
@@ -561,6 +557,59 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
     }
     if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
         tracing::warn!(grace = ?grace, "connections still open after the grace period");
+    }
+}
+
+/// Serves one admitted connection: its first byte within
+/// [`FIRST_BYTE_TIMEOUT`], then TLS (if configured) and HTTP/1.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    state: Arc<State>,
+    slot: Arc<Slot>,
+    watcher: hyper_util::server::graceful::Watcher,
+) {
+    // Peeked, not read: the byte stays for TLS or HTTP. (`readable()` may
+    // report a socket ready with nothing to read.)
+    match tokio::time::timeout(FIRST_BYTE_TIMEOUT, stream.peek(&mut [0u8; 1])).await {
+        Ok(Ok(1..)) => {}
+        Ok(_) => return,
+        Err(_) => {
+            state.admission.count(Closed::FirstByteTimeout);
+            return;
+        }
+    }
+    let svc = service_fn(move |req| {
+        let busy = slot.busy();
+        let state = Arc::clone(&state);
+        async move {
+            let r = handle(state, req).await;
+            drop(busy);
+            r
+        }
+    });
+    let builder = {
+        let mut b = hyper::server::conn::http1::Builder::new();
+        b.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+        b
+    };
+    let res = match tls {
+        None => watcher.watch(builder.serve_connection(TokioIo::new(WriteTimeout::new(stream, WRITE_TIMEOUT)), svc)).await,
+        Some(cfg) => {
+            // The handshake shares the header deadline.
+            let accepted = tokio::time::timeout(HEADER_TIMEOUT, tokio_rustls::TlsAcceptor::from(cfg).accept(stream)).await;
+            match accepted {
+                Ok(Ok(s)) => watcher.watch(builder.serve_connection(TokioIo::new(WriteTimeout::new(s, WRITE_TIMEOUT)), svc)).await,
+                Ok(Err(e)) => {
+                    tracing::debug!(err = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    };
+    if let Err(e) = res {
+        tracing::debug!(err = %e, "connection ended with an error");
     }
 }
 

@@ -1544,7 +1544,7 @@ fn run() -> Res<()> {
     let (cpu, cpu_e) = (a.cpu_ms / n.cpu_ms.max(1e-9), ae.cpu_ms / ne2.cpu_ms.max(1e-9));
     let (peak, steady) = (ae.rss_mb / ne2.rss_mb.max(1e-9), (ae.anon_mb + ae.file_mb) / (ne2.anon_mb + ne2.file_mb).max(1e-9));
     let _ = writeln!(md, "\nTargets: CPU per scrape ≤ 0.10× node_exporter's: {cpu:.2}× without eBPF ({}), {cpu_e:.2}× with every probe ({}); with every probe and pod attribution, whole-life peak RSS ≤ 0.60×: {peak:.2}× ({}); steady RSS (anonymous + file-backed after the load) ≤ 0.50×: {steady:.2}× ({}).", verdict(cpu, 0.10), verdict(cpu_e, 0.10), verdict(peak, 0.60), verdict(steady, 0.50));
-    let _ = writeln!(md, "\nFamilies differ where only one side has them (node-agent's `node_ebpf_*`, `node_filesystem_mount_info` and newer netstat/softnet fields; node_exporter's `go_*`, `promhttp_*`): see `cargo xtask compare-node-exporter`.\n");
+    let _ = writeln!(md, "\nFamilies differ where only one side has them (node-agent's `node_ebpf_*`, `node_filesystem_mount_info` and newer netstat/softnet fields; node_exporter's `go_*`): see `cargo xtask compare-node-exporter`.\n");
     let _ = writeln!(md, "## Where a scrape's CPU goes\n");
     let _ = writeln!(md, "{COLLECTOR_COST_METHOD}\n");
     md.push_str(&collector_cost_table(empty, all, &collectors));
