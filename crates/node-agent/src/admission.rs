@@ -11,8 +11,12 @@
 //! - at a cap (the peer's or `--web.max-connections`), the oldest *idle*
 //!   connection is closed to make room: idle is a connection with no
 //!   request in its handler (waiting for its first byte, for its next
-//!   request, or for a slow client to read its answer). A new connection is
-//!   refused only when every connection at the cap is busy in a handler.
+//!   request, or for a slow client to read its answer);
+//! - a peer whose connections are all busy may go over its share while the
+//!   server has room; at the server's cap with none idle, the oldest
+//!   connection of a peer over its share makes room for another peer's. A
+//!   new connection is refused only when every connection is busy and no
+//!   other peer is over its share.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -35,9 +39,10 @@ pub enum Closed {
     FirstByteTimeout,
     /// The oldest idle connection of a peer at its cap, for a new one.
     PeerCap,
-    /// The oldest idle connection of all, at `--web.max-connections`.
+    /// At `--web.max-connections`: the oldest idle connection of all, or,
+    /// none idle, the oldest of the peer most over its share.
     ConnectionCap,
-    /// New, refused: every connection at the cap was busy.
+    /// New, refused: every connection busy and no other peer over its share.
     Refused,
 }
 
@@ -118,8 +123,14 @@ enum Decision {
     Refuse,
 }
 
-/// The decision for a new connection from `peer` (pure: the table, the
-/// caps and which connections are idle).
+/// The decision for a new connection from `peer` (pure: the table, in
+/// admission order with whether each is idle, and the caps):
+/// - a peer at its cap gives up its oldest idle connection; with none idle
+///   it may still go over its share while the server has room;
+/// - at the server's cap the oldest idle connection of anyone goes; with
+///   none idle, the oldest connection of the peer holding the most, if that
+///   peer is over its share and is not this one (a busy flood from one
+///   address cannot hold every slot); otherwise the new one is refused.
 fn decide(
     conns: impl Iterator<Item = (u64, IpAddr, bool)> + Clone,
     peer: IpAddr,
@@ -131,17 +142,26 @@ fn decide(
     let mut evict = Vec::new();
     let mut open = open;
     if peer_open >= per_peer {
-        match conns.clone().find(|&(_, p, idle)| idle && p == peer) {
-            Some((id, _, _)) => {
-                evict.push((id, Closed::PeerCap));
-                open -= 1;
-            }
-            None => return Decision::Refuse,
+        if let Some((id, _, _)) = conns.clone().find(|&(_, p, idle)| idle && p == peer) {
+            evict.push((id, Closed::PeerCap));
+            open -= 1;
         }
     }
     if open >= max {
-        match conns.clone().find(|&(id, _, idle)| idle && !evict.iter().any(|(e, _)| *e == id)) {
-            Some((id, _, _)) => evict.push((id, Closed::ConnectionCap)),
+        let chosen = evict.first().map(|(e, _)| *e);
+        let victim = match conns.clone().find(|&(id, _, idle)| idle && Some(id) != chosen) {
+            Some((id, _, _)) => Some(id),
+            None => {
+                let mut counts: HashMap<IpAddr, usize> = HashMap::new();
+                for (_, p, _) in conns.clone() {
+                    *counts.entry(p).or_default() += 1;
+                }
+                let hog = counts.into_iter().filter(|&(p, n)| p != peer && n > per_peer).max_by_key(|&(_, n)| n).map(|(p, _)| p);
+                hog.and_then(|h| conns.clone().find(|&(_, p, _)| p == h)).map(|(id, _, _)| id)
+            }
+        };
+        match victim {
+            Some(id) => evict.push((id, Closed::ConnectionCap)),
             None => return Decision::Refuse,
         }
     }
@@ -283,9 +303,14 @@ mod tests {
         // a at its cap of 2: its oldest idle goes (1 is busy, 2 is idle).
         let open = [(1, a, false), (2, a, true), (3, b, true)];
         assert_eq!(decide(open.iter().copied(), a, 2, 3, 2, 8), Decision::Evict(vec![(2, Closed::PeerCap)]));
-        // Every connection of a busy: a's new one is refused.
+        // Every connection of a busy: a's new one goes over its share
+        // while the server has room, and is refused when it has none.
         let open = [(1, a, false), (2, a, false)];
-        assert_eq!(decide(open.iter().copied(), a, 2, 2, 2, 8), Decision::Refuse);
+        assert_eq!(decide(open.iter().copied(), a, 2, 2, 2, 8), Decision::Admit);
+        assert_eq!(decide(open.iter().copied(), a, 2, 2, 2, 2), Decision::Refuse);
+        // At the cap, all busy, a over its share: b's new one takes a's oldest.
+        let open = [(1, a, false), (2, b, false), (3, a, false), (4, a, false)];
+        assert_eq!(decide(open.iter().copied(), b, 1, 4, 2, 4), Decision::Evict(vec![(1, Closed::ConnectionCap)]));
         // At the connection cap: the oldest idle of anyone goes.
         let open = [(1, a, false), (2, b, true), (3, a, true)];
         assert_eq!(decide(open.iter().copied(), ip("10.0.0.3"), 0, 3, 2, 3), Decision::Evict(vec![(2, Closed::ConnectionCap)]));
@@ -329,7 +354,7 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), held[7].slot.closed()).await.expect("the idle one closed");
         assert_eq!(adm.open(), 8);
         let _b = new.slot.busy();
-        assert!(adm.admit(ip("10.0.2.2")).is_none(), "all busy: refused");
+        assert!(adm.admit(ip("10.0.2.2")).is_none(), "all busy, nobody over its share: refused");
         let closed: HashMap<_, _> = adm.closed().collect();
         assert_eq!((closed[&Closed::ConnectionCap], closed[&Closed::Refused]), (1, 1));
     }

@@ -104,7 +104,7 @@ impl HttpMetrics {
         );
         let mut f = sink.family(
             "node_agent_http_connections_closed_total",
-            "HTTP connections closed by admission, by reason: first_byte_timeout (silent after accepting), peer_cap or connection_cap (the oldest idle one, for a new one), refused (new, every held one busy).",
+            "HTTP connections closed by admission, by reason: first_byte_timeout (silent after accepting), peer_cap (a peer's oldest idle one, for its new one), connection_cap (at --web.max-connections: the oldest idle one, or the oldest of a peer over its share), refused (new, every one busy).",
             Kind::Counter,
         );
         for (why, n) in a.closed() {
