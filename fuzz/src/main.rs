@@ -21,18 +21,18 @@ fn main() {
             std::process::exit(2);
         }
     }
+    if let Err(e) = node_agent_tests::fuzz::add_textfile_seeds(&dir) {
+        eprintln!("node-agent-afl: copying the textfile seeds: {e}");
+        std::process::exit(2);
+    }
     let files = node_agent_tests::fuzz::corpus_files(&dir);
     let originals: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap_or_default()).collect();
     // `--seeds DIR`: the starting corpus, small fixture files each with its
-    // index, spread over the tree.
+    // index, spread over the tree, and every textfile seed.
     let args: Vec<String> = std::env::args().collect();
     if let (Some("--seeds"), Some(out)) = (args.get(1).map(String::as_str), args.get(2)) {
-        let small: Vec<usize> = (0..files.len()).filter(|i| !originals[*i].is_empty() && originals[*i].len() <= 4096).collect();
-        let step = (small.len() / 48).max(1);
         let _ = std::fs::create_dir_all(out);
-        for (n, i) in small.iter().step_by(step).enumerate() {
-            let mut seed = (*i as u16).to_le_bytes().to_vec();
-            seed.extend_from_slice(&originals[*i]);
+        for (n, seed) in node_agent_tests::fuzz::afl_seeds(&files, &originals).iter().enumerate() {
             let _ = std::fs::write(std::path::Path::new(out).join(format!("seed-{n:03}")), seed);
         }
         return;

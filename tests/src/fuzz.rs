@@ -1,6 +1,7 @@
 //! Mutation fuzzing of every collector's parser, on stable Rust
 //! (cargo-fuzz/libFuzzer need a nightly compiler, which these machines do
-//! not have): the node_exporter fixture tree is the seed corpus; each round
+//! not have): the node_exporter fixture tree and the textfile seeds
+//! ([`textfile_seeds_dir`]) are the seed corpus; each round
 //! mutates one file (bit flips, truncation, huge and negative numbers,
 //! NaN, non-UTF-8 bytes, NULs, lines repeated thousands of times, fields
 //! dropped), runs a full scrape of every host collector, and restores it.
@@ -56,6 +57,76 @@ pub fn corpus_files(root: &Path) -> Vec<PathBuf> {
     }
     corpus.sort();
     corpus
+}
+
+/// The textfile collector's checked-in seeds (`tests/fixtures/textfile`):
+/// `accepted/`, files the collector takes whole, all together, and a real
+/// Prometheus ingests in every format (`tests/tests/textfile_prometheus.rs`);
+/// `refused/`, each a file (or a directory of files read together) that the
+/// collector refuses, or drops a family from, flagging
+/// `node_textfile_scrape_error`.
+pub fn textfile_seeds_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/textfile")
+}
+
+/// Where a fixture tree's copy holds the textfile seeds: a textfile
+/// directory of its own, which [`scraper`] reads beside node_exporter's.
+pub const SEEDS_UNDER: &str = "textfile/seeds";
+
+/// Every `*.prom` seed, sorted, with the name its copy gets in
+/// [`SEEDS_UNDER`]: the path below the seeds directory, `/` made `-`
+/// (`accepted-escapes.prom`, `refused-type_across_files-a.prom`).
+pub fn textfile_seeds() -> Vec<(String, PathBuf)> {
+    let dir = textfile_seeds_dir();
+    let mut all = Vec::new();
+    files(&dir, &mut all);
+    let mut seeds: Vec<(String, PathBuf)> = all
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "prom"))
+        .filter_map(|p| {
+            let rel = p.strip_prefix(&dir).ok()?.to_str()?.replace('/', "-");
+            Some((rel, p))
+        })
+        .collect();
+    seeds.sort();
+    seeds
+}
+
+/// Copies every textfile seed into `root`'s [`SEEDS_UNDER`] (a fixture
+/// tree's copy), where [`corpus_files`] finds them; returns the copies.
+pub fn add_textfile_seeds(root: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let to = root.join(SEEDS_UNDER);
+    std::fs::create_dir_all(&to)?;
+    let mut written = Vec::new();
+    for (name, from) in textfile_seeds() {
+        std::fs::copy(&from, to.join(&name))?;
+        written.push(to.join(name));
+    }
+    Ok(written)
+}
+
+/// AFL++'s starting corpus over `files` (the corpus of a tree, as
+/// [`corpus_files`] lists it) with their contents `originals`: each input is
+/// the file's index (two bytes, little-endian) then its content; about 48
+/// small fixture files spread over the tree, and every textfile seed.
+pub fn afl_seeds(files: &[PathBuf], originals: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let small: Vec<usize> = (0..files.len()).filter(|i| !originals[*i].is_empty() && originals[*i].len() <= 4096).collect();
+    let step = (small.len() / 48).max(1);
+    let mut chosen: Vec<usize> = small.iter().step_by(step).copied().collect();
+    let seeds = Path::new(SEEDS_UNDER);
+    for (i, f) in files.iter().enumerate() {
+        if f.parent().is_some_and(|d| d.ends_with(seeds)) && !chosen.contains(&i) {
+            chosen.push(i);
+        }
+    }
+    chosen
+        .into_iter()
+        .map(|i| {
+            let mut seed = (i as u16).to_le_bytes().to_vec();
+            seed.extend_from_slice(&originals[i]);
+            seed
+        })
+        .collect()
 }
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -155,13 +226,20 @@ fn hwm_kb() -> u64 {
 pub fn scraper(root: &Path) -> Scraper {
     let mut args = crate::fixture_flags(root, &root.join("textfile/two_metric_files"));
     args.extend(["--collector.stat.softirq".into(), "--no-collector.filesystem".into()]);
+    args.push(format!("--collector.textfile.directory={}", root.join(SEEDS_UNDER).display()));
     let m = host::registry::command().try_get_matches_from(args).expect("flags");
     let (_, collectors) = host::registry::resolve(&m).expect("config");
     Scraper::new(collectors)
 }
 
-/// Fuzzes for `budget` from `seed` over a copy of the fixture tree in `root`.
+/// Fuzzes for `budget` from `seed` over a copy of the fixture tree in `root`
+/// (the textfile seeds added to it first, if they are not yet).
 pub fn run(root: &Path, budget: Duration, seed: u64) -> Report {
+    if !root.join(SEEDS_UNDER).is_dir() {
+        if let Err(e) = add_textfile_seeds(root) {
+            return Report { findings: vec![format!("copying the textfile seeds: {e}")], ..Default::default() };
+        }
+    }
     let panics: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&panics);
     let previous = std::panic::take_hook();

@@ -10,6 +10,8 @@ pub mod host;
 pub mod netns;
 #[cfg(feature = "agent")]
 pub mod pods;
+#[cfg(feature = "agent")]
+pub mod prometheus;
 pub mod web;
 
 /// Bytes aligned for the ELF parser, as aya's `include_bytes_aligned!`.

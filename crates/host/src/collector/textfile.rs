@@ -130,7 +130,8 @@ pub struct Merged {
     pub kind: Type,
     pub help: Option<String>,
     pub files: Vec<String>,
-    /// Label names of all its samples, sorted (without `le`, `quantile`).
+    /// Label names of all its samples, sorted (without a histogram's `le`,
+    /// a summary's `quantile`).
     pub labels: BTreeSet<String>,
     /// Its samples, over all files.
     pub samples: usize,
@@ -172,7 +173,15 @@ pub fn merge(into: &mut Families, file: &str, text: String) -> Result<(Accepted,
         if reserved.is_none() {
             reserved = s.labels.iter().find(|(k, _)| k.starts_with("__")).map(|(k, _)| k.to_string());
         }
-        here.entry(fam).or_default().extend(s.labels.iter().map(|(k, _)| *k).filter(|k| *k != "le" && *k != "quantile"));
+        // `le` is a histogram's bucket and `quantile` a summary's, not
+        // labels of their series; on any other family both are labels like
+        // any other (node_exporter's parser keeps them).
+        let bucket = match decl.kind(fam) {
+            Type::Histogram => "le",
+            Type::Summary => "quantile",
+            _ => "",
+        };
+        here.entry(fam).or_default().extend(s.labels.iter().map(|(k, _)| *k).filter(|k| *k != bucket));
     });
     if stamped {
         return Err("textfile contains unsupported client-side timestamps, skipping entire file".into());
@@ -506,6 +515,22 @@ mod tests {
         assert!(problems[0].contains("25000000 label pairs") && problems[0].contains("limit of 4000000"), "{problems:?}");
         assert!(family(&sink, "m").is_none());
         assert_eq!(family(&sink, "g").unwrap().samples().count(), 5000);
+    }
+
+    /// `le` and `quantile` are only taken off histograms and summaries: on
+    /// any other family they are labels, which node_exporter keeps (they were
+    /// dropped, and two series differing only in them became duplicates).
+    #[test]
+    fn le_and_quantile_are_labels_outside_histograms_and_summaries() {
+        let (sink, problems) = run(&[(
+            "f",
+            "# TYPE g gauge\ng{le=\"0.5\"} 1\ng{le=\"1\"} 2\nu_bucket{le=\"0.5\"} 3\nq{quantile=\"0.9\"} 4\nq{quantile=\"0.5\"} 5\n",
+        )]);
+        assert!(problems.is_empty(), "{problems:?}");
+        let samples = |n: &str| family(&sink, n).map(|f| f.samples().collect::<Vec<_>>());
+        assert_eq!(samples("g"), Some(vec![(vec![("le", "0.5")], 1.0), (vec![("le", "1")], 2.0)]));
+        assert_eq!(samples("u_bucket"), Some(vec![(vec![("le", "0.5")], 3.0)]));
+        assert_eq!(samples("q"), Some(vec![(vec![("quantile", "0.9")], 4.0), (vec![("quantile", "0.5")], 5.0)]));
     }
 
     #[test]
