@@ -10,30 +10,16 @@
 //! Needs `prometheus` (Debian's package, 2.42), which `cargo xtask test`
 //! installs. Without it the test skips with a message, except in CI.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use expo::{Kind, Native, Sink};
-use node_agent_tests::{compare, Kill};
+use node_agent_tests::prometheus::{need, Prometheus, ACCEPT_PROTOBUF};
 
 const FAMILY: &str = "test_request_duration_seconds";
 const SCHEMA: i8 = 3;
 const ZERO_THRESHOLD: f64 = 1e-9;
-/// Prometheus's Accept header with native histograms on (v2.42 scrape.go).
-const PROMETHEUS_ACCEPT: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-
-fn need(prog: &str) -> Option<PathBuf> {
-    let p = compare::which(prog);
-    if p.is_none() {
-        assert!(std::env::var_os("CI").is_none(), "{prog} is required in CI (cargo xtask test installs it)");
-        eprintln!("SKIP: {prog} not installed (cargo xtask test installs it)");
-    }
-    p
-}
 
 /// A deterministic generator (splitmix64).
 struct Rng(u64);
@@ -166,85 +152,12 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
-
-/// A Prometheus with native histograms on, scraping `target` every second,
-/// with its storage in `dir`; killed when dropped.
-struct Prometheus {
-    _child: Kill,
-    base: String,
-    log: PathBuf,
-}
-
-impl Prometheus {
-    fn start(bin: &Path, dir: &Path, target: std::net::SocketAddr) -> Prometheus {
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: native\n    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .expect("write prometheus.yml");
-        let port = free_port();
-        let log = dir.join("prometheus.log");
-        let child = Command::new(bin)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--enable-feature=native-histograms")
-            .arg("--log.level=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("create prometheus.log"))
-            .spawn()
-            .expect("start prometheus");
-        let p = Prometheus { _child: Kill(child), base: format!("http://127.0.0.1:{port}"), log };
-        p.wait_for("ready", Duration::from_secs(60), || {
-            ureq::get(&format!("{}/-/ready", p.base)).timeout(Duration::from_secs(2)).call().ok().filter(|r| r.status() == 200).map(|_| ())
-        });
-        p
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-
-    /// Polls `f` every 200 ms until it gives a value; fails after `limit`
-    /// with Prometheus's log.
-    fn wait_for<T>(&self, what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = f() {
-                return v;
-            }
-            assert!(start.elapsed() < limit, "prometheus: no {what} after {limit:?}; its log:\n{}", self.log_tail());
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// An instant query's result vector (`/api/v1/query`).
-    fn query(&self, q: &str) -> Result<Vec<serde_json::Value>, String> {
-        let url = format!("{}/api/v1/query", self.base);
-        let resp = ureq::get(&url).query("query", q).timeout(Duration::from_secs(5)).call().map_err(|e| format!("{q}: {e}"))?;
-        let text = resp.into_string().map_err(|e| format!("{q}: {e}"))?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{q}: {e}: {text}"))?;
-        if v["status"] != "success" {
-            return Err(format!("{q}: {v}"));
-        }
-        v["data"]["result"].as_array().cloned().ok_or_else(|| format!("{q}: no result vector: {v}"))
-    }
-
-    /// The single float value of an instant query.
-    fn scalar(&self, q: &str) -> f64 {
-        let r = self.query(q).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(r.len(), 1, "{q}: one series expected: {r:?}");
-        r[0]["value"][1].as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{q}: no float value: {r:?}"))
-    }
+/// A Prometheus with native histograms on, scraping `target` every second.
+fn prometheus(bin: &std::path::Path, dir: &std::path::Path, target: std::net::SocketAddr) -> Prometheus {
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: native\n    static_configs:\n      - targets: ['{target}']\n"
+    );
+    Prometheus::start(bin, dir, &config, &["--enable-feature=native-histograms"])
 }
 
 #[test]
@@ -278,7 +191,7 @@ fn prometheus_quantiles_of_a_native_histogram_match_the_samples() {
 
     // What Prometheus will be answered: protobuf, gzipped, the native buckets.
     let resp = ureq::get(&format!("http://{}/metrics", server.addr))
-        .set("Accept", PROMETHEUS_ACCEPT)
+        .set("Accept", ACCEPT_PROTOBUF)
         .set("Accept-Encoding", "gzip")
         .timeout(Duration::from_secs(10))
         .call()
@@ -304,7 +217,7 @@ fn prometheus_quantiles_of_a_native_histogram_match_the_samples() {
     assert_eq!(served as u64 + zero, values.len() as u64, "the deltas add up to every sample");
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let prom = Prometheus::start(&bin, dir.path(), server.addr);
+    let prom = prometheus(&bin, dir.path(), server.addr);
     let before = scrapes.load(Ordering::SeqCst);
     // Two scrapes by Prometheus, and the series queryable.
     prom.wait_for("two scrapes", Duration::from_secs(60), || (scrapes.load(Ordering::SeqCst) >= before + 2).then_some(()));
