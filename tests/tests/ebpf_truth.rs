@@ -426,6 +426,51 @@ fn block_io_matches_diskstats() {
     }
 }
 
+/// Upper bound of the memory the kernel charges for all the object's maps
+/// together (`node_ebpf_map_memory_bytes` summed): 2.1 MB measured on the
+/// test machine (2 CPUs; 15.6 MB before the maps were sized for the node),
+/// with room. The per-CPU maps (the histograms) and the run queue's map
+/// grow with the CPUs, hence the per-CPU share.
+fn map_memory_bound() -> f64 {
+    2_000_000.0 + 256.0 * 1024.0 * node_agent::ebpf::map_stats::possible_cpus() as f64
+}
+
+#[test]
+fn map_memory_and_entries_exported() {
+    if !can_run() {
+        return;
+    }
+    let _turn = serial();
+    let p = Probe::new(&["ebpf_block_io", "ebpf_syscall_latency"]);
+    let by_map = |family: &str| -> BTreeMap<String, f64> {
+        p.samples(family).into_iter().map(|(l, v)| (l.get("map").cloned().unwrap_or_default(), v)).collect()
+    };
+    let memory = by_map("node_ebpf_map_memory_bytes");
+    let max_entries = by_map("node_ebpf_map_max_entries");
+    let entries = by_map("node_ebpf_map_entries");
+    let entries_max = by_map("node_ebpf_map_entries_max");
+    for (m, v) in &memory {
+        eprintln!("{m}: {v} bytes, max_entries {}, entries {:?}", max_entries.get(m).copied().unwrap_or(-1.0), entries.get(m));
+    }
+    let total: f64 = memory.values().sum();
+    eprintln!("{} maps, {total} bytes in all", memory.len());
+    for m in agent_common::MAPS {
+        assert!(memory.get(*m).is_some_and(|v| *v > 0.0), "node_ebpf_map_memory_bytes of {m}: {memory:?}");
+        assert!(max_entries.get(*m).is_some_and(|v| *v > 0.0), "node_ebpf_map_max_entries of {m}");
+    }
+    assert!(memory.len() <= 32, "the label set is the object's maps: {:?}", memory.keys());
+    assert_eq!(memory.keys().collect::<Vec<_>>(), max_entries.keys().collect::<Vec<_>>());
+    // Entries are counted for the small hash maps only.
+    for m in [agent_common::pods::STATS, agent_common::block_io::HIST] {
+        assert!(entries.contains_key(m) && entries_max.get(m) >= entries.get(m), "{m}: {entries:?} {entries_max:?}");
+    }
+    assert!(!entries.contains_key(agent_common::syscall_latency::START), "the 65,536-entry map is not walked");
+    let bound = map_memory_bound();
+    assert!(total < bound, "the maps hold {total} bytes, over {bound}");
+    // The in-flight maps are sized for this node, within the object's sizes.
+    assert!(max_entries[agent_common::runqueue::TASK_START] <= 32768.0 && max_entries[agent_common::block_io::RQ_START] <= 16384.0);
+}
+
 #[test]
 fn oom_kill_counted_once() {
     if !can_run() {

@@ -11,7 +11,7 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 
-use crate::helpers::{inc, now_ns, read_kernel, record};
+use crate::helpers::{inc, now_ns, read_kernel, record, BPF_F_NO_PREALLOC};
 
 // SAFETY: the symbol name is unique in the object; user space finds the
 // global by it (EbpfLoader::set_global) and nothing else defines it.
@@ -32,8 +32,11 @@ static BIO_START: LruHashMap<BioReq, BioStart> = LruHashMap::with_max_entries(16
 /// reused when the map is full.
 #[map]
 static BIO_RQ_START: LruHashMap<u64, RqStart> = LruHashMap::with_max_entries(16384, 0);
+/// Histograms by (device, operation): a handful of keys, each with a
+/// histogram per CPU. Not preallocated: preallocated, the 1024 possible
+/// keys cost 1024 histograms a CPU (0.3 MB a CPU, 20 MB on 64 CPUs).
 #[map]
-static BIO_HIST: PerCpuHashMap<BioKey, Hist> = PerCpuHashMap::with_max_entries(1024, 0);
+static BIO_HIST: PerCpuHashMap<BioKey, Hist> = PerCpuHashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
 #[map]
 static BIO_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 

@@ -4,6 +4,10 @@
 use agent_common::{log2_bucket, native_bucket, Hist, NativeHist};
 use aya_ebpf::{helpers::bpf_probe_read_kernel, maps::PerCpuArray};
 
+/// A hash map's flag: elements are allocated on insert, not preallocated
+/// when the map is created (its memory then follows its entries).
+pub const BPF_F_NO_PREALLOC: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
+
 /// Adds one to slot `index` of a per-CPU counter array.
 #[inline(always)]
 pub fn inc(map: &PerCpuArray<u64>, index: u32) {

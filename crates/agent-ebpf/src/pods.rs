@@ -15,15 +15,16 @@ use aya_ebpf::{
 };
 
 use crate::block_io::rwbs_op;
-use crate::helpers::{inc, read_kernel};
+use crate::helpers::{inc, read_kernel, BPF_F_NO_PREALLOC};
 
 // SAFETY: the symbol name is unique in the object; user space finds the
 // global by it (EbpfLoader::set_global) and nothing else defines it.
 #[unsafe(no_mangle)]
 static POD_OFFSETS: Global<Offsets> = Global::new(Offsets::DEFAULT);
 
+/// Not preallocated: its memory follows the cgroups seen, not `MAX_CGROUPS`.
 #[map]
-static POD_STATS: HashMap<u64, PodCounters> = HashMap::with_max_entries(MAX_CGROUPS, 0);
+static POD_STATS: HashMap<u64, PodCounters> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
 #[map]
 static POD_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 

@@ -17,7 +17,7 @@ use aya_ebpf::{
 
 use agent_common::pods::{self as pod_words, TCP_CONN as PODS_TCP_CONN};
 
-use crate::helpers::{inc, now_ns, read_kernel, record_native};
+use crate::helpers::{inc, now_ns, read_kernel, record_native, BPF_F_NO_PREALLOC};
 use crate::pods;
 
 // SAFETY: the symbol name is unique in the object; user space finds the
@@ -30,9 +30,10 @@ static TCP_LAT_HISTS: PerCpuArray<NativeHist> = PerCpuArray::with_max_entries(NU
 #[map]
 static TCP_LAT_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_COUNTERS, 0);
 /// Connects in flight, by socket. Entries never leak: a socket leaves
-/// SYN_SENT for ESTABLISHED or CLOSE, and both remove it.
+/// SYN_SENT for ESTABLISHED or CLOSE, and both remove it. Not
+/// preallocated: its memory follows the connects in flight.
 #[map]
-static TCP_CONNECT_STARTS: HashMap<u64, u64> = HashMap::with_max_entries(MAX_IN_FLIGHT, 0);
+static TCP_CONNECT_STARTS: HashMap<u64, u64> = HashMap::with_max_entries(MAX_IN_FLIGHT, BPF_F_NO_PREALLOC);
 
 #[inline(always)]
 fn record(hist: u32, ns: u64) {

@@ -187,9 +187,10 @@ impl AttachError {
     }
 }
 
-/// The read-only globals to set before loading: symbol name and bytes.
+/// The read-only globals to set before loading: symbol name and bytes;
+/// and the maps sized at load time for this node.
 #[derive(Debug, Default, Clone)]
-pub struct Globals(Vec<(&'static str, Vec<u8>)>);
+pub struct Globals(Vec<(&'static str, Vec<u8>)>, Vec<(&'static str, u32)>);
 
 impl Globals {
     /// Sets global `name` to `value`'s bytes.
@@ -199,6 +200,13 @@ impl Globals {
         let bytes = unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), std::mem::size_of::<T>()) };
         self.0.retain(|(n, _)| *n != name);
         self.0.push((name, bytes.to_vec()));
+    }
+
+    /// Creates map `name` with `entries` entries instead of the object's
+    /// `max_entries` (at least 1).
+    pub fn max_entries(&mut self, name: &'static str, entries: u32) {
+        self.1.retain(|(n, _)| *n != name);
+        self.1.push((name, entries.max(1)));
     }
 }
 
@@ -214,6 +222,10 @@ pub struct Shared {
     stats: bool,
     _stats_fd: Option<std::os::fd::OwnedFd>,
     log_stop: Arc<AtomicBool>,
+    /// The maps' figures, written by the first probe attached (one place
+    /// for the whole object: the maps are shared).
+    map_stats: crate::ebpf::map_stats::MapStats,
+    maps_claimed: AtomicBool,
 }
 
 impl Drop for Shared {
@@ -253,6 +265,9 @@ impl Shared {
         // all resident once mapped (its data twice): 260 kB of the agent's
         // RSS for the rare warnings our programs log. 16 KiB holds dozens.
         loader.map_max_entries(LOG_MAP, LOG_RING_BYTES);
+        for (name, entries) in &globals.1 {
+            loader.map_max_entries(name, *entries);
+        }
         let mut ebpf = loader.load(object).map_err(|e| {
             let (msg, errno) = chain(&e);
             LoadError::Load { msg, reason: reason_of(Call::Bpf, errno) }
@@ -288,7 +303,15 @@ impl Shared {
         unsafe {
             libc::malloc_trim(0);
         }
-        Ok(Arc::new(Shared { ebpf: Mutex::new(ebpf), attached: Mutex::new(HashMap::new()), stats, _stats_fd: stats_fd, log_stop }))
+        Ok(Arc::new(Shared {
+            ebpf: Mutex::new(ebpf),
+            attached: Mutex::new(HashMap::new()),
+            stats,
+            _stats_fd: stats_fd,
+            log_stop,
+            map_stats: Default::default(),
+            maps_claimed: AtomicBool::new(false),
+        }))
     }
 
     /// The loaded object, locked.
@@ -371,6 +394,13 @@ impl Shared {
         (rc == 0).then_some(info.recursion_misses)
     }
 
+    /// Writes the `node_ebpf_map_*` families of every map of the object.
+    pub fn map_metrics(&self, sink: &mut Sink) {
+        if let Some(ebpf) = self.lock() {
+            self.map_stats.write(&ebpf, sink);
+        }
+    }
+
     /// Kernel run-time statistics of a program: (seconds, runs).
     pub fn run_stats(&self, program: &str) -> Option<(f64, u64)> {
         if !self.stats {
@@ -386,6 +416,9 @@ impl Shared {
 pub struct Probe {
     pub shared: Option<Arc<Shared>>,
     programs: Vec<(&'static str, Result<(), AttachError>)>,
+    /// This probe writes the object's `node_ebpf_map_*` families (the
+    /// first probe attached to it does).
+    reports_maps: bool,
 }
 
 impl Probe {
@@ -403,13 +436,18 @@ impl Probe {
                         (p.name, r)
                     })
                     .collect();
-                Probe { shared: Some(s), programs }
+                let reports_maps = !s.maps_claimed.swap(true, Ordering::Relaxed);
+                Probe { shared: Some(s), programs, reports_maps }
             }
             Err(e) => {
                 for p in programs {
                     tracing::warn!(program = p.name, err = %e, "eBPF program down");
                 }
-                Probe { shared: None, programs: programs.iter().map(|p| (p.name, Err(AttachError::Object(e.clone())))).collect() }
+                Probe {
+                    shared: None,
+                    programs: programs.iter().map(|p| (p.name, Err(AttachError::Object(e.clone())))).collect(),
+                    reports_maps: false,
+                }
             }
         }
     }
@@ -420,7 +458,11 @@ impl Probe {
         for p in programs {
             tracing::warn!(program = p.name, err = why, "eBPF program down: not on this kernel");
         }
-        Probe { shared: None, programs: programs.iter().map(|p| (p.name, Err(AttachError::Kernel(why.to_string())))).collect() }
+        Probe {
+            shared: None,
+            programs: programs.iter().map(|p| (p.name, Err(AttachError::Kernel(why.to_string())))).collect(),
+            reports_maps: false,
+        }
     }
 
     /// All programs attached.
@@ -438,8 +480,12 @@ impl Probe {
         self.shared.as_ref().filter(|_| self.up())
     }
 
-    /// Writes `node_ebpf_program_up` and, when enabled, the run statistics.
+    /// Writes `node_ebpf_program_up` and, when enabled, the run statistics
+    /// (and, from the first probe attached, the maps' figures).
     pub fn self_metrics(&self, sink: &mut Sink) {
+        if let Some(s) = self.shared.as_ref().filter(|_| self.reports_maps) {
+            s.map_metrics(sink);
+        }
         for (name, r) in &self.programs {
             sink.family("node_ebpf_program_up", "Whether the eBPF program is loaded and attached (1) or not (0).", Kind::Gauge)
                 .sample(&[("program", name)], if r.is_ok() { 1.0 } else { 0.0 });

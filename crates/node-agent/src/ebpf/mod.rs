@@ -8,6 +8,7 @@
 pub mod btf;
 pub mod kernel;
 pub mod loader;
+pub mod map_stats;
 pub mod maps;
 pub mod syscall_families;
 pub mod syscall_names;

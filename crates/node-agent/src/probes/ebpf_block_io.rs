@@ -12,7 +12,9 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use agent_common::block_io::{BioKey, Offsets, DROPPED, HIST, OFFSETS, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE, PROGRAMS, RAW_PROGRAMS};
+use agent_common::block_io::{
+    BioKey, Offsets, DROPPED, HIST, OFFSETS, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE, PROGRAMS, RAW_PROGRAMS, RQ_START, START,
+};
 use agent_common::Hist;
 use aya::maps::PerCpuHashMap;
 use clap::Arg;
@@ -23,7 +25,7 @@ use host::{ConfigError, Paths};
 use super::Context;
 use crate::ebpf::kernel::Kernel;
 use crate::ebpf::maps::{self, MapError};
-use crate::ebpf::{Globals, Probe};
+use crate::ebpf::{map_stats, Globals, Probe};
 
 /// block_rq_issue's and block_rq_complete's `dev`, `sector` and `rwbs`
 /// (classic), and the request members the raw programs read.
@@ -39,6 +41,13 @@ pub fn globals(k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
         rq_complete_rwbs: c.offset("rwbs"),
         ..Offsets::DEFAULT
     };
+    // The requests in flight are at most the queues' depths: twice their
+    // sum (a device added later is within the room), within [1024, the
+    // object's 16384]; the variant not in use never writes its map.
+    let entries = map_stats::sized(2 * map_stats::block_requests(std::path::Path::new("/sys/block")), 1024, 16384);
+    let (used, unused) = if k.block_raw().is_ok() { (RQ_START, START) } else { (START, RQ_START) };
+    g.max_entries(used, entries);
+    g.max_entries(unused, 1);
     if let Ok(r) = k.block_raw() {
         (o.rq_q, o.rq_cmd_flags, o.q_disk, o.disk_major, o.disk_first_minor) =
             (r.rq_q, r.rq_cmd_flags, r.q_disk, r.disk_major, r.disk_first_minor);

@@ -2,7 +2,7 @@
 //! kernel from wakeup (or preemption) to running (sched_wakeup,
 //! sched_wakeup_new, sched_switch), as `node_ebpf_runqueue_latency_seconds`.
 
-use agent_common::runqueue::{Offsets, DROPPED, HIST, OFFSETS, RAW_PROGRAMS, TP_PROGRAMS};
+use agent_common::runqueue::{Offsets, DROPPED, HIST, OFFSETS, RAW_PROGRAMS, START, TASK_START, TP_PROGRAMS};
 use agent_common::Program;
 use clap::Arg;
 use expo::{Kind, Sink};
@@ -11,7 +11,7 @@ use host::{ConfigError, Paths};
 
 use super::Context;
 use crate::ebpf::kernel::{switch_state_mask, Kernel};
-use crate::ebpf::{maps, Globals, Probe};
+use crate::ebpf::{map_stats, maps, Globals, Probe};
 
 /// The programs for the running kernel: raw tracepoints keyed by task where
 /// sched_switch passes the previous task's state, else classic ones.
@@ -23,8 +23,28 @@ pub fn programs(k: &Kernel) -> &'static [Program; 3] {
     }
 }
 
-/// The classic tracepoints' field offsets (the raw programs read none).
+/// The entries of the map of enqueue times, for this node: a task's entry
+/// is in flight only between its wakeup and its switch in (milliseconds),
+/// so what must fit is the tasks woken meanwhile, which grows with the
+/// CPUs, and the threads that could be runnable at once; the LRU reuses the
+/// entries of tasks that ran. Twice the threads now, 512 a CPU, within
+/// [4096, the object's 32768] (a thread or CPU added after start-up is
+/// within the floor's and the factor's room). An eviction of an entry in
+/// flight is not counted: the kernel's LRU evicts silently, and the switch
+/// that finds no entry cannot tell it from a task woken before the
+/// programs were attached.
+pub fn start_entries() -> u32 {
+    let threads = std::fs::read_to_string("/proc/loadavg").ok().and_then(|t| map_stats::parse_loadavg_threads(&t)).unwrap_or(0);
+    map_stats::sized((2 * threads).max(512 * map_stats::possible_cpus()), 4096, 32768)
+}
+
+/// The classic tracepoints' field offsets (the raw programs read none), and
+/// the size of the map of enqueue times the variant in use has (the other
+/// variant's map is never written: one entry).
 pub fn globals(k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
+    let (used, unused) = if k.raw_sched_switch() { (TASK_START, START) } else { (START, TASK_START) };
+    g.max_entries(used, start_entries());
+    g.max_entries(unused, 1);
     let w = k.format("sched", "sched_wakeup");
     let s = k.format("sched", "sched_switch");
     g.set(
