@@ -7,6 +7,7 @@ pub mod dbus;
 pub mod fuse;
 pub mod fuzz;
 pub mod host;
+pub mod memcg;
 pub mod netns;
 #[cfg(feature = "agent")]
 pub mod pods;
@@ -39,14 +40,23 @@ pub fn start_exporter_with_stderr<S: AsRef<std::ffi::OsStr>>(
     flags: &[S],
     stderr: std::process::Stdio,
 ) -> Result<(Kill, String, u32), String> {
+    start_exporter_prepared(bin, flags, stderr, |_| {})
+}
+
+/// [`start_exporter_with_stderr`], with `prepare` given the command before
+/// it is spawned (say, to have the child join a cgroup between fork and
+/// exec: [`memcg::MemCg::join_on_exec`]).
+pub fn start_exporter_prepared<S: AsRef<std::ffi::OsStr>>(
+    bin: &Path,
+    flags: &[S],
+    stderr: std::process::Stdio,
+    prepare: impl FnOnce(&mut std::process::Command),
+) -> Result<(Kill, String, u32), String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(|e| e.to_string())?;
-    let child = std::process::Command::new(bin)
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .args(flags)
-        .stdout(std::process::Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+    let mut cmd = std::process::Command::new(bin);
+    cmd.arg(format!("--web.listen-address=127.0.0.1:{port}")).args(flags).stdout(std::process::Stdio::null()).stderr(stderr);
+    prepare(&mut cmd);
+    let child = cmd.spawn().map_err(|e| format!("starting {}: {e}", bin.display()))?;
     let pid = child.id();
     let guard = Kill(child);
     let url = format!("http://127.0.0.1:{port}/metrics");

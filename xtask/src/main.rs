@@ -71,6 +71,10 @@ enum Cmd {
         /// `cargo xtask image` (its target/image/build.json).
         #[arg(long)]
         image_only: bool,
+        /// Only the cost as the node grows (network devices, mounts, pods), printed
+        /// rather than written to BENCHMARKS.md.
+        #[arg(long)]
+        growth: bool,
     },
     /// Mutation-fuzz every collector's parser for N seconds (stable Rust:
     /// cargo-fuzz needs nightly); with --afl, coverage-guided with AFL++.
@@ -543,14 +547,19 @@ fn main() -> ExitCode {
             Ok(true)
         }),
         // The side-by-side test prints the full report.
-        Cmd::Bench { quick: _, image_only: true } => {
+        Cmd::Bench { quick: _, image_only: true, .. } => {
             let mut c = tool("node-agent-bench");
             c.args(["--image-only", "--out"]).arg(root().join("BENCHMARKS.md"));
             run(&mut c).map(|_| true)
         }
-        Cmd::Bench { quick, image_only: false } => setup().and_then(|_| build_release()).and_then(|agent| {
+        Cmd::Bench { quick, image_only: false, growth } => setup().and_then(|_| build_release()).and_then(|agent| {
             let mut c = tool("node-agent-bench");
-            c.arg("--agent").arg(&agent).arg("--out").arg(root().join("BENCHMARKS.md"));
+            c.arg("--agent").arg(&agent);
+            if growth {
+                c.args(["--only", "growth"]);
+            } else {
+                c.arg("--out").arg(root().join("BENCHMARKS.md"));
+            }
             if quick {
                 c.arg("--quick");
             }
