@@ -261,8 +261,12 @@ async fn run(source: Source, node: String, index: Arc<Mutex<PodIndex>>, settings
                 Some(Some(Err(e))) => {
                     let r = classify(&e);
                     let delay = failed(&index, &mut logged, &mut backoff, &node, r, &e.to_string());
-                    // The watcher goes on from where it failed (a failed list lists again).
+                    // The watcher goes on from where it failed (a failed list
+                    // lists again): a list in progress gets its whole time
+                    // again after the wait, so the wait is not taken for a
+                    // list that did not answer.
                     expire_while(&index, settings.grace, delay).await;
+                    listing = listing.map(|_| tokio::time::Instant::now());
                 }
             }
         };
