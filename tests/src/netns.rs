@@ -12,7 +12,8 @@ pub struct Netns(pub String);
 impl Netns {
     pub fn new(tag: &str) -> Netns {
         let name = format!("na-{tag}-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        // A leftover of an earlier run with this pid; usually absent.
+        let _ = Command::new("ip").args(["netns", "del", &name]).stderr(std::process::Stdio::null()).status();
         ip(&["netns", "add", &name]);
         Netns(name)
     }

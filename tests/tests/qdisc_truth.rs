@@ -64,17 +64,37 @@ fn qdisc_counters_equal_tc_and_the_traffic_sent() {
     tc(&a, &["class", "add", "dev", "va", "parent", "1:", "classid", "1:10", "htb", "rate", "100mbit", "quantum", "1514"]);
     tc(&a, &["qdisc", "add", "dev", "va", "parent", "1:10", "handle", "10:", "pfifo", "limit", "1000"]);
     const PACKETS: usize = 300;
-    let got = a.run(|paths| {
+    a.run(|_| {
         let tx = std::net::UdpSocket::bind("10.9.0.1:0").expect("bind");
         for _ in 0..PACKETS {
             tx.send_to(&[1u8; 200], "10.9.0.2:9").expect("send");
         }
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let o = qdisc::Options { fixtures: None, filter: DeviceFilter::new(None, None) };
-        collect(&mut qdisc::Collector::new(o, paths).expect("collector"))
     });
-    let truth = json("tc", &["-n", &a.0, "-s", "-j", "qdisc", "show"]);
-    let roots: Vec<&Value> = truth.as_array().expect("array").iter().filter(|q| q["root"] == Value::Bool(true)).collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The kernel sends packets of its own on a link just brought up (IPv6
+    // router solicitations and MLD reports, for a few seconds), so tc is
+    // read before and after the scrape, and a scrape is compared only when
+    // the two readings agree: then nothing moved while it ran.
+    let tc_roots = || -> Vec<Value> {
+        let truth = json("tc", &["-n", &a.0, "-s", "-j", "qdisc", "show"]);
+        truth.as_array().expect("array").iter().filter(|q| q["root"] == Value::Bool(true)).cloned().collect()
+    };
+    let (got, roots) = (0..20)
+        .find_map(|_| {
+            let before = tc_roots();
+            let got = a.run(|paths| {
+                let o = qdisc::Options { fixtures: None, filter: DeviceFilter::new(None, None) };
+                collect(&mut qdisc::Collector::new(o, paths).expect("collector"))
+            });
+            let after = tc_roots();
+            if before == after {
+                return Some((got, after));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            None
+        })
+        .expect("the qdisc counters stood still across one of 20 scrapes");
+    let truth = Value::Array(roots.clone());
     let fields = [
         ("node_qdisc_bytes_total", "bytes"),
         ("node_qdisc_packets_total", "packets"),
