@@ -121,10 +121,6 @@ impl Agent {
             admission,
             handler,
         });
-        // Start-up is over: the code it alone ran (the loaders, the BTF and
-        // ELF parsing, the Kubernetes client's set-up) and the relocation
-        // tables leave the RSS. Again after the first scrape (see server).
-        crate::server::release_startup_pages("start-up");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("node-agent-http".into())

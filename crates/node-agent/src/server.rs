@@ -60,20 +60,6 @@ pub struct State {
     pub handler: Arc<HandlerStats>,
 }
 
-/// The first scrape's pages of the executable are still to be released.
-static FIRST_SCRAPE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-/// Releases the executable's read-only pages ([`host::sys::release_read_only_pages`])
-/// once a phase that runs code only once is over: start-up, then the first
-/// scrape (which opens the files later scrapes keep, sizes the buffers and
-/// parses what is cached). What the scrapes run comes back as they run it.
-pub fn release_startup_pages(after: &'static str) {
-    match host::sys::release_read_only_pages() {
-        Ok(bytes) => tracing::debug!(after, bytes, "pages of the executable released"),
-        Err(e) => tracing::warn!(after, err = %e, "cannot release pages of the executable"),
-    }
-}
-
 /// A client has this long to send its headers (and finish a TLS handshake).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// A response that makes no progress for this long (a client that does not
@@ -316,9 +302,6 @@ async fn counted_metrics(state: &State, req: &Request<Incoming>, sel: &Selection
             return text(StatusCode::INTERNAL_SERVER_ERROR, "scrape failed\n");
         }
     };
-    if FIRST_SCRAPE.swap(false, std::sync::atomic::Ordering::Relaxed) {
-        release_startup_pages("the first scrape");
-    }
     let (body, gzipped) = body;
     let mut r = Response::new(Full::new(Bytes::from(body)));
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
