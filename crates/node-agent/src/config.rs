@@ -186,7 +186,7 @@ pub fn resolve(m: &ArgMatches) -> Result<ServeConfig, Error> {
     }
     let mut collectors = registry::build(&f, &paths, &registry::definitions(), &mut ())?;
     let probes = crate::probes::definitions();
-    let mut ctx = crate::probes::Context::new(&f, &probes)?;
+    let mut ctx = crate::probes::Context::new(&f, &paths, &probes)?;
     collectors.extend(registry::build(&f, &paths, &probes, &mut ctx)?);
     Ok(ServeConfig {
         listen,

@@ -47,6 +47,11 @@ pub fn parse_loadavg_threads(text: &str) -> Option<u64> {
     text.split_whitespace().nth(3)?.split_once('/')?.1.parse().ok()
 }
 
+/// The threads on the node now, from `procfs`'s loadavg; 0 when unreadable.
+pub fn node_threads(procfs: &std::path::Path) -> u64 {
+    std::fs::read_to_string(procfs.join("loadavg")).ok().and_then(|t| parse_loadavg_threads(&t)).unwrap_or(0)
+}
+
 /// Requests the node's block devices can have in flight: each request
 /// queue's `nr_requests` times its hardware queues (`mq/` entries; one
 /// where there is no `mq/`), summed. Bio-based devices (no `nr_requests`)

@@ -29,7 +29,7 @@ use crate::ebpf::{map_stats, Globals, Probe};
 
 /// block_rq_issue's and block_rq_complete's `dev`, `sector` and `rwbs`
 /// (classic), and the request members the raw programs read.
-pub fn globals(k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
+pub fn globals(k: &Kernel, ctx: &mut Context, g: &mut Globals) {
     let i = k.format("block", "block_rq_issue");
     let c = k.format("block", "block_rq_complete");
     let mut o = Offsets {
@@ -44,7 +44,7 @@ pub fn globals(k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
     // The requests in flight are at most the queues' depths: twice their
     // sum (a device added later is within the room), within [1024, the
     // object's 16384]; the variant not in use never writes its map.
-    let entries = map_stats::sized(2 * map_stats::block_requests(std::path::Path::new("/sys/block")), 1024, 16384);
+    let entries = map_stats::sized(2 * map_stats::block_requests(&ctx.sysfs.join("block")), 1024, 16384);
     let (used, unused) = if k.block_raw().is_ok() { (RQ_START, START) } else { (START, RQ_START) };
     g.max_entries(used, entries);
     g.max_entries(unused, 1);

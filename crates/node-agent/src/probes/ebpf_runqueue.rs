@@ -33,17 +33,17 @@ pub fn programs(k: &Kernel) -> &'static [Program; 3] {
 /// flight is not counted: the kernel's LRU evicts silently, and the switch
 /// that finds no entry cannot tell it from a task woken before the
 /// programs were attached.
-pub fn start_entries() -> u32 {
-    let threads = std::fs::read_to_string("/proc/loadavg").ok().and_then(|t| map_stats::parse_loadavg_threads(&t)).unwrap_or(0);
+pub fn start_entries(procfs: &std::path::Path) -> u32 {
+    let threads = map_stats::node_threads(procfs);
     map_stats::sized((2 * threads).max(512 * map_stats::possible_cpus()), 4096, 32768)
 }
 
 /// The classic tracepoints' field offsets (the raw programs read none), and
 /// the size of the map of enqueue times the variant in use has (the other
 /// variant's map is never written: one entry).
-pub fn globals(k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
+pub fn globals(k: &Kernel, ctx: &mut Context, g: &mut Globals) {
     let (used, unused) = if k.raw_sched_switch() { (TASK_START, START) } else { (START, TASK_START) };
-    g.max_entries(used, start_entries());
+    g.max_entries(used, start_entries(&ctx.procfs));
     g.max_entries(unused, 1);
     let w = k.format("sched", "sched_wakeup");
     let s = k.format("sched", "sched_switch");

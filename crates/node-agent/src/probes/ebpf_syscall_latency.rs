@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use agent_common::syscall_latency::{CONFIG, DROPPED, FAMILIES, FAMILY_NAMES, HIST, PROGRAMS};
+use agent_common::syscall_latency::{CONFIG, DROPPED, FAMILIES, FAMILY_NAMES, HIST, MAX_IN_FLIGHT, PROGRAMS, START};
 use clap::Arg;
 use expo::{Kind, Sink};
 use host::flags::{string_arg, Flags};
@@ -26,7 +26,7 @@ use host::{ConfigError, Paths};
 use super::Context;
 use crate::ebpf::kernel::Kernel;
 use crate::ebpf::maps::{self, MapError, NativeSum};
-use crate::ebpf::{syscall_families, Globals, Probe};
+use crate::ebpf::{map_stats, syscall_families, Globals, Probe};
 
 const SLOW_FLAG: &str = "collector.ebpf_syscall_latency.slow-threshold";
 
@@ -35,8 +35,21 @@ const SLOW_FLAG: &str = "collector.ebpf_syscall_latency.slow-threshold";
 pub const CLASSIC_BOUNDS: [f64; 24] = maps::NATIVE_CLASSIC_BOUNDS;
 
 /// The family of every syscall number of this architecture.
-pub fn globals(_k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
+pub fn globals(_k: &Kernel, ctx: &mut Context, g: &mut Globals) {
     g.set(FAMILIES, &syscall_families::native_table());
+    g.max_entries(START, start_entries(map_stats::node_threads(&ctx.procfs)));
+}
+
+/// The entries of the map of syscalls in flight, for a node with `threads`
+/// threads now: the map holds one entry per thread that made a timed
+/// syscall, so four times the threads (room for the node's threads to
+/// grow fourfold after start-up), within [8192, the object's 65536], a
+/// power of two (the kernel rounds a hash map's buckets up to one, 16 bytes
+/// each, allocated at creation even without preallocation: 1 MiB at 65536).
+/// A thread beyond that is not timed, and its syscalls are counted in
+/// `node_ebpf_events_dropped_total{probe="syscall_latency"}`.
+pub fn start_entries(threads: u64) -> u32 {
+    map_stats::sized(threads.saturating_mul(4).checked_next_power_of_two().unwrap_or(u64::MAX), 8192, MAX_IN_FLIGHT)
 }
 
 pub fn args() -> Vec<Arg> {
@@ -114,6 +127,17 @@ fn write(sink: &mut Sink, sums: &[NativeSum]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_in_flight_map_is_four_times_the_threads_within_its_bounds() {
+        assert_eq!(start_entries(0), 8192);
+        assert_eq!(start_entries(290), 8192);
+        assert_eq!(start_entries(3000), 16384);
+        assert_eq!(start_entries(4096), 16384);
+        assert_eq!(start_entries(4097), 32768);
+        assert_eq!(start_entries(20_000), 65536);
+        assert_eq!(start_entries(u64::MAX), 65536);
+    }
 
     #[test]
     fn a_bad_slow_threshold_is_a_start_up_error_naming_the_flag() {

@@ -56,14 +56,21 @@ pub struct Context {
     pub pods_attribution: bool,
     /// The events pod attribution serves on this kernel (`agent_common::pods` bits).
     pub pod_events: u32,
+    /// The node's procfs and sysfs (`--path.procfs`, `--path.sysfs`), where
+    /// the maps sized at load read the node's counts (threads, block
+    /// queues).
+    pub procfs: std::path::PathBuf,
+    pub sysfs: std::path::PathBuf,
     globals: Vec<GlobalsFn>,
 }
 
 impl Context {
     /// The context for `probes`, from the flags: pod attribution is
     /// decided here, before the object loads, since it changes what loads.
-    pub fn new(f: &Flags, probes: &[Definition<Context>]) -> Result<Context, ConfigError> {
+    pub fn new(f: &Flags, paths: &host::Paths, probes: &[Definition<Context>]) -> Result<Context, ConfigError> {
         let mut ctx = Context::with_object(crate::ebpf::OBJECT, f.bool("ebpf.bpf-stats", false));
+        ctx.procfs.clone_from(&paths.procfs);
+        ctx.sysfs.clone_from(&paths.sysfs);
         let on = |name: &str| probes.iter().any(|d| d.name == name && host::registry::enabled(f, d));
         ctx.pods_attribution = on("ebpf_pods");
         if ctx.pods_attribution || on("pod_cpu_throttling") || on("pod_tcp_listen") {
@@ -83,6 +90,8 @@ impl Context {
             pods_watch: None,
             pods_attribution: false,
             pod_events: 0,
+            procfs: "/proc".into(),
+            sysfs: "/sys".into(),
             globals: globals(),
         }
     }
