@@ -320,10 +320,9 @@ mod tests {
         assert_eq!(out.series[&labels("", "", "")].syscall_errors, 2);
     }
 
-    #[test]
-    fn deleted_pods_disappear_after_grace_and_their_entries_go() {
-        let t0 = Instant::now();
-        let grace = Duration::from_secs(60);
+    /// One pod with one container (cgroup 10), 5 errors counted at `t0`,
+    /// then the pod deleted at `t0`.
+    fn one_pod_counted_then_deleted(t0: Instant, grace: Duration) -> (Attribution, PodIndex, HashMap<u64, Cgroup>) {
         let mut pods = PodIndex::default();
         let p = pod("u1", "web", "web-0", &[("app", CID)]);
         pods.apply(&p);
@@ -331,6 +330,13 @@ mod tests {
         let mut a = Attribution::new(grace);
         a.update(&[(10, errs(5))], &cgroups, &mut pods, t0);
         pods.delete(&p, t0);
+        (a, pods, cgroups)
+    }
+
+    #[test]
+    fn deleted_pods_disappear_after_grace_and_their_entries_go() {
+        let (t0, grace) = (Instant::now(), Duration::from_secs(60));
+        let (mut a, mut pods, cgroups) = one_pod_counted_then_deleted(t0, grace);
         let out = a.update(&[(10, errs(5))], &cgroups, &mut pods, t0 + Duration::from_secs(59));
         assert_eq!(out.series[&labels("web", "web-0", "app")].syscall_errors, 5, "still there within the grace period");
         let out = a.update(&[(10, errs(5))], &cgroups, &mut pods, t0 + grace);
@@ -355,15 +361,8 @@ mod tests {
 
     #[test]
     fn pods_the_watch_expired_between_passes_lose_their_entries_and_counts() {
-        let t0 = Instant::now();
-        let grace = Duration::from_secs(60);
-        let mut pods = PodIndex::default();
-        let p = pod("u1", "web", "web-0", &[("app", CID)]);
-        pods.apply(&p);
-        let cgroups: HashMap<u64, Cgroup> = [(10, cg(Some("u1"), Some(CID)))].into();
-        let mut a = Attribution::new(grace);
-        a.update(&[(10, errs(5))], &cgroups, &mut pods, t0);
-        pods.delete(&p, t0);
+        let (t0, grace) = (Instant::now(), Duration::from_secs(60));
+        let (mut a, mut pods, cgroups) = one_pod_counted_then_deleted(t0, grace);
         // The watch's timer, not a pass, forgets the pod.
         assert_eq!(pods.expire(t0 + grace, grace), vec!["u1".to_string()]);
         let out = a.update(&[(10, errs(5))], &cgroups, &mut pods, t0 + grace);
