@@ -4,6 +4,7 @@
 pub mod apiserver;
 pub mod compare;
 pub mod dbus;
+pub mod disk;
 pub mod fuse;
 pub mod fuzz;
 pub mod host;
