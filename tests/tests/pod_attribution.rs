@@ -428,8 +428,10 @@ fn tcp_connect_failures_and_rtt_are_the_connecting_pods() {
 }
 
 /// In its own network namespace: a listener with a backlog of 1 that never
-/// accepts, and 6 connects to it; prints the namespace's ListenOverflows,
-/// then waits for stdin to close (the scrape reads its namespace meanwhile).
+/// accepts, and 6 connects to it, closed once they overflowed (else their
+/// SYNs, sent again for seconds, overflow again); prints the namespace's
+/// ListenOverflows, then waits for stdin to close (the scrapes read its
+/// namespace meanwhile).
 const OVERFLOWS: &str = r#"
 import socket, sys, time
 def overflows():
@@ -451,6 +453,9 @@ for _ in range(6):
     kept.append(c)
     time.sleep(0.05)
 time.sleep(0.3)
+for c in kept:
+    c.close()
+time.sleep(0.1)
 print(overflows(), flush=True)
 sys.stdin.read()
 "#;
@@ -472,6 +477,15 @@ fn accept_queue_overflows_are_the_pods_namespaces() {
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().expect("stdout")), &mut line).expect("read");
     let truth: f64 = line.trim().parse().unwrap_or_else(|_| panic!("ListenOverflows, got {line:?}"));
+    // The pods' tasks are looked for again when the pods change, a task
+    // goes, or every WALK_EVERY: a task started since the last look is
+    // found within that.
+    let every = node_agent::probes::pod_tcp_listen::WALK_EVERY;
+    let deadline = Instant::now() + every + Duration::from_secs(5);
+    let exported = || !agent.samples("node_pod_tcp_listen_overflows_total").into_iter().all(|(l, _)| l["pod"] != "web-0");
+    while !exported() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let got = agent.pod("node_pod_tcp_listen_overflows_total", "web", "web-0");
     let drops = agent.pod("node_pod_tcp_listen_drops_total", "web", "web-0");
     let others: Vec<_> = agent.samples("node_pod_tcp_listen_overflows_total").into_iter().filter(|(l, _)| l["pod"] != "web-0").collect();

@@ -11,10 +11,17 @@
 //! is left out. Shares pod attribution's watch and flags; off without a
 //! Kubernetes API. Cardinality: one series per pod with its own network
 //! namespace, per family; a pod's series go with its last task.
+//!
+//! Cost: each pod's task is found by walking the pods' cgroups, which is
+//! done again only when it may have changed (the pods known changed, a
+//! task found before is gone or in another namespace, or [`WALK_EVERY`]
+//! passed, for containers started since); a scrape reads one namespace
+//! link and one `net/netstat` per pod.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use clap::Arg;
 use expo::{Kind, Sink};
@@ -48,6 +55,24 @@ struct Active {
     /// The hierarchies to find the pods' tasks in: cgroup v2's, then v1's
     /// `cpu` and `memory` (where a kubelet on a hybrid host puts them).
     roots: Vec<PathBuf>,
+    /// Each pod's task (by UID) and its network namespace link, from the
+    /// last walk.
+    tasks: BTreeMap<String, (u32, PathBuf)>,
+    /// When the last walk was, and how many pods the index held then.
+    walked: Option<(Instant, usize)>,
+}
+
+/// The longest a pod's first task can go unseen once its containers run.
+pub const WALK_EVERY: Duration = Duration::from_secs(10);
+
+/// Whether the pods' cgroups are walked again for their tasks: never
+/// walked, the index's pod count changed since, a task found then is gone
+/// or in another namespace (`stale`), or [`WALK_EVERY`] passed.
+fn walk_due(walked: Option<(Instant, usize)>, pods: usize, stale: bool, now: Instant) -> bool {
+    match walked {
+        None => true,
+        Some((at, n)) => stale || n != pods || now.duration_since(at) >= WALK_EVERY,
+    }
 }
 
 pub struct Collector {
@@ -58,7 +83,7 @@ pub fn build(_f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::C
     let Some(pods) = ctx.pods()? else { return Ok(Box::new(Collector { active: None })) };
     let mut roots: Vec<PathBuf> = cgroup::v2_root(&p.sysfs).into_iter().collect();
     roots.extend(["cpu", "memory"].iter().map(|h| p.sysfs.join("fs/cgroup").join(h)).filter(|r| r.join("cgroup.procs").exists()));
-    Ok(Box::new(Collector { active: Some(Active { pods, procfs: p.procfs.clone(), roots }) }))
+    Ok(Box::new(Collector { active: Some(Active { pods, procfs: p.procfs.clone(), roots, tasks: BTreeMap::new(), walked: None }) }))
 }
 
 /// A task of each pod (by UID): the first pid listed in any of its cgroups.
@@ -86,25 +111,48 @@ fn netns(procfs: &Path, pid: &str) -> Option<PathBuf> {
     std::fs::read_link(procfs.join(pid).join("ns/net")).ok()
 }
 
+impl Active {
+    /// Each known pod's task and namespace: the last walk's while all of
+    /// them are still there and nothing else is due, else a new walk's.
+    fn tasks(&mut self, now: Instant) -> Vec<(String, u32, PathBuf)> {
+        let pods = self.pods.lock().len();
+        let mut now_ns = Vec::with_capacity(self.tasks.len());
+        let mut stale = false;
+        for (uid, (pid, ns)) in &self.tasks {
+            match netns(&self.procfs, &pid.to_string()) {
+                Some(n) if n == *ns => now_ns.push((uid.clone(), *pid, n)),
+                _ => stale = true,
+            }
+        }
+        if !walk_due(self.walked, pods, stale, now) {
+            return now_ns;
+        }
+        self.tasks = pod_tasks(&self.roots)
+            .into_iter()
+            .filter_map(|(uid, pid)| netns(&self.procfs, &pid.to_string()).map(|ns| (uid, (pid, ns))))
+            .collect();
+        self.walked = Some((now, pods));
+        self.tasks.iter().map(|(uid, (pid, ns))| (uid.clone(), *pid, ns.clone())).collect()
+    }
+}
+
 impl host::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
-        let Some(a) = &self.active else { return Ok(()) };
+        let Some(a) = &mut self.active else { return Ok(()) };
         let host_ns = netns(&a.procfs, "1");
         let mut series: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
-        let tasks = pod_tasks(&a.roots);
+        let tasks = a.tasks(Instant::now());
         let names: HashMap<String, (String, String)> = {
             let idx = a.pods.lock();
-            tasks.keys().filter_map(|uid| idx.get(uid).map(|(_, m)| (uid.clone(), (m.namespace.clone(), m.name.clone())))).collect()
+            tasks.iter().filter_map(|(uid, _, _)| idx.get(uid).map(|(_, m)| (uid.clone(), (m.namespace.clone(), m.name.clone())))).collect()
         };
-        for (uid, pid) in tasks {
+        for (uid, pid, ns) in tasks {
             let Some(name) = names.get(&uid) else { continue };
-            let pid = pid.to_string();
-            let ns = netns(&a.procfs, &pid);
-            // The host's network (or a task gone meanwhile): not the pod's own.
-            if ns.is_none() || ns == host_ns {
+            // The host's network: not the pod's own.
+            if host_ns.as_ref() == Some(&ns) {
                 continue;
             }
-            let path = a.procfs.join(&pid).join("net/netstat");
+            let path = a.procfs.join(pid.to_string()).join("net/netstat");
             let Ok(text) = std::fs::read_to_string(&path) else { continue };
             let counts = parse_netstat(&text).ok_or_else(|| host::Error::parse(&path, "no TcpExt ListenOverflows and ListenDrops"))?;
             series.insert(name.clone(), counts);
@@ -132,6 +180,18 @@ impl host::Collector for Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn walks_again_only_when_the_tasks_may_have_changed() {
+        let t = Instant::now();
+        assert!(walk_due(None, 0, false, t));
+        let last = Some((t, 3));
+        assert!(!walk_due(last, 3, false, t + Duration::from_secs(9)));
+        assert!(walk_due(last, 4, false, t + Duration::from_millis(1)), "a pod added");
+        assert!(walk_due(last, 2, false, t + Duration::from_millis(1)), "a pod expired");
+        assert!(walk_due(last, 3, true, t + Duration::from_millis(1)), "a task gone");
+        assert!(walk_due(last, 3, false, t + WALK_EVERY), "containers started since");
+    }
 
     #[test]
     fn reads_listen_overflows_and_drops() {
