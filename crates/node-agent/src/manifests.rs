@@ -192,7 +192,7 @@ fn pod_spec(indent: usize, priority_class: bool) -> String {
     s.push_str("    readinessProbe:\n      httpGet: {path: /readyz, port: metrics}\n      periodSeconds: 10\n");
     s.push_str("    livenessProbe:\n      httpGet: {path: /healthz, port: metrics}\n      periodSeconds: 20\n      failureThreshold: 3\n");
     s.push_str(
-        "    # Measured (BENCHMARKS.md, README Security): steady RSS 15-22 MB; the\n    # limit holds the worst cases of a large node: every probe and pod\n    # attribution (22 MB), an 8 MiB textfile (~50 MB), a connection\n    # burst (+12 MB). 100,000 mounts peak at 315 MB: raise it on such nodes.\n    # No CPU limit: throttling would stretch scrapes; eBPF maps are charged\n    # to this cgroup too.\n    resources:\n      requests: {cpu: 10m, memory: 32Mi}\n      limits: {memory: 256Mi}\n",
+        "    # Memory derived by `cargo xtask bench` (BENCHMARKS.md, \"Sizing the\n    # DaemonSet\"): the request from the working set at 250 pods with every\n    # probe, the limit from the cgroup peak at 250 pods and 2,000 devices,\n    # headroom stated there; eBPF maps are charged to this cgroup too. No\n    # CPU limit: throttling would stretch scrapes.\n    resources:\n      requests: {cpu: 10m, memory: 32Mi}\n      limits: {memory: 160Mi}\n",
     );
     s.push_str("    securityContext:\n      runAsUser: 0\n      readOnlyRootFilesystem: true\n      allowPrivilegeEscalation: false\n      privileged: false\n      capabilities:\n        drop: [ALL]\n        add:\n");
     for c in CAPABILITIES {

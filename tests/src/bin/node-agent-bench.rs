@@ -1938,7 +1938,8 @@ fn sizing(devices: &[(usize, [GrowthCost; 2])], pods: &[(usize, [GrowthCost; 2])
     let (req_asked, lim_asked) = (asked("requests:"), asked("limits:"));
     let verdict = |asked: Option<u64>, derived: u64| match asked {
         Some(a) if a == derived => format!("{a}Mi: as derived"),
-        Some(a) => format!("{a}Mi: NOT as derived"),
+        Some(a) if a > derived => format!("{a}Mi: above it, by {:.0}%", (a as f64 / derived as f64 - 1.0) * 100.0),
+        Some(a) => format!("{a}Mi: BELOW it"),
         None => "not found".to_string(),
     };
     let mut md = String::from("\n### Sizing the DaemonSet\n\n");
@@ -2023,6 +2024,15 @@ fn run() -> Res<()> {
         let ne = compare::which("prometheus-node-exporter").ok_or("prometheus-node-exporter is not installed")?;
         let (_disk, agent, ne) = staged(&agent, &ne)?;
         print!("{}", growth_section(&agent, &ne, quick)?);
+        return Ok(());
+    }
+    if get("--only").as_deref() == Some("pods") {
+        let agent = PathBuf::from(get("--agent").ok_or("--agent PATH is required")?);
+        let ne = compare::which("prometheus-node-exporter").ok_or("prometheus-node-exporter is not installed")?;
+        let (_disk, agent, ne) = staged(&agent, &ne)?;
+        let counts: Vec<usize> =
+            get("--pods").unwrap_or_else(|| "10,110,250".into()).split(',').filter_map(|c| c.trim().parse().ok()).collect();
+        print!("{}", growth_table("pods", &pod_growth(&agent, &ne, &counts, quick)?));
         return Ok(());
     }
     if get("--only").as_deref() == Some("memory") {
