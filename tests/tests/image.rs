@@ -77,7 +77,7 @@ fn daemonset(dir: &str) -> DaemonSet {
     panic!("no DaemonSet in {dir}")
 }
 
-/// A Kubernetes quantity in base units ("256Mi", "10m", "1").
+/// A Kubernetes quantity in base units ("160Mi", "10m", "1").
 fn quantity(q: &str) -> f64 {
     let (num, mult) = [("Ki", 1024f64), ("Mi", 1024f64.powi(2)), ("Gi", 1024f64.powi(3)), ("k", 1e3), ("M", 1e6), ("G", 1e9), ("m", 1e-3)]
         .iter()
@@ -378,7 +378,7 @@ fn flags_follow_the_manifest() {
     assert!(has("--volume=/:/host/root:rbind,ro,rslave"), "{:?}", run.flags);
     assert!(!run.flags.iter().any(|f| f.contains("seccomp")), "RuntimeDefault is the engine's default: {:?}", run.flags);
     assert!(run.args.contains(&"--web.listen-address=:19100".to_string()), "{:?}", run.args);
-    assert_eq!(run.memory_limit, Some(256 << 20));
+    assert_eq!(run.memory_limit, Some(160 << 20));
     assert_eq!(run.grace, 30);
     assert_eq!(run.probes.iter().map(|p| p.1.as_str()).collect::<Vec<_>>(), ["/healthz", "/readyz"]);
     let (spec, c) = agent_pod("deploy/overlays/seccomp-profile");
