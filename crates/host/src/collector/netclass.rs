@@ -361,7 +361,7 @@ impl Collector {
             prop(sink, "transmit_queue_length", Kind::Gauge, f(l.txqlen));
             prop(sink, "protocol_type", Kind::Gauge, Some(l.protocol_type.into()));
             if self.with_stats {
-                for (key, v) in super::netdev::link_counters(m).into_iter().flatten() {
+                for (key, v) in crate::netlink::route::link_counters(m).into_iter().flatten() {
                     prop(sink, &format!("{key}_total"), Kind::Gauge, Some(v as f64));
                 }
             }

@@ -17,6 +17,7 @@ use rustc_hash::FxHashMap;
 use crate::filter::DeviceFilter;
 use crate::flags::{self, Flags};
 use crate::io::{read_file, read_text};
+use crate::netlink::route::{link_counters, Counters};
 use crate::netlink::{attr, Route};
 use crate::parse::{fields, lines, parse_u64};
 use crate::{ConfigError, Error, Paths};
@@ -65,59 +66,6 @@ impl Options {
             label_ifalias: f.bool("collector.netdev.label-ifalias", false),
         })
     }
-}
-
-/// One device's counters under node_exporter's keys, in its order.
-pub type Counters = Vec<(&'static str, u64)>;
-
-/// node_exporter's keys of `struct rtnl_link_stats64` (and of its 32-bit
-/// twin), in its order, for any struct with the kernel's field names.
-macro_rules! link_stats {
-    ($s:expr) => {{
-        let s = $s;
-        vec![
-            ("receive_packets", u64::from(s.rx_packets)),
-            ("transmit_packets", u64::from(s.tx_packets)),
-            ("receive_bytes", u64::from(s.rx_bytes)),
-            ("transmit_bytes", u64::from(s.tx_bytes)),
-            ("receive_errors", u64::from(s.rx_errors)),
-            ("transmit_errors", u64::from(s.tx_errors)),
-            ("receive_dropped", u64::from(s.rx_dropped)),
-            ("transmit_dropped", u64::from(s.tx_dropped)),
-            ("multicast", u64::from(s.multicast)),
-            ("collisions", u64::from(s.collisions)),
-            ("receive_length_errors", u64::from(s.rx_length_errors)),
-            ("receive_over_errors", u64::from(s.rx_over_errors)),
-            ("receive_crc_errors", u64::from(s.rx_crc_errors)),
-            ("receive_frame_errors", u64::from(s.rx_frame_errors)),
-            ("receive_fifo_errors", u64::from(s.rx_fifo_errors)),
-            ("receive_missed_errors", u64::from(s.rx_missed_errors)),
-            ("transmit_aborted_errors", u64::from(s.tx_aborted_errors)),
-            ("transmit_carrier_errors", u64::from(s.tx_carrier_errors)),
-            ("transmit_fifo_errors", u64::from(s.tx_fifo_errors)),
-            ("transmit_heartbeat_errors", u64::from(s.tx_heartbeat_errors)),
-            ("transmit_window_errors", u64::from(s.tx_window_errors)),
-            ("receive_compressed", u64::from(s.rx_compressed)),
-            ("transmit_compressed", u64::from(s.tx_compressed)),
-            ("receive_nohandler", u64::from(s.rx_nohandler)),
-        ]
-    }};
-}
-
-/// The counters of one rtnetlink link message (64-bit stats, or the 32-bit
-/// ones of a driver that has no others); `None` when it carries neither.
-pub fn link_counters(link: &LinkMessage) -> Option<Counters> {
-    let stats64 = link.attributes.iter().find_map(|a| match a {
-        LinkAttribute::Stats64(s) => Some(s),
-        _ => None,
-    });
-    if let Some(s) = stats64 {
-        return Some(link_stats!(s));
-    }
-    link.attributes.iter().find_map(|a| match a {
-        LinkAttribute::Stats(s) => Some(link_stats!(s)),
-        _ => None,
-    })
 }
 
 /// /proc/net/dev's 16 columns under node_exporter's keys.

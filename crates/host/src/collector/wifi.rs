@@ -11,14 +11,10 @@
 use std::path::{Path, PathBuf};
 
 use expo::{Kind, Sink};
-use netlink_packet_core::{
-    DecodeError, NlaBuffer, NlasIterator, Parseable, ParseableParametrized, NLA_TYPE_MASK, NLM_F_DUMP, NLM_F_REQUEST,
-};
-use netlink_packet_generic::{GenlFamily, GenlHeader, GenlMessage};
-use wl_nl80211::{Nl80211Attr, Nl80211BssInfo, Nl80211Command, Nl80211Message, Nl80211RateInfo, Nl80211StationInfo};
+use wl_nl80211::{Nl80211Attr, Nl80211BssInfo, Nl80211Command, Nl80211RateInfo, Nl80211StationInfo};
 
 use crate::flags::{string_arg, Flags};
-use crate::netlink::{genl_family_id, Channel};
+use crate::netlink::nl80211::Nl80211;
 use crate::{ConfigError, Error, Paths};
 
 const FIXTURES: &str = "collector.wifi.fixtures";
@@ -78,7 +74,7 @@ pub struct Station {
 
 enum Source {
     Fixtures(PathBuf),
-    Kernel(Channel),
+    Kernel(Nl80211),
 }
 
 pub struct Collector {
@@ -87,7 +83,7 @@ pub struct Collector {
 
 impl Collector {
     pub fn new(o: Options, _p: &Paths) -> Result<Self, ConfigError> {
-        let source = if o.fixtures.is_empty() { Source::Kernel(Channel::generic()) } else { Source::Fixtures(PathBuf::from(o.fixtures)) };
+        let source = if o.fixtures.is_empty() { Source::Kernel(Nl80211::new()) } else { Source::Fixtures(PathBuf::from(o.fixtures)) };
         Ok(Collector { source })
     }
 }
@@ -100,8 +96,8 @@ impl crate::Collector for Collector {
                 let mut fx = Fixtures(&dir);
                 collect(&mut fx, sink)
             }
-            Source::Kernel(ch) => {
-                let family = match genl_family_id(ch, Nl80211Message::family_name()) {
+            Source::Kernel(nl) => {
+                let family = match nl.family() {
                     Ok(id) => id,
                     Err(e) if unavailable(&e) => {
                         tracing::debug!("wifi collector metrics are not available for this system: {e}");
@@ -109,7 +105,7 @@ impl crate::Collector for Collector {
                     }
                     Err(e) => return Err(other(format!("failed to access wifi data: {e}"))),
                 };
-                collect(&mut Kernel { ch, family }, sink)
+                collect(&mut Kernel { nl, family }, sink)
             }
         }
     }
@@ -573,7 +569,7 @@ pub fn parse_stations_json(text: &[u8]) -> Result<Vec<Station>, String> {
 // The nl80211 mode.
 
 struct Kernel<'a> {
-    ch: &'a mut Channel,
+    nl: &'a mut Nl80211,
     family: u16,
 }
 
@@ -584,20 +580,8 @@ impl Kernel<'_> {
         cmd: Nl80211Command,
         ifi: Option<&Interface>,
     ) -> Result<Vec<Vec<Nl80211Attr>>, crate::netlink::Error> {
-        let mut attributes = Vec::new();
-        if let Some(ifi) = ifi {
-            attributes.push(Nl80211Attr::IfIndex(ifi.index));
-            if let Some(mac) = ifi.mac.as_deref().and_then(|m| <[u8; 6]>::try_from(m).ok()) {
-                attributes.push(Nl80211Attr::Mac(mac));
-            }
-        }
-        let family = self.family;
-        let answer: Vec<GenlMessage<Reply>> = self.ch.request(request, NLM_F_DUMP | NLM_F_REQUEST, || {
-            let mut m = GenlMessage::from_payload(Nl80211Message { cmd, attributes: attributes.clone() });
-            m.set_resolved_family_id(family);
-            m
-        })?;
-        Ok(answer.into_iter().map(|m| m.payload.0).collect())
+        let mac = ifi.and_then(|i| i.mac.as_deref()).and_then(|m| <[u8; 6]>::try_from(m).ok());
+        self.nl.dump(self.family, request, cmd, ifi.map(|i| i.index), mac)
     }
 }
 
@@ -629,114 +613,6 @@ impl Stater for Kernel<'_> {
             Err(e) if not_exist(&e) => Ok(None),
             Err(e) => Err(other(format!("failed to retrieve station info for device {:?}: {e}", ifi.name))),
         }
-    }
-}
-
-/// nl80211 attribute numbers (linux/nl80211.h) of what is decoded.
-mod nl {
-    pub const ATTR_IFINDEX: u16 = 3;
-    pub const ATTR_IFNAME: u16 = 4;
-    pub const ATTR_MAC: u16 = 6;
-    pub const ATTR_STA_INFO: u16 = 21;
-    pub const ATTR_WIPHY_FREQ: u16 = 38;
-    pub const ATTR_BSS: u16 = 47;
-
-    pub const BSS_BSSID: u16 = 1;
-    pub const BSS_INFORMATION_ELEMENTS: u16 = 6;
-    pub const BSS_STATUS: u16 = 9;
-
-    pub const STA_INFO_INACTIVE_TIME: u16 = 1;
-    pub const STA_INFO_RX_BYTES: u16 = 2;
-    pub const STA_INFO_TX_BYTES: u16 = 3;
-    pub const STA_INFO_SIGNAL: u16 = 7;
-    pub const STA_INFO_TX_BITRATE: u16 = 8;
-    pub const STA_INFO_RX_PACKETS: u16 = 9;
-    pub const STA_INFO_TX_PACKETS: u16 = 10;
-    pub const STA_INFO_TX_RETRIES: u16 = 11;
-    pub const STA_INFO_TX_FAILED: u16 = 12;
-    pub const STA_INFO_RX_BITRATE: u16 = 14;
-    pub const STA_INFO_CONNECTED_TIME: u16 = 16;
-    pub const STA_INFO_BEACON_LOSS: u16 = 18;
-    pub const STA_INFO_RX_BYTES64: u16 = 23;
-    pub const STA_INFO_TX_BYTES64: u16 = 24;
-
-    pub const RATE_INFO_BITRATE: u16 = 1;
-    pub const RATE_INFO_BITRATE32: u16 = 5;
-}
-
-/// An nl80211 answer with only the attributes the collector reads decoded
-/// (by `wl-nl80211`), in their order; the rest (dozens of kinds, some of
-/// them vendor-specific) are skipped unread, as mdlayher/wifi skips them.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Reply(pub Vec<Nl80211Attr>);
-
-impl ParseableParametrized<[u8], GenlHeader> for Reply {
-    fn parse_with_param(buf: &[u8], _header: GenlHeader) -> Result<Self, DecodeError> {
-        decode_reply(buf).map(Reply)
-    }
-}
-
-/// The attributes of one nl80211 answer's payload (after the genl header).
-pub fn decode_reply(buf: &[u8]) -> Result<Vec<Nl80211Attr>, DecodeError> {
-    let mut out = Vec::new();
-    for nla in NlasIterator::new(buf) {
-        let nla = nla?;
-        match nla.kind() & NLA_TYPE_MASK {
-            nl::ATTR_IFINDEX | nl::ATTR_IFNAME | nl::ATTR_MAC | nl::ATTR_WIPHY_FREQ => out.push(Nl80211Attr::parse(&nla)?),
-            nl::ATTR_BSS => out.push(Nl80211Attr::Bss(nested(nla.value(), decode_bss_attr)?)),
-            nl::ATTR_STA_INFO => out.push(Nl80211Attr::StationInfo(nested(nla.value(), decode_station_attr)?)),
-            _ => {}
-        }
-    }
-    Ok(out)
-}
-
-/// Decodes one nested attribute, or skips it (`None`).
-type Keep<T> = fn(&NlaBuffer<&[u8]>) -> Result<Option<T>, DecodeError>;
-
-/// The nested attributes of `buf` that `one` keeps.
-fn nested<T>(buf: &[u8], one: Keep<T>) -> Result<Vec<T>, DecodeError> {
-    let mut out = Vec::new();
-    for nla in NlasIterator::new(buf) {
-        if let Some(x) = one(&nla?)? {
-            out.push(x);
-        }
-    }
-    Ok(out)
-}
-
-fn decode_bss_attr(nla: &NlaBuffer<&[u8]>) -> Result<Option<Nl80211BssInfo>, DecodeError> {
-    match nla.kind() & NLA_TYPE_MASK {
-        nl::BSS_BSSID | nl::BSS_INFORMATION_ELEMENTS | nl::BSS_STATUS => Nl80211BssInfo::parse(nla).map(Some),
-        _ => Ok(None),
-    }
-}
-
-fn decode_station_attr(nla: &NlaBuffer<&[u8]>) -> Result<Option<Nl80211StationInfo>, DecodeError> {
-    use nl::*;
-    match nla.kind() & NLA_TYPE_MASK {
-        STA_INFO_INACTIVE_TIME
-        | STA_INFO_RX_BYTES
-        | STA_INFO_TX_BYTES
-        | STA_INFO_SIGNAL
-        | STA_INFO_RX_PACKETS
-        | STA_INFO_TX_PACKETS
-        | STA_INFO_TX_RETRIES
-        | STA_INFO_TX_FAILED
-        | STA_INFO_CONNECTED_TIME
-        | STA_INFO_BEACON_LOSS
-        | STA_INFO_RX_BYTES64
-        | STA_INFO_TX_BYTES64 => Nl80211StationInfo::parse(nla).map(Some),
-        STA_INFO_TX_BITRATE => Ok(Some(Nl80211StationInfo::TxBitrate(nested(nla.value(), decode_rate_attr)?))),
-        STA_INFO_RX_BITRATE => Ok(Some(Nl80211StationInfo::RxBitrate(nested(nla.value(), decode_rate_attr)?))),
-        _ => Ok(None),
-    }
-}
-
-fn decode_rate_attr(nla: &NlaBuffer<&[u8]>) -> Result<Option<Nl80211RateInfo>, DecodeError> {
-    match nla.kind() & NLA_TYPE_MASK {
-        nl::RATE_INFO_BITRATE | nl::RATE_INFO_BITRATE32 => Nl80211RateInfo::parse(nla).map(Some),
-        _ => Ok(None),
     }
 }
 
@@ -866,8 +742,11 @@ fn bitrate(rate: &[Nl80211RateInfo]) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::nl80211::{decode_reply, Reply};
     use crate::testutil::{rows, Row};
     use netlink_packet_core::{Emitable, NetlinkDeserializable, NetlinkHeader};
+    use netlink_packet_generic::GenlMessage;
+    use wl_nl80211::Nl80211Message;
 
     const INTERFACES: &str = r#"[
 	{
@@ -1155,8 +1034,7 @@ mod tests {
     /// with the family but no interface, it succeeds with no series.
     #[test]
     fn this_host_without_wifi() {
-        let mut probe = Channel::generic();
-        let family = genl_family_id(&mut probe, "nl80211");
+        let family = Nl80211::new().family();
         let o = Options { fixtures: String::new() };
         let mut c = Collector::new(o, &crate::testutil::paths(Path::new("/nonexistent"))).unwrap();
         let mut sink = Sink::new();
