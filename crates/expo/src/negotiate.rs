@@ -2,7 +2,7 @@
 //! format an `Accept` header prefers, and whether `Accept-Encoding` allows
 //! gzip.
 
-use crate::sink::Format;
+use crate::format::Format;
 
 /// One element of an `Accept` or `Accept-Encoding` list: the value without
 /// parameters, its parameters, and its q-value (1 when absent, 0 when
@@ -113,6 +113,16 @@ pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
         (Some(q), _) => q > 0.0,
         (None, Some(q)) => q > 0.0,
         (None, None) => false,
+    }
+}
+
+impl Format {
+    /// Chooses the format from an Accept header by its q-values, as
+    /// client_golang does (protobuf when asked for by name and preferred,
+    /// OpenMetrics when it is preferred to text, text when nothing offered
+    /// is acceptable).
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        format(accept)
     }
 }
 
