@@ -16,14 +16,16 @@
 //! own scrape only; later scrapes wait for the collector as usual. The
 //! runner left inside it goes back to work when it returns.
 //!
-//! The caller supervises a scrape it starts ([`Scraper::start`]): it calls
-//! [`Scrape::supervise`] at the times that returns (the HTTP server does so
-//! from its async timer; [`Scraper::scrape`] from a blocking wait), and gets
-//! the body through the callback once every collector answered or timed out.
+//! The scraper supervises every scrape in flight itself, on one thread of
+//! its own (started with the first scrape, gone with the scraper or after a
+//! minute without scrapes): it lets a slow collector's scrape go on beside
+//! it and cuts off collectors at their deadlines, whether or not the caller
+//! still waits. The caller of [`Scraper::start`] only gets the body through
+//! its callback, once every collector answered or timed out.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use expo::{Format, Kind, Sink};
@@ -133,7 +135,23 @@ struct Pool {
     state: Mutex<PoolState>,
     ready: Condvar,
     ids: std::sync::atomic::AtomicU64,
+    /// The scrapes in flight, for the supervisor thread.
+    supervised: Mutex<Supervised>,
+    /// Wakes the supervisor: a scrape started, or the scraper is gone.
+    tick: Condvar,
 }
+
+/// The scrapes the supervisor watches (each with its scraper, held weakly:
+/// the supervisor keeps no scraper alive), and whether it runs.
+#[derive(Default)]
+struct Supervised {
+    jobs: Vec<(Weak<Inner>, Arc<Job>)>,
+    running: bool,
+}
+
+/// How often a scrape with nothing to time yet (no collector started) is
+/// looked at again.
+const POLL: Duration = Duration::from_millis(20);
 
 #[derive(Default)]
 struct PoolState {
@@ -158,12 +176,17 @@ struct Inner {
     timeout: Duration,
     slow: Duration,
     pool: Arc<Pool>,
+    /// Calls of [`supervise`] for this scraper's scrapes.
+    #[cfg(test)]
+    looks: AtomicUsize,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         lock(&self.pool.state).closed = true;
         self.pool.ready.notify_all();
+        drop(lock(&self.pool.supervised));
+        self.pool.tick.notify_all();
     }
 }
 
@@ -173,10 +196,9 @@ pub struct Scraper {
     inner: Arc<Inner>,
 }
 
-/// A scrape in progress, supervised by its caller.
+/// A scrape in progress (supervised by the scraper).
 pub struct Scrape {
     job: Arc<Job>,
-    inner: Arc<Inner>,
 }
 
 /// The message of a caught panic.
@@ -224,7 +246,15 @@ impl Builder {
                 last_len: AtomicUsize::new(64 * 1024),
                 timeout: self.timeout,
                 slow: self.slow,
-                pool: Arc::new(Pool { state: Mutex::default(), ready: Condvar::new(), ids: Default::default() }),
+                pool: Arc::new(Pool {
+                    state: Mutex::default(),
+                    ready: Condvar::new(),
+                    ids: Default::default(),
+                    supervised: Mutex::default(),
+                    tick: Condvar::new(),
+                }),
+                #[cfg(test)]
+                looks: AtomicUsize::new(0),
             }),
         }
     }
@@ -307,7 +337,10 @@ impl Scraper {
         });
         let task = if n == 0 { Task::Finish(Arc::clone(&job)) } else { Task::Run(Arc::clone(&job)) };
         Pool::submit(&self.inner, task);
-        Scrape { job, inner: Arc::clone(&self.inner) }
+        if n > 0 {
+            Pool::supervise(&self.inner, &job);
+        }
+        Scrape { job }
     }
 
     /// Runs one scrape and returns the encoded body (blocking).
@@ -318,7 +351,7 @@ impl Scraper {
     /// Runs one scrape within `deadline` (a client's), blocking.
     pub fn scrape_within(&self, sel: &Selection, format: Format, deadline: Option<Duration>) -> Vec<u8> {
         let (tx, rx) = std::sync::mpsc::channel();
-        let s = self.start(
+        let _scrape = self.start(
             sel,
             format,
             deadline,
@@ -326,16 +359,8 @@ impl Scraper {
                 let _ = tx.send(body);
             }),
         );
-        loop {
-            let next = s.supervise();
-            let wait = next.map_or(Duration::from_millis(20), |t| t.saturating_duration_since(Instant::now()));
-            match rx.recv_timeout(wait.max(Duration::from_millis(1))) {
-                Ok(body) => return body,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                // The callback was dropped without a body: no runner could start.
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Vec::new(),
-            }
-        }
+        // The callback dropped without a body: no runner could start.
+        rx.recv().unwrap_or_default()
     }
 }
 
@@ -344,92 +369,114 @@ impl Scrape {
     pub fn finished(&self) -> bool {
         self.job.finished.load(Ordering::Acquire)
     }
+}
 
-    /// Lets a slow collector's scrape go on beside it, and cuts off a
-    /// collector past its deadline. Returns when to call again (`None`:
-    /// nothing running yet, or finished; poll again soon).
-    pub fn supervise(&self) -> Option<Instant> {
-        let job = &self.job;
-        let inner = &self.inner;
-        if job.finished.load(Ordering::Acquire) {
-            return None;
-        }
-        let now = Instant::now();
-        let mut next: Option<Instant> = None;
-        let mut help = 0;
-        let (mut complete, mut finish_here) = (false, false);
-        {
-            let mut st = lock(&job.state);
-            let was_left = st.left;
-            let mut timed_out = Vec::new();
-            for r in st.running.iter_mut() {
-                let ran = now.saturating_duration_since(r.started);
-                if ran >= job.deadline {
-                    timed_out.push((r.item, ran));
-                    continue;
-                }
-                if !r.helped && ran >= inner.slow && job.next.load(Ordering::Relaxed) < job.items.len() {
-                    r.helped = true;
-                    help += 1;
-                }
-                let at = if r.helped { r.started + job.deadline } else { r.started + inner.slow };
-                next = Some(next.map_or(at, |n| n.min(at)));
-            }
-            for (item, ran) in timed_out {
-                st.running.retain(|r| r.item != item);
-                if st.outcomes[item].is_none() {
-                    st.outcomes[item] = Some(Outcome::TimedOut { secs: ran.as_secs_f64() });
-                    st.left -= 1;
-                    job.cut[item].store(true, Ordering::Release);
-                    let e = &inner.entries[job.items[item]];
-                    let mut slot = lock(&e.slot);
-                    // Stuck only past --collector.timeout itself: a
-                    // client's shorter deadline cuts off its own scrape
-                    // (a full-deadline scrape's cut-off is the overrun).
-                    let overran = job.deadline >= inner.timeout
-                        || slot.running_since.is_some_and(|t| now.saturating_duration_since(t) >= inner.timeout);
-                    if slot.collector.is_none() && slot.stuck_since.is_none() && overran {
-                        slot.stuck_since = Some(slot.running_since.unwrap_or(now - ran));
-                        tracing::error!(
-                            collector = e.name,
-                            deadline_seconds = inner.timeout.as_secs_f64(),
-                            "collector timed out: skipped by later scrapes until it returns"
-                        );
-                    }
-                    let waiting = slot.waiters > 0;
-                    drop(slot);
-                    if waiting {
-                        e.changed.notify_all();
-                    }
-                }
-                // What the runner left behind it must go on elsewhere.
-                if job.next.load(Ordering::Relaxed) < job.items.len() {
-                    help += 1;
-                }
-            }
-            // Every collector answered or was cut off. Only a scrape that
-            // this call's cut-offs completed needs a runner to hand its body
-            // over: otherwise the runner that answered last does, or the
-            // task `start` queued for a scrape with no collector.
-            if st.left == 0 {
-                complete = true;
-                finish_here = was_left > 0;
-            }
-        }
-        for _ in 0..help {
-            Pool::submit(inner, Task::Run(Arc::clone(job)));
-        }
-        if finish_here {
-            Pool::submit(inner, Task::Finish(Arc::clone(job)));
-        }
-        if complete {
-            return None;
-        }
-        next
+/// Lets a slow collector's scrape go on beside it, and cuts off a collector
+/// past its deadline. Returns when to look again (`None`: nothing running
+/// yet, or finished).
+fn supervise(inner: &Arc<Inner>, job: &Arc<Job>) -> Option<Instant> {
+    #[cfg(test)]
+    inner.looks.fetch_add(1, Ordering::Relaxed);
+    if job.finished.load(Ordering::Acquire) {
+        return None;
     }
+    let now = Instant::now();
+    let mut next: Option<Instant> = None;
+    let mut help = 0;
+    let (mut complete, mut finish_here) = (false, false);
+    {
+        let mut st = lock(&job.state);
+        let was_left = st.left;
+        let mut timed_out = Vec::new();
+        for r in st.running.iter_mut() {
+            let ran = now.saturating_duration_since(r.started);
+            if ran >= job.deadline {
+                timed_out.push((r.item, ran));
+                continue;
+            }
+            if !r.helped && ran >= inner.slow && job.next.load(Ordering::Relaxed) < job.items.len() {
+                r.helped = true;
+                help += 1;
+            }
+            // Past `slow` (helped, or nothing left to help with), the
+            // next event is the deadline.
+            let at = if r.helped || ran >= inner.slow { r.started + job.deadline } else { r.started + inner.slow };
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+        for (item, ran) in timed_out {
+            st.running.retain(|r| r.item != item);
+            if st.outcomes[item].is_none() {
+                st.outcomes[item] = Some(Outcome::TimedOut { secs: ran.as_secs_f64() });
+                st.left -= 1;
+                job.cut[item].store(true, Ordering::Release);
+                let e = &inner.entries[job.items[item]];
+                let mut slot = lock(&e.slot);
+                // Stuck only past --collector.timeout itself: a
+                // client's shorter deadline cuts off its own scrape
+                // (a full-deadline scrape's cut-off is the overrun).
+                let overran =
+                    job.deadline >= inner.timeout || slot.running_since.is_some_and(|t| now.saturating_duration_since(t) >= inner.timeout);
+                if slot.collector.is_none() && slot.stuck_since.is_none() && overran {
+                    slot.stuck_since = Some(slot.running_since.unwrap_or(now - ran));
+                    tracing::error!(
+                        collector = e.name,
+                        deadline_seconds = inner.timeout.as_secs_f64(),
+                        "collector timed out: skipped by later scrapes until it returns"
+                    );
+                }
+                let waiting = slot.waiters > 0;
+                drop(slot);
+                if waiting {
+                    e.changed.notify_all();
+                }
+            }
+            // What the runner left behind it must go on elsewhere.
+            if job.next.load(Ordering::Relaxed) < job.items.len() {
+                help += 1;
+            }
+        }
+        // Every collector answered or was cut off. Only a scrape that
+        // this call's cut-offs completed needs a runner to hand its body
+        // over: otherwise the runner that answered last does, or the
+        // task `start` queued for a scrape with no collector.
+        if st.left == 0 {
+            complete = true;
+            finish_here = was_left > 0;
+        }
+    }
+    for _ in 0..help {
+        Pool::submit(inner, Task::Run(Arc::clone(job)));
+    }
+    if finish_here {
+        Pool::submit(inner, Task::Finish(Arc::clone(job)));
+    }
+    if complete {
+        return None;
+    }
+    next
 }
 
 impl Pool {
+    /// Hands `job` to the supervisor thread, started if none runs.
+    fn supervise(inner: &Arc<Inner>, job: &Arc<Job>) {
+        let pool = &inner.pool;
+        let start = {
+            let mut sup = lock(&pool.supervised);
+            sup.jobs.push((Arc::downgrade(inner), Arc::clone(job)));
+            !std::mem::replace(&mut sup.running, true)
+        };
+        pool.tick.notify_one();
+        if !start {
+            return;
+        }
+        let p = Arc::clone(pool);
+        let spawned = std::thread::Builder::new().name("scrape-supervisor".into()).stack_size(64 << 10).spawn(move || supervisor(p));
+        if let Err(e) = spawned {
+            tracing::error!(err = %e, "cannot start the scrape supervisor thread: slow collectors hold their scrapes until they return");
+            lock(&pool.supervised).running = false;
+        }
+    }
+
     fn submit(inner: &Arc<Inner>, task: Task) {
         let pool = &inner.pool;
         let mut st = lock(&pool.state);
@@ -449,6 +496,51 @@ impl Pool {
         if let Err(e) = std::thread::Builder::new().name("scrape-runner".into()).spawn(move || runner(p, id)) {
             tracing::error!(err = %e, "cannot start a scrape runner thread");
             lock(&pool.state).threads -= 1;
+        }
+    }
+}
+
+/// The supervisor thread: looks at every scrape in flight when one of
+/// them has something to time (a collector turning slow, a deadline), and
+/// every [`POLL`] while one has no collector started yet; leaves when the
+/// scraper is gone or after [`IDLE_EXIT`] without scrapes.
+fn supervisor(pool: Arc<Pool>) {
+    let mut sup = lock(&pool.supervised);
+    loop {
+        if lock(&pool.state).closed {
+            sup.jobs.clear();
+            sup.running = false;
+            return;
+        }
+        sup.jobs.retain(|(inner, job)| inner.strong_count() > 0 && !job.finished.load(Ordering::Acquire));
+        if sup.jobs.is_empty() {
+            let (g, res) = pool.tick.wait_timeout(sup, IDLE_EXIT).unwrap_or_else(|e| e.into_inner());
+            sup = g;
+            if res.timed_out() && sup.jobs.is_empty() {
+                sup.running = false;
+                return;
+            }
+            continue;
+        }
+        let jobs = sup.jobs.clone();
+        drop(sup);
+        // The first event any scrape in flight has to time; one with no
+        // collector started yet is looked at again after POLL.
+        let mut wake: Option<Instant> = None;
+        for (inner, job) in &jobs {
+            let Some(inner) = inner.upgrade() else { continue };
+            let at = match supervise(&inner, job) {
+                Some(t) => t,
+                None if job.finished.load(Ordering::Acquire) => continue,
+                None => Instant::now() + POLL,
+            };
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        drop(jobs);
+        sup = lock(&pool.supervised);
+        let wait = wake.map_or(Duration::ZERO, |w| w.saturating_duration_since(Instant::now()));
+        if !wait.is_zero() {
+            sup = pool.tick.wait_timeout(sup, wait).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
 }
@@ -833,6 +925,47 @@ mod tests {
         }
         assert!(flag.load(Ordering::SeqCst), "the collectors (and their eBPF programs) go with the scraper");
         assert_eq!(lock(&pool.state).threads, 0, "idle runners leave");
+        while lock(&pool.supervised).running && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!lock(&pool.supervised).running, "the supervisor leaves too");
+    }
+
+    /// Supervision is the scraper's own: a scrape whose caller went away
+    /// (an HTTP client that hung up) is still cut off at its deadline, its
+    /// body handed to the callback.
+    #[test]
+    fn a_scrape_nobody_waits_for_is_still_cut_off_at_its_deadline() {
+        let s = Scraper::builder(vec![("slow", Box::new(Slow(Duration::from_secs(2)))), ("fine", Box::new(Fine("fine_value")))])
+            .timeouts(Duration::from_secs(8), Duration::from_millis(50))
+            .build();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = Instant::now();
+        drop(s.start(
+            &Selection::default(),
+            Format::Text,
+            Some(Duration::from_millis(200)),
+            Box::new(move |body| {
+                let _ = tx.send((t.elapsed(), String::from_utf8(body).unwrap()));
+            }),
+        ));
+        let (took, body) = rx.recv_timeout(Duration::from_secs(5)).expect("the body, without anyone supervising");
+        assert!(took < Duration::from_millis(1500), "cut off at the 200 ms deadline, not when the collector returned: {took:?}");
+        assert!(body.contains("node_scrape_collector_success{collector=\"slow\"} 0"), "{body}");
+        assert!(body.contains("fine_value 1"), "{body}");
+    }
+
+    /// A slow collector with nothing left to run beside it is looked at
+    /// again at its deadline, not polled in a loop until it returns.
+    #[test]
+    fn a_slow_last_collector_is_not_polled_in_a_loop() {
+        let s = Scraper::builder(vec![("fine", Box::new(Fine("fine_value"))), ("slow", Box::new(Slow(Duration::from_millis(600))))])
+            .timeouts(Duration::from_secs(5), Duration::from_millis(50))
+            .build();
+        let body = text(&s, &Selection::default());
+        let looks = s.inner.looks.load(Ordering::Relaxed);
+        assert!(body.contains("node_scrape_collector_success{collector=\"slow\"} 1"), "{body}");
+        assert!(looks < 40, "the supervisor looked {looks} times at a 600 ms scrape");
     }
 
     #[test]

@@ -270,8 +270,9 @@ async fn counted_metrics(state: &State, req: &Request<Incoming>, sel: &Selection
         .map(|t| Duration::from_secs_f64((t - SCRAPE_TIMEOUT_OFFSET).max(MIN_DEADLINE)));
     let (tx, rx) = tokio::sync::oneshot::channel();
     // Collectors do blocking file I/O on the scraper's own runners; the
-    // body is compressed there too, off the async workers.
-    let scrape = state.scraper.start(
+    // body is compressed there too, off the async workers. The scraper
+    // supervises the scrape (slow collectors, deadlines) itself.
+    let _scrape = state.scraper.start(
         sel,
         format,
         deadline,
@@ -280,16 +281,7 @@ async fn counted_metrics(state: &State, req: &Request<Incoming>, sel: &Selection
             let _ = tx.send(r);
         }),
     );
-    tokio::pin!(rx);
-    let body = loop {
-        let next = scrape.supervise().map(tokio::time::Instant::from_std);
-        let wake = next.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_millis(20));
-        tokio::select! {
-            r = &mut rx => break r,
-            _ = tokio::time::sleep_until(wake) => {}
-        }
-    };
-    let body = match body {
+    let body = match rx.await {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => {
             tracing::error!(err = %e, "compressing response failed");
