@@ -20,6 +20,7 @@ pub mod dbus;
 pub mod filter;
 pub mod flags;
 pub mod io;
+pub mod memory;
 pub mod netlink;
 pub mod parse;
 pub mod registry;

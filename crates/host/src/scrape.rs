@@ -176,9 +176,14 @@ struct Inner {
     timeout: Duration,
     slow: Duration,
     pool: Arc<Pool>,
+    /// Scrapes in flight, for the memory policy.
+    overlap: crate::memory::Overlap,
     /// Calls of [`supervise`] for this scraper's scrapes.
     #[cfg(test)]
     looks: AtomicUsize,
+    /// Trims for scrapes that overlapped.
+    #[cfg(test)]
+    overlap_trims: AtomicUsize,
 }
 
 impl Drop for Inner {
@@ -253,8 +258,11 @@ impl Builder {
                     supervised: Mutex::default(),
                     tick: Condvar::new(),
                 }),
+                overlap: Default::default(),
                 #[cfg(test)]
                 looks: AtomicUsize::new(0),
+                #[cfg(test)]
+                overlap_trims: AtomicUsize::new(0),
             }),
         }
     }
@@ -336,6 +344,7 @@ impl Scraper {
             cut: (0..n).map(|_| AtomicBool::new(false)).collect(),
         });
         let task = if n == 0 { Task::Finish(Arc::clone(&job)) } else { Task::Run(Arc::clone(&job)) };
+        self.inner.overlap.enter();
         Pool::submit(&self.inner, task);
         if n > 0 {
             Pool::supervise(&self.inner, &job);
@@ -745,11 +754,17 @@ fn finish(inner: &Arc<Inner>, job: &Arc<Job>) {
         }
     }
     let large = out.capacity() > KEEP_SINK_BYTES;
+    // Out of the count before the body is handed over (the caller may start
+    // its next scrape at once: that is no overlap); trimmed after it, so the
+    // trim never delays an answer.
+    let overlapped = inner.overlap.leave();
+    #[cfg(test)]
+    inner.overlap_trims.fetch_add(usize::from(overlapped), Ordering::Relaxed);
     if let Some(done) = done {
         done(out);
     }
-    if freed || large {
-        crate::sys::trim_heap();
+    if overlapped | freed | large {
+        crate::memory::trim();
     }
 }
 
@@ -953,6 +968,29 @@ mod tests {
         assert!(took < Duration::from_millis(1500), "cut off at the 200 ms deadline, not when the collector returned: {took:?}");
         assert!(body.contains("node_scrape_collector_success{collector=\"slow\"} 0"), "{body}");
         assert!(body.contains("fine_value 1"), "{body}");
+    }
+
+    /// The heap is trimmed once scrapes that overlapped are all over (the
+    /// memory policy's hook in the scraper), never for one scrape at a time.
+    #[test]
+    fn overlapping_scrapes_end_in_a_trim_and_lone_ones_never_do() {
+        let s = Scraper::builder(vec![("slow", Box::new(Slow(Duration::from_millis(100))))])
+            .timeouts(Duration::from_secs(5), Duration::from_secs(5))
+            .build();
+        for _ in 0..3 {
+            text(&s, &Selection::default());
+        }
+        assert_eq!(s.inner.overlap_trims.load(Ordering::Relaxed), 0, "one scrape at a time");
+        let both: Vec<_> = (0..2)
+            .map(|_| {
+                let s = s.clone();
+                std::thread::spawn(move || text(&s, &Selection::default()))
+            })
+            .collect();
+        for h in both {
+            assert!(h.join().unwrap().contains("slow_value 1"));
+        }
+        assert_eq!(s.inner.overlap_trims.load(Ordering::Relaxed), 1, "one trim once both are over");
     }
 
     /// A slow collector with nothing left to run beside it is looked at

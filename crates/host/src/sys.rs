@@ -4,14 +4,6 @@ use std::ffi::{CStr, CString};
 use std::io;
 use std::path::Path;
 
-/// Returns freed heap memory to the system (after an outsized scrape).
-pub fn trim_heap() {
-    // SAFETY: malloc_trim only releases free memory back to the system.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 /// Raises the soft limit of open files to the hard limit (as the Go runtime
 /// does for node_exporter); returns the soft limit in force.
 pub fn raise_nofile_limit() -> Option<u64> {

@@ -258,7 +258,6 @@ async fn counted_metrics(state: &State, req: &Request<Incoming>, sel: &Selection
         },
         None => None,
     };
-    let _scrape = ScrapeGuard::enter();
     let header = |h| req.headers().get(h).and_then(|v: &HeaderValue| v.to_str().ok());
     let format = Format::negotiate(header(ACCEPT));
     let gzip_ok = expo::negotiate::accepts_gzip(header(ACCEPT_ENCODING));
@@ -411,41 +410,6 @@ struct ConnectionMemory {
     peak: std::sync::atomic::AtomicUsize,
 }
 
-/// Scrapes in progress, and the most at once since the last look: scrapes
-/// that overlap each hold a body, its encoding and its gzip stream at the
-/// same time, and the allocator keeps the pages they freed.
-static SCRAPES: InFlight = InFlight { now: std::sync::atomic::AtomicUsize::new(0), peak: std::sync::atomic::AtomicUsize::new(0) };
-
-struct InFlight {
-    now: std::sync::atomic::AtomicUsize,
-    peak: std::sync::atomic::AtomicUsize,
-}
-
-/// One scrape counted in [`SCRAPES`] while it lives.
-struct ScrapeGuard;
-
-impl ScrapeGuard {
-    fn enter() -> ScrapeGuard {
-        use std::sync::atomic::Ordering::Relaxed;
-        let n = SCRAPES.now.fetch_add(1, Relaxed) + 1;
-        SCRAPES.peak.fetch_max(n, Relaxed);
-        ScrapeGuard
-    }
-}
-
-impl Drop for ScrapeGuard {
-    fn drop(&mut self) {
-        SCRAPES.now.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// Whether the heap should be trimmed now: scrapes overlapped since the
-/// last look (`peak`, the most at once) and none runs any more. A lone
-/// scraper (Prometheus, one scrape at a time) never pays for a trim.
-fn overlap_over(peak: usize, now: usize) -> bool {
-    peak >= 2 && now == 0
-}
-
 /// Serves until `shutdown` resolves, then lets in-flight requests finish
 /// for up to `grace`.
 pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: impl std::future::Future<Output = ()>, grace: Duration) {
@@ -479,22 +443,17 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
         });
     }
     {
-        // After a burst of connections, or once scrapes that overlapped are
-        // over, give their buffers back to the system (every 5 s at most).
+        // After a burst of connections, give their buffers back to the
+        // system (every 5 s at most; the scraper trims after overlapping
+        // scrapes itself: host::memory).
         let (m, admission) = (Arc::clone(&memory), Arc::clone(&state.admission));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
             loop {
                 tick.tick().await;
                 let open = admission.open();
-                let burst = m.peak.swap(open, std::sync::atomic::Ordering::Relaxed) >= BURST && open < BURST / 8;
-                // The peak is kept while a scrape runs: an overlap followed
-                // by a lone scrape still running at the tick is trimmed at
-                // the next idle tick, not forgotten.
-                let scrapes = SCRAPES.now.load(std::sync::atomic::Ordering::Relaxed);
-                let overlapped = scrapes == 0 && overlap_over(SCRAPES.peak.swap(0, std::sync::atomic::Ordering::Relaxed), scrapes);
-                if burst || overlapped {
-                    host::sys::trim_heap();
+                if m.peak.swap(open, std::sync::atomic::Ordering::Relaxed) >= BURST && open < BURST / 8 {
+                    host::memory::trim();
                 }
             }
         });
@@ -607,22 +566,6 @@ mod tests {
         assert!(s.exclude.is_empty());
         let s = super::selection(None);
         assert!(s.include.is_empty());
-    }
-
-    /// The heap is trimmed once overlapping scrapes are over, never for
-    /// one scrape at a time nor while one still runs.
-    #[test]
-    fn overlapping_scrapes_are_counted_and_trimmed_after() {
-        use std::sync::atomic::Ordering::Relaxed;
-        assert!(!super::overlap_over(1, 0) && !super::overlap_over(0, 0));
-        assert!(!super::overlap_over(4, 1));
-        assert!(super::overlap_over(2, 0) && super::overlap_over(4, 0));
-        let a = super::ScrapeGuard::enter();
-        let b = super::ScrapeGuard::enter();
-        assert!(super::SCRAPES.now.load(Relaxed) >= 2 && super::SCRAPES.peak.load(Relaxed) >= 2);
-        let now = super::SCRAPES.now.load(Relaxed);
-        drop((a, b));
-        assert_eq!(super::SCRAPES.now.load(Relaxed), now - 2);
     }
 
     #[test]

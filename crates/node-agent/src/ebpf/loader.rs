@@ -297,12 +297,6 @@ impl Shared {
             None
         };
         let stats = stats_fd.is_some() || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|s| s.trim() == "1");
-        // aya's loader parses the kernel's whole BTF when it is created (we
-        // then tell it not to use it): hand that memory back to the system.
-        // SAFETY: malloc_trim only releases free memory.
-        unsafe {
-            libc::malloc_trim(0);
-        }
         Ok(Arc::new(Shared {
             ebpf: Mutex::new(ebpf),
             attached: Mutex::new(HashMap::new()),
