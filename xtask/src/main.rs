@@ -10,6 +10,8 @@
 //! - `compare-node-exporter`: node-agent beside Debian's node_exporter on this
 //!   machine; prints family and stable-value differences.
 //! - `manifests`: write deploy/ from the code.
+//! - `docs`: write docs/reference/ from the code and the man page,
+//!   target/man/node-agent.1 (`docs.rs`).
 //! - `fuzz [--seconds N] [--seed S] [--afl]`: mutation-fuzz the collectors' parsers; with
 //!   `--afl`, coverage-guided with AFL++ (afl.rs on stable Rust; harness in fuzz/).
 //! - `image [--twice] [--refresh]`: build the container image with Debian's
@@ -31,6 +33,7 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod docs;
 mod image;
 mod pgo;
 mod seccomp;
@@ -89,6 +92,9 @@ enum Cmd {
     },
     /// Write deploy/ from the code (a test fails when the committed files differ).
     Manifests,
+    /// Write docs/reference/ from the code (a test fails when the committed
+    /// files differ) and the man page, target/man/node-agent.1.
+    Docs,
     /// Run the truth suites (eBPF, netlink, perf, pod attribution) RUNS
     /// times in a row while a build runs beside them: exact under load.
     TruthLoop {
@@ -580,6 +586,10 @@ fn main() -> ExitCode {
             let mut c = Command::new(cargo());
             c.current_dir(root()).args(["run", "-q", "-p", "node-agent", "--", "manifests", "--root"]).arg(root());
             run(&mut c).map(|_| true)
+        }),
+        Cmd::Docs => setup_ebpf().and_then(|_| docs::write(&root(), &cargo())).map(|man| {
+            eprintln!("xtask: {} and {} written", docs::GENERATED.join(", "), man.display());
+            true
         }),
         Cmd::Image { tag, twice, refresh } => {
             image::build(&root(), &image::Options { tag: tag.unwrap_or_else(image::default_tag), twice, refresh }).map(|_| true)

@@ -61,7 +61,7 @@ pub fn serve_args() -> Vec<Arg> {
         flags::string_arg(
             "web.max-connections",
             "1024",
-            "Maximum number of open connections (node-agent's own flag); beyond it new connections wait to be accepted. At most half the open-file limit.",
+            "Maximum number of open connections (node-agent's own flag); at it, the oldest idle connection is closed to make room, or a new one refused when every connection is busy (one peer holds at most a quarter). At most half the open-file limit.",
         ),
         flags::string_arg(
             "web.config.file",
@@ -80,7 +80,7 @@ pub fn serve_args() -> Vec<Arg> {
     v.extend(flags::bool_args(
         "web.disable-exporter-metrics",
         false,
-        "Exclude metrics about the exporter itself (process_*, node_agent_build_info).",
+        "Exclude metrics about the exporter itself (process_*, promhttp_metric_handler_*, node_agent_*, node_exporter_build_info).",
     ));
     v.extend(registry::disable_defaults_args());
     v.push(flags::string_arg(
@@ -111,11 +111,11 @@ pub fn serve_args() -> Vec<Arg> {
         false,
         "Use systemd socket activation listeners instead of port listeners (Linux only).",
     ));
-    // kingpin's built-ins node_exporter has: the long help and the man page
-    // are the help here; shell completions are not offered.
-    for (name, help) in [("help-long", "Generate long help."), ("help-man", "Generate a man page.")] {
-        v.push(Arg::new(name).long(name).action(clap::ArgAction::Help).hide(true).help(help));
-    }
+    // kingpin's built-ins node_exporter has: the long help is the help
+    // here, `--help-man` prints the man page (`cmd::serve` does, before
+    // serving); shell completions are not offered.
+    v.push(Arg::new("help-long").long("help-long").action(clap::ArgAction::Help).hide(true).help("Generate long help."));
+    v.push(Arg::new("help-man").long("help-man").action(clap::ArgAction::SetTrue).hide(true).help("Generate a man page."));
     for name in ["completion-bash", "completion-script-bash", "completion-script-zsh"] {
         v.extend(flags::bool_args(name, false, "Accepted for node_exporter compatibility; prints nothing.").map(|a| a.hide(true)));
     }
