@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the eBPF object with Debian's rustc-web toolchain (see
-# ../shared/notes/ebpf-toolchain.md). Used by `cargo xtask build-ebpf` and by
+# docs/development.md). Used by `cargo xtask build-ebpf` and by
 # the agent's build script, so there is one recipe.
 # Usage: build.sh TARGET_DIR [FEATURES] [clippy]
 # (FEATURES: e.g. test-programs, for the test object; `clippy`: lint with

@@ -156,7 +156,7 @@ const TEST_PACKAGES: &[&str] = &[
     "mmdebstrap",
 ];
 
-/// The offline eBPF toolchain (see ../shared/notes/ebpf-toolchain.md):
+/// The offline eBPF toolchain (docs/development.md, "The offline eBPF toolchain"):
 /// Debian's rustc-web with a prebuilt `core` for bpfel-unknown-none, and the
 /// LLVM bpf-linker links against.
 const EBPF_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf", "llvm-22-dev"];

@@ -2184,7 +2184,7 @@ fn run() -> Res<()> {
         let _ = writeln!(md, "| {} | {:.0} µs | {:.0} µs | {range} |", r.what, r.user_us, r.sys_us);
     }
     md.push_str(&growth);
-    let _ = writeln!(md, "\n## Planner\n\nOne `plan` (a full controller sync, mid-rollout, as many pods as nodes), median; `cargo bench -p node-agent --bench plan` runs the same with criterion.\n");
+    let _ = writeln!(md, "\n## Planner\n\nOne `plan` (a full controller sync, mid-rollout, as many pods as nodes), median; `cargo bench -p node-agent-planner --bench plan` runs the same with criterion.\n");
     let _ = writeln!(md, "| nodes | time |\n|---|---|");
     for (n, ms) in &plans {
         let _ = writeln!(md, "| {n} | {ms:.2} ms |");
