@@ -1,10 +1,33 @@
 //! Flags as node_exporter (kingpin) spells them: `--name=value` and
 //! `--name value`, booleans as `--name` / `--no-name` (the last one wins).
 //!
-//! Collectors declare their flags ([`string_arg`], [`bool_args`]) and read
-//! them once, into their typed options, through [`Flags`]; no collector
-//! holds the command line.
+//! A collector declares each of its flags once, as a `const` holding its
+//! name, default and help: a [`BoolFlag`], [`StringFlag`] (also read as a
+//! regular expression, or an include/exclude pair through [`filter`]),
+//! [`StringsFlag`] (repeatable), [`DurationFlag`] or [`SignedDurationFlag`]
+//! (Go durations), [`IntFlag`] (any integer type) or [`SizeFlag`] (bytes);
+//! [`Hidden`] keeps one out of `--help`. For example:
+//!
+//! ```text
+//! pub const GUEST: BoolFlag =
+//!     BoolFlag { name: "collector.cpu.guest", default: true, help: "Enables metric node_cpu_guest_seconds_total" };
+//! pub const STAT_WORKERS: IntFlag<usize> =
+//!     IntFlag { name: "collector.filesystem.stat-workers", default: 4, help: "how many stat calls to process simultaneously" };
+//! ```
+//!
+//! Both the clap arguments and the typed value come from the declaration:
+//! the collector's `Options::args()` is [`args`]`(&[&GUEST, &STAT_WORKERS])`,
+//! and its `Options::from_flags(&Flags)` reads each value once, typed
+//! (`GUEST.get(f)`, `STAT_WORKERS.get(f)?`), a bad value being an error
+//! that names the flag. No collector holds the command line or writes a
+//! flag's name twice.
+//!
+//! The untyped pieces ([`string_arg`], [`bool_args`], [`Flags::string`],
+//! ...) remain for the binary's own flags, its probes and the registry.
 
+use std::fmt::Display;
+use std::num::NonZeroU64;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::parser::ValueSource;
@@ -94,7 +117,308 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
     n.checked_mul(scale)
 }
 
-/// Reads declared flags from the parsed command line.
+/// Parses a Go duration that may be negative (`-2ms`), in nanoseconds.
+pub fn parse_go_duration_nanos(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let (neg, rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s),
+    };
+    let d = parse_go_duration(rest)?;
+    let ns = i64::try_from(d.as_nanos()).ok()?;
+    Some(if neg { -ns } else { ns })
+}
+
+/// A declared flag: its clap arguments, as `--help` shows them.
+pub trait Flag {
+    fn declare(&self) -> Vec<Arg>;
+}
+
+/// The clap arguments of `flags`, in order (`--help` lists them so): a
+/// collector's `Options::args()`.
+pub fn args(flags: &[&dyn Flag]) -> Vec<Arg> {
+    flags.iter().flat_map(|f| f.declare()).collect()
+}
+
+/// For declarations of one argument (`arg()`): [`Flag`], and `invalid`,
+/// the error for a bad value.
+macro_rules! one_arg {
+    ($($t:ty),*) => {$(
+        impl Flag for $t {
+            fn declare(&self) -> Vec<Arg> {
+                vec![self.arg()]
+            }
+        }
+
+        impl $t {
+            /// The error for a bad value of this flag.
+            pub fn invalid(&self, msg: impl Into<String>) -> ConfigError {
+                invalid(self.name, msg)
+            }
+        }
+    )*};
+}
+
+/// The error for a bad value of the flag `name`.
+fn invalid(name: &str, msg: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { flag: name.to_string(), msg: msg.into() }
+}
+
+/// A kingpin boolean: `--name`, and `--no-name` (hidden) to turn it off;
+/// the last one given wins. Its help states the default.
+#[derive(Clone, Copy, Debug)]
+pub struct BoolFlag {
+    pub name: &'static str,
+    pub default: bool,
+    pub help: &'static str,
+}
+
+impl BoolFlag {
+    /// `--name` and `--no-name` ([`bool_args`]).
+    pub fn args(&self) -> [Arg; 2] {
+        bool_args(self.name, self.default, self.help)
+    }
+
+    /// Its value: the last of `--name` / `--no-name` given, else the default.
+    pub fn get(&self, f: &Flags) -> bool {
+        f.bool(self.name, self.default)
+    }
+}
+
+impl Flag for BoolFlag {
+    fn declare(&self) -> Vec<Arg> {
+        self.args().into()
+    }
+}
+
+/// A string flag (`--name=VALUE`), with a default ("" for none).
+#[derive(Clone, Copy, Debug)]
+pub struct StringFlag {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+impl StringFlag {
+    pub fn arg(&self) -> Arg {
+        string_arg(self.name, self.default, self.help)
+    }
+
+    /// Its value (the default when not given).
+    pub fn get(&self, f: &Flags) -> String {
+        f.string(self.name)
+    }
+
+    /// Whether it was given on the command line (not its default).
+    pub fn given(&self, f: &Flags) -> bool {
+        f.given(self.name)
+    }
+
+    /// Its value, or that of the deprecated flag node_exporter keeps for it
+    /// (`--collector.diskstats.ignored-devices` for
+    /// `--collector.diskstats.device-exclude`, see
+    /// [`crate::catalog::DEPRECATED`]), with node_exporter's warning; both
+    /// given is node_exporter's error. Also whether it was given.
+    pub fn value(&self, f: &Flags) -> Result<(String, bool), ConfigError> {
+        let own = (self.get(f), self.given(f));
+        let Some(d) = crate::catalog::DEPRECATED.iter().find(|d| d.replaced_by == self.name) else { return Ok(own) };
+        let alias = f.string(d.alias);
+        if alias.is_empty() {
+            return Ok(own);
+        }
+        if own.1 {
+            return Err(invalid(d.alias, d.conflict));
+        }
+        tracing::warn!("{}", d.warning);
+        Ok((alias, true))
+    }
+
+    /// Its value ([`value`](Self::value)) as a regular expression; empty
+    /// means "not set".
+    pub fn regex(&self, f: &Flags) -> Result<Option<Regex>, ConfigError> {
+        self.compile(self.value(f)?.0)
+    }
+
+    /// Its value ([`value`](Self::value)) as a regular expression, compiled
+    /// even when empty (Go's empty pattern matches every name).
+    pub fn pattern(&self, f: &Flags) -> Result<Regex, ConfigError> {
+        let (value, _) = self.value(f)?;
+        Regex::new(&value).map_err(|e| self.bad_regex(value, e))
+    }
+
+    /// `value` compiled as this flag's regular expression; empty means
+    /// "not set".
+    pub fn compile(&self, value: String) -> Result<Option<Regex>, ConfigError> {
+        if value.is_empty() {
+            return Ok(None);
+        }
+        Regex::new(&value).map(Some).map_err(|e| self.bad_regex(value, e))
+    }
+
+    /// The error for `value`, which is not a regular expression.
+    pub fn bad_regex(&self, value: String, e: regex::Error) -> ConfigError {
+        ConfigError::Regex { flag: self.name.to_string(), value, source: Box::new(e) }
+    }
+
+    /// Its value parsed by `parse`, whose error is the flag's.
+    pub fn parse_with<T>(&self, f: &Flags, parse: impl FnOnce(&str) -> Result<T, String>) -> Result<T, ConfigError> {
+        parse(&self.get(f)).map_err(|msg| self.invalid(msg))
+    }
+}
+
+/// node_exporter's include/exclude pair: both given is an error; a given
+/// include pattern replaces a default exclude pattern. Either may be given
+/// under its deprecated name ([`StringFlag::value`]).
+pub fn filter(f: &Flags, exclude: &StringFlag, include: &StringFlag) -> Result<DeviceFilter, ConfigError> {
+    let ex = exclude.regex(f)?;
+    let inc = include.regex(f)?;
+    if ex.is_some() && inc.is_some() && exclude.value(f)?.1 {
+        return Err(include.invalid(format!("cannot be used together with --{}", exclude.name)));
+    }
+    if inc.is_some() {
+        return Ok(DeviceFilter::new(None, inc));
+    }
+    Ok(DeviceFilter::new(ex, None))
+}
+
+/// A repeatable string flag (kingpin's `Strings()`), without a default.
+#[derive(Clone, Copy, Debug)]
+pub struct StringsFlag {
+    pub name: &'static str,
+    /// What `--help` calls a value (`VALUE`, `DIR`).
+    pub value_name: &'static str,
+    pub help: &'static str,
+}
+
+impl StringsFlag {
+    pub fn arg(&self) -> Arg {
+        strings_arg(self.name, self.help).value_name(self.value_name)
+    }
+
+    /// Every value given, in command-line order.
+    pub fn get(&self, f: &Flags) -> Vec<String> {
+        f.strings(self.name)
+    }
+
+    /// Its values parsed by `parse`, whose error is the flag's.
+    pub fn parse_with<T>(&self, f: &Flags, parse: impl FnOnce(&[String]) -> Result<T, String>) -> Result<T, ConfigError> {
+        parse(&self.get(f)).map_err(|msg| self.invalid(msg))
+    }
+}
+
+/// A Go duration flag (`5s`, `1m30s`; [`parse_go_duration`]), not negative.
+#[derive(Clone, Copy, Debug)]
+pub struct DurationFlag {
+    pub name: &'static str,
+    /// As Go writes it.
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+impl DurationFlag {
+    pub fn arg(&self) -> Arg {
+        string_arg(self.name, self.default, self.help)
+    }
+
+    pub fn get(&self, f: &Flags) -> Result<Duration, ConfigError> {
+        f.duration(self.name)
+    }
+}
+
+/// A Go duration flag that may be negative, read in nanoseconds
+/// ([`parse_go_duration_nanos`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SignedDurationFlag {
+    pub name: &'static str,
+    /// As Go writes it.
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+impl SignedDurationFlag {
+    pub fn arg(&self) -> Arg {
+        string_arg(self.name, self.default, self.help)
+    }
+
+    /// Nanoseconds.
+    pub fn get(&self, f: &Flags) -> Result<i64, ConfigError> {
+        let value = f.string(self.name);
+        parse_go_duration_nanos(&value).ok_or_else(|| self.invalid(format!("invalid duration {value:?}")))
+    }
+}
+
+/// An integer flag of type `T`, declared (and shown) as a string as
+/// kingpin does, parsed with `FromStr`.
+#[derive(Clone, Copy, Debug)]
+pub struct IntFlag<T> {
+    pub name: &'static str,
+    pub default: T,
+    pub help: &'static str,
+}
+
+impl<T: FromStr + Display> IntFlag<T> {
+    pub fn arg(&self) -> Arg {
+        string_arg(self.name, &self.default.to_string(), self.help)
+    }
+
+    pub fn get(&self, f: &Flags) -> Result<T, ConfigError> {
+        f.parse(self.name)
+    }
+
+    /// The error for a bad value of this flag.
+    pub fn invalid(&self, msg: impl Into<String>) -> ConfigError {
+        invalid(self.name, msg)
+    }
+}
+
+impl<T: FromStr + Display> Flag for IntFlag<T> {
+    fn declare(&self) -> Vec<Arg> {
+        vec![self.arg()]
+    }
+}
+
+/// A byte size flag (`65536`, `512KiB`, `8MiB`; [`parse_bytes`]), above zero.
+#[derive(Clone, Copy, Debug)]
+pub struct SizeFlag {
+    pub name: &'static str,
+    /// As written on the command line.
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+impl SizeFlag {
+    pub fn arg(&self) -> Arg {
+        string_arg(self.name, self.default, self.help)
+    }
+
+    pub fn get(&self, f: &Flags) -> Result<NonZeroU64, ConfigError> {
+        let value = f.string(self.name);
+        parse_bytes(&value)
+            .and_then(NonZeroU64::new)
+            .ok_or_else(|| self.invalid(format!("invalid size {value:?} (e.g. 65536, 512KiB, 8MiB)")))
+    }
+}
+
+one_arg!(StringFlag, StringsFlag, DurationFlag, SignedDurationFlag, SizeFlag);
+
+/// A flag kept out of `--help` (a deprecated spelling, a test switch).
+#[derive(Clone, Copy, Debug)]
+pub struct Hidden<F>(pub F);
+
+impl<F: Flag> Flag for Hidden<F> {
+    fn declare(&self) -> Vec<Arg> {
+        self.0.declare().into_iter().map(|a| a.hide(true)).collect()
+    }
+}
+
+impl Hidden<BoolFlag> {
+    pub fn get(&self, f: &Flags) -> bool {
+        self.0.get(f)
+    }
+}
+
+/// Reads flags from the parsed command line by name: the binary's own
+/// flags; collectors read theirs through their declarations.
 #[derive(Clone, Copy)]
 pub struct Flags<'a> {
     m: &'a ArgMatches,
@@ -105,13 +429,8 @@ impl<'a> Flags<'a> {
         Flags { m }
     }
 
-    /// The parsed command line, for the binary's own flags.
-    pub fn matches(&self) -> &'a ArgMatches {
-        self.m
-    }
-
     /// Whether `name` was given on the command line (not its default).
-    pub fn given(&self, name: &str) -> bool {
+    fn given(&self, name: &str) -> bool {
         self.m.try_contains_id(name).unwrap_or(false) && self.m.value_source(name) == Some(ValueSource::CommandLine)
     }
 
@@ -133,63 +452,21 @@ impl<'a> Flags<'a> {
         self.m.try_get_one::<String>(name).ok().flatten().cloned().unwrap_or_default()
     }
 
-    /// The value of a string flag, or of the deprecated flag node_exporter
-    /// keeps for it (`--collector.diskstats.ignored-devices` for
-    /// `--collector.diskstats.device-exclude`), with node_exporter's warning;
-    /// both given is node_exporter's error. Also whether it was given.
-    pub fn value(&self, name: &str) -> Result<(String, bool), ConfigError> {
-        let own = (self.string(name), self.given(name));
-        let Some(d) = crate::catalog::DEPRECATED.iter().find(|d| d.replaced_by == name) else { return Ok(own) };
-        let alias = self.string(d.alias);
-        if alias.is_empty() {
-            return Ok(own);
-        }
-        if own.1 {
-            return Err(ConfigError::Invalid { flag: d.alias.to_string(), msg: d.conflict.to_string() });
-        }
-        tracing::warn!("{}", d.warning);
-        Ok((alias, true))
-    }
-
     /// Every value of a repeatable flag, in command-line order.
     pub fn strings(&self, name: &str) -> Vec<String> {
         self.m.try_get_many::<String>(name).ok().flatten().map(|v| v.cloned().collect()).unwrap_or_default()
     }
 
-    /// A regular expression flag; an empty value means "not set".
-    pub fn regex(&self, name: &str) -> Result<Option<Regex>, ConfigError> {
-        let (value, _) = self.value(name)?;
-        if value.is_empty() {
-            return Ok(None);
-        }
-        Regex::new(&value).map(Some).map_err(|e| ConfigError::Regex { flag: name.to_string(), value, source: Box::new(e) })
-    }
-
     /// A value parsed with `FromStr`, the error naming the flag.
     pub fn parse<T: std::str::FromStr>(&self, name: &str) -> Result<T, ConfigError> {
         let value = self.string(name);
-        value.trim().parse().map_err(|_| ConfigError::Invalid { flag: name.to_string(), msg: format!("invalid value {value:?}") })
+        value.trim().parse().map_err(|_| invalid(name, format!("invalid value {value:?}")))
     }
 
     /// A Go duration flag (`5s`, `1m30s`).
     pub fn duration(&self, name: &str) -> Result<Duration, ConfigError> {
         let value = self.string(name);
-        parse_go_duration(&value)
-            .ok_or_else(|| ConfigError::Invalid { flag: name.to_string(), msg: format!("invalid duration {value:?} (e.g. 500ms, 5s, 1m)") })
-    }
-
-    /// node_exporter's include/exclude pair: both given is an error; a given
-    /// include pattern replaces a default exclude pattern.
-    pub fn filter(&self, exclude: &str, include: &str) -> Result<DeviceFilter, ConfigError> {
-        let ex = self.regex(exclude)?;
-        let inc = self.regex(include)?;
-        if ex.is_some() && inc.is_some() && self.value(exclude)?.1 {
-            return Err(ConfigError::Invalid { flag: include.to_string(), msg: format!("cannot be used together with --{exclude}") });
-        }
-        if inc.is_some() {
-            return Ok(DeviceFilter::new(None, inc));
-        }
-        Ok(DeviceFilter::new(ex, None))
+        parse_go_duration(&value).ok_or_else(|| invalid(name, format!("invalid duration {value:?} (e.g. 500ms, 5s, 1m)")))
     }
 }
 
@@ -198,42 +475,118 @@ mod tests {
     use super::*;
     use clap::Command;
 
+    const RE: StringFlag = StringFlag { name: "a.re", default: "^x$", help: "" };
+    const INC: StringFlag = StringFlag { name: "a.inc", default: "", help: "" };
+    const ON: BoolFlag = BoolFlag { name: "a.on", default: true, help: "on" };
+    const OFF: Hidden<BoolFlag> = Hidden(BoolFlag { name: "a.off", default: false, help: "off" });
+    const DIR: StringsFlag = StringsFlag { name: "a.dir", value_name: "DIR", help: "" };
+    const WAIT: DurationFlag = DurationFlag { name: "a.wait", default: "5s", help: "" };
+    const SKEW: SignedDurationFlag = SignedDurationFlag { name: "a.skew", default: "-1ms", help: "" };
+    const N: IntFlag<u16> = IntFlag { name: "a.n", default: 4, help: "" };
+    const SIZE: SizeFlag = SizeFlag { name: "a.size", default: "8MiB", help: "" };
+
+    fn command() -> Command {
+        Command::new("t").no_binary_name(true).args(args(&[&RE, &INC, &ON, &OFF, &DIR, &WAIT, &SKEW, &N, &SIZE]))
+    }
+
     fn matches(args: &[&str]) -> ArgMatches {
-        let mut cmd = Command::new("t").no_binary_name(true).arg(string_arg("a.re", "^x$", "")).arg(string_arg("a.inc", "", ""));
-        for a in bool_args("a.on", true, "") {
-            cmd = cmd.arg(a);
-        }
-        cmd = cmd.arg(strings_arg("a.dir", ""));
-        cmd.try_get_matches_from(args).unwrap()
+        command().try_get_matches_from(args).unwrap()
+    }
+
+    #[test]
+    fn declarations_are_today_s_args() {
+        let cmd = command();
+        let ids: Vec<&str> = cmd.get_arguments().map(|a| a.get_id().as_str()).collect();
+        assert_eq!(ids, ["a.re", "a.inc", "a.on", "no-a.on", "a.off", "no-a.off", "a.dir", "a.wait", "a.skew", "a.n", "a.size"]);
+        let same = |a: Arg, b: Arg| assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        let [on, no] = ON.args();
+        let [on2, no2] = bool_args("a.on", true, "on");
+        same(on, on2);
+        same(no, no2);
+        same(RE.arg(), string_arg("a.re", "^x$", ""));
+        same(N.arg(), string_arg("a.n", "4", ""));
+        same(SIZE.arg(), string_arg("a.size", "8MiB", ""));
+        same(WAIT.arg(), string_arg("a.wait", "5s", ""));
+        same(DIR.arg(), strings_arg("a.dir", "").value_name("DIR"));
+        let arg = |id: &str| cmd.get_arguments().find(|a| a.get_id() == id).unwrap().clone();
+        assert!(arg("a.off").is_hide_set() && arg("no-a.off").is_hide_set() && !arg("a.on").is_hide_set());
+        assert_eq!(arg("a.dir").get_value_names().unwrap(), ["DIR"]);
     }
 
     #[test]
     fn booleans_last_one_wins() {
         let m = matches(&[]);
+        assert!(ON.get(&Flags::new(&m)));
+        assert!(!OFF.get(&Flags::new(&m)));
         assert!(Flags::new(&m).bool("a.on", true));
         assert!(!Flags::new(&m).bool("a.on", false), "the default is the caller's");
-        let m = matches(&["--no-a.on"]);
-        assert!(!Flags::new(&m).bool("a.on", true));
+        let m = matches(&["--no-a.on", "--a.off"]);
+        assert!(!ON.get(&Flags::new(&m)) && OFF.get(&Flags::new(&m)));
         let m = matches(&["--no-a.on", "--a.on"]);
-        assert!(Flags::new(&m).bool("a.on", false));
+        assert!(ON.get(&Flags::new(&m)));
     }
 
     #[test]
     fn strings_regexes_and_filters() {
         let m = matches(&["--a.dir=x", "--a.dir", "y"]);
         let f = Flags::new(&m);
+        assert_eq!(DIR.get(&f), ["x", "y"]);
         assert_eq!(f.strings("a.dir"), ["x", "y"]);
-        assert!(f.regex("a.re").unwrap().unwrap().is_match("x"));
-        assert!(f.regex("a.inc").unwrap().is_none());
-        assert!(f.filter("a.re", "a.inc").unwrap().ignored("x"), "the default exclude applies");
+        assert_eq!(DIR.parse_with(&f, |v| Ok::<_, String>(v.len())).unwrap(), 2);
+        assert!(DIR.parse_with(&f, |_| Err::<(), _>("no".into())).unwrap_err().to_string().starts_with("--a.dir: no"));
+        assert!(RE.regex(&f).unwrap().unwrap().is_match("x"));
+        assert!(INC.regex(&f).unwrap().is_none());
+        assert!(INC.pattern(&f).unwrap().is_match("anything"), "an empty pattern matches everything");
+        assert!(!INC.given(&f) && RE.get(&f) == "^x$");
+        assert!(filter(&f, &RE, &INC).unwrap().ignored("x"), "the default exclude applies");
         let m = matches(&["--a.inc=^y$"]);
-        let filt = Flags::new(&m).filter("a.re", "a.inc").unwrap();
+        let filt = filter(&Flags::new(&m), &RE, &INC).unwrap();
         assert!(!filt.ignored("y") && filt.ignored("x"), "an include replaces the default exclude");
         let m = matches(&["--a.inc=^y$", "--a.re=^z$"]);
-        let e = Flags::new(&m).filter("a.re", "a.inc").unwrap_err().to_string();
-        assert!(e.contains("--a.inc") && e.contains("--a.re"), "{e}");
+        let e = filter(&Flags::new(&m), &RE, &INC).unwrap_err().to_string();
+        assert_eq!(e, "--a.inc: cannot be used together with --a.re");
         let m = matches(&["--a.re=(("]);
-        assert!(Flags::new(&m).regex("a.re").unwrap_err().to_string().contains("--a.re"));
+        assert!(RE.regex(&Flags::new(&m)).unwrap_err().to_string().starts_with("--a.re: invalid regular expression \"((\""));
+        assert!(RE.pattern(&Flags::new(&m)).is_err());
+    }
+
+    #[test]
+    fn deprecated_spellings() {
+        const NEW: StringFlag = StringFlag { name: "collector.qdisc.device-include", default: "", help: "" };
+        const OLD: Hidden<StringFlag> = Hidden(StringFlag { name: "collector.qdisk.device-include", default: "", help: "" });
+        let cmd = Command::new("t").no_binary_name(true).args(args(&[&NEW, &OLD]));
+        let value = |a: &[&str]| NEW.value(&Flags::new(&cmd.clone().try_get_matches_from(a).unwrap())).map_err(|e| e.to_string());
+        assert_eq!(value(&[]).unwrap(), (String::new(), false));
+        assert_eq!(value(&["--collector.qdisc.device-include=a"]).unwrap(), ("a".to_string(), true));
+        assert_eq!(value(&["--collector.qdisk.device-include=b"]).unwrap(), ("b".to_string(), true));
+        let e = value(&["--collector.qdisk.device-include=b", "--collector.qdisc.device-include=a"]).unwrap_err();
+        assert!(e.starts_with("--collector.qdisk.device-include: ") && e.contains("mutually exclusive"), "{e}");
+    }
+
+    #[test]
+    fn typed_values_and_their_errors() {
+        let m = matches(&[]);
+        let f = Flags::new(&m);
+        assert_eq!(WAIT.get(&f).unwrap(), Duration::from_secs(5));
+        assert_eq!(SKEW.get(&f).unwrap(), -1_000_000);
+        assert_eq!(N.get(&f).unwrap(), 4);
+        assert_eq!(SIZE.get(&f).unwrap().get(), 8 << 20);
+        let m = matches(&["--a.wait=5", "--a.skew=x", "--a.n=70000", "--a.size=0"]);
+        let f = Flags::new(&m);
+        assert_eq!(WAIT.get(&f).unwrap_err().to_string(), "--a.wait: invalid duration \"5\" (e.g. 500ms, 5s, 1m)");
+        assert_eq!(SKEW.get(&f).unwrap_err().to_string(), "--a.skew: invalid duration \"x\"");
+        assert_eq!(N.get(&f).unwrap_err().to_string(), "--a.n: invalid value \"70000\"");
+        assert_eq!(SIZE.get(&f).unwrap_err().to_string(), "--a.size: invalid size \"0\" (e.g. 65536, 512KiB, 8MiB)");
+        assert_eq!(N.invalid("too many").to_string(), "--a.n: too many");
+        let m = matches(&["--a.n", " 7 "]);
+        assert_eq!(N.get(&Flags::new(&m)).unwrap(), 7);
+    }
+
+    #[test]
+    fn signed_go_durations() {
+        assert_eq!(parse_go_duration_nanos("-1ms"), Some(-1_000_000));
+        assert_eq!(parse_go_duration_nanos("3.46608s"), Some(3_466_080_000));
+        assert_eq!(parse_go_duration_nanos("x"), None);
     }
 
     #[test]

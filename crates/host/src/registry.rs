@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::{Arg, ArgMatches, Command};
 
 use crate::collector::*;
-use crate::flags::{self, Flags};
+use crate::flags::{self, BoolFlag, Flags, StringFlag};
 use crate::{Collector, ConfigError, Named, Paths};
 
 /// Builds a collector from its flags, the host paths and shared state `C`.
@@ -32,12 +32,16 @@ pub fn no_args() -> Vec<Arg> {
     Vec::new()
 }
 
+/// A collector without flags of its own: `Collector::new(&Paths) -> Collector`.
 macro_rules! simple {
     ($name:literal, $default:expr, $module:ident) => {
         Definition { name: $name, enabled_by_default: $default, args: no_args, build: |_f, p, _c| Ok(Box::new($module::Collector::new(p))) }
     };
 }
 
+/// A collector with flags: `Options::args()` declares them (its
+/// `host::flags` consts), `Options::from_flags(&Flags)` reads them, then
+/// `Collector::new(Options, &Paths) -> Result<Collector, ConfigError>`.
 macro_rules! with_options {
     ($name:literal, $default:expr, $module:ident) => {
         Definition {
@@ -54,54 +58,54 @@ pub fn definitions() -> Vec<Definition> {
     vec![
         with_options!("arp", true, arp),
         with_options!("bcache", true, bcache),
-        with_options!("bcachefs", true, bcachefs),
-        with_options!("bonding", true, bonding),
-        with_options!("btrfs", true, btrfs),
-        with_options!("buddyinfo", false, buddyinfo),
-        with_options!("cgroups", false, cgroups),
+        simple!("bcachefs", true, bcachefs),
+        simple!("bonding", true, bonding),
+        simple!("btrfs", true, btrfs),
+        simple!("buddyinfo", false, buddyinfo),
+        simple!("cgroups", false, cgroups),
         simple!("conntrack", true, conntrack),
         with_options!("cpu", true, cpu),
-        with_options!("cpu_vulnerabilities", false, cpu_vulnerabilities),
+        simple!("cpu_vulnerabilities", false, cpu_vulnerabilities),
         simple!("cpufreq", true, cpufreq),
         with_options!("diskstats", true, diskstats),
-        with_options!("dmi", true, dmi),
-        with_options!("dmmultipath", true, dmmultipath),
-        with_options!("drbd", false, drbd),
-        with_options!("drm", false, drm),
-        with_options!("edac", true, edac),
+        simple!("dmi", true, dmi),
+        simple!("dmmultipath", true, dmmultipath),
+        simple!("drbd", false, drbd),
+        simple!("drm", false, drm),
+        simple!("edac", true, edac),
         simple!("entropy", true, entropy),
         with_options!("ethtool", false, ethtool),
-        with_options!("fibrechannel", true, fibrechannel),
+        simple!("fibrechannel", true, fibrechannel),
         simple!("filefd", true, filefd),
         with_options!("filesystem", true, filesystem),
         with_options!("hwmon", true, hwmon),
         with_options!("infiniband", true, infiniband),
         with_options!("interrupts", false, interrupts),
         with_options!("ipvs", true, ipvs),
-        with_options!("kernel_hung", true, kernel_hung),
-        with_options!("ksmd", false, ksmd),
-        with_options!("lnstat", false, lnstat),
+        simple!("kernel_hung", true, kernel_hung),
+        simple!("ksmd", false, ksmd),
+        simple!("lnstat", false, lnstat),
         simple!("loadavg", true, loadavg),
         with_options!("logind", false, logind),
-        with_options!("mdadm", true, mdadm),
+        simple!("mdadm", true, mdadm),
         simple!("meminfo", true, meminfo),
-        with_options!("meminfo_numa", false, meminfo_numa),
-        with_options!("mountstats", false, mountstats),
+        simple!("meminfo_numa", false, meminfo_numa),
+        simple!("mountstats", false, mountstats),
         with_options!("netclass", true, netclass),
         with_options!("netdev", true, netdev),
         with_options!("netstat", true, netstat),
         with_options!("network_route", false, network_route),
-        with_options!("nfs", true, nfs),
-        with_options!("nfsd", true, nfsd),
+        simple!("nfs", true, nfs),
+        simple!("nfsd", true, nfsd),
         with_options!("ntp", false, ntp),
-        with_options!("nvme", true, nvme),
-        with_options!("nvmesubsystem", false, nvmesubsystem),
+        simple!("nvme", true, nvme),
+        simple!("nvmesubsystem", false, nvmesubsystem),
         simple!("os", true, os),
         with_options!("pcidevice", false, pcidevice),
         with_options!("perf", false, perf),
         with_options!("powersupplyclass", true, powersupplyclass),
         simple!("pressure", true, pressure),
-        with_options!("processes", false, processes),
+        simple!("processes", false, processes),
         with_options!("qdisc", false, qdisc),
         with_options!("rapl", true, rapl),
         with_options!("runit", false, runit),
@@ -109,11 +113,11 @@ pub fn definitions() -> Vec<Definition> {
         simple!("selinux", true, selinux),
         with_options!("slabinfo", false, slabinfo),
         simple!("sockstat", true, sockstat),
-        with_options!("softirqs", false, softirqs),
+        simple!("softirqs", false, softirqs),
         simple!("softnet", true, softnet),
         with_options!("stat", true, stat),
         with_options!("supervisord", false, supervisord),
-        with_options!("swap", false, swap),
+        simple!("swap", false, swap),
         with_options!("sysctl", false, sysctl),
         with_options!("systemd", false, systemd),
         with_options!("tapestats", true, tapestats),
@@ -125,34 +129,36 @@ pub fn definitions() -> Vec<Definition> {
         simple!("udp_queues", true, udp_queues),
         simple!("uname", true, uname),
         with_options!("vmstat", true, vmstat),
-        with_options!("watchdog", true, watchdog),
+        simple!("watchdog", true, watchdog),
         with_options!("wifi", false, wifi),
-        with_options!("xfrm", false, xfrm),
-        with_options!("xfs", true, xfs),
-        with_options!("zfs", true, zfs),
-        with_options!("zoneinfo", false, zoneinfo),
+        simple!("xfrm", false, xfrm),
+        simple!("xfs", true, xfs),
+        simple!("zfs", true, zfs),
+        simple!("zoneinfo", false, zoneinfo),
     ]
 }
 
+pub const PROCFS: StringFlag = StringFlag { name: "path.procfs", default: "/proc", help: "procfs mountpoint." };
+pub const SYSFS: StringFlag = StringFlag { name: "path.sysfs", default: "/sys", help: "sysfs mountpoint." };
+pub const ROOTFS: StringFlag = StringFlag { name: "path.rootfs", default: "/", help: "rootfs mountpoint." };
+pub const UDEV_DATA: StringFlag = StringFlag { name: "path.udev.data", default: "/run/udev/data", help: "udev data path." };
+pub const DISABLE_DEFAULTS: BoolFlag =
+    BoolFlag { name: "collector.disable-defaults", default: false, help: "Set all collectors to disabled by default." };
+
 /// `--path.*`: where the host's filesystems are.
 pub fn path_args() -> Vec<Arg> {
-    vec![
-        flags::string_arg("path.procfs", "/proc", "procfs mountpoint."),
-        flags::string_arg("path.sysfs", "/sys", "sysfs mountpoint."),
-        flags::string_arg("path.rootfs", "/", "rootfs mountpoint."),
-        flags::string_arg("path.udev.data", "/run/udev/data", "udev data path."),
-    ]
+    flags::args(&[&PROCFS, &SYSFS, &ROOTFS, &UDEV_DATA])
 }
 
 /// The host paths from `--path.*`.
 pub fn paths(f: &Flags) -> Paths {
-    let p = |n: &str| PathBuf::from(f.string(n));
-    Paths { procfs: p("path.procfs"), sysfs: p("path.sysfs"), rootfs: p("path.rootfs"), udev_data: p("path.udev.data") }
+    let p = |flag: StringFlag| PathBuf::from(flag.get(f));
+    Paths { procfs: p(PROCFS), sysfs: p(SYSFS), rootfs: p(ROOTFS), udev_data: p(UDEV_DATA) }
 }
 
 /// `--collector.disable-defaults`.
 pub fn disable_defaults_args() -> [Arg; 2] {
-    flags::bool_args("collector.disable-defaults", false, "Set all collectors to disabled by default.")
+    DISABLE_DEFAULTS.args()
 }
 
 /// `--collector.<name>` / `--no-collector.<name>` and the collector's own
@@ -168,7 +174,7 @@ pub fn collector_args<C>(defs: &[Definition<C>]) -> Vec<Arg> {
 
 /// Whether the collector of `d` is on, given `--collector.disable-defaults`.
 pub fn enabled<C>(f: &Flags, d: &Definition<C>) -> bool {
-    let default = d.enabled_by_default && !f.bool("collector.disable-defaults", false);
+    let default = d.enabled_by_default && !DISABLE_DEFAULTS.get(f);
     f.bool(&format!("collector.{}", d.name), default)
 }
 
@@ -217,7 +223,7 @@ pub fn unimplemented<C>(defs: &[Definition<C>]) -> Vec<(&'static str, bool)> {
 /// Warns once for each collector node_exporter has, node-agent does not,
 /// and the command line turns on (explicitly or by default).
 pub fn warn_unimplemented<C>(f: &Flags, defs: &[Definition<C>]) {
-    let defaults_off = f.bool("collector.disable-defaults", false);
+    let defaults_off = DISABLE_DEFAULTS.get(f);
     for (name, default) in unimplemented(defs) {
         if f.bool(&format!("collector.{name}"), default && !defaults_off) {
             tracing::warn!(

@@ -13,7 +13,7 @@ use netlink_packet_route::neighbour::NeighbourState;
 use netlink_packet_route::AddressFamily;
 
 use crate::filter::DeviceFilter;
-use crate::flags::{self, Flags};
+use crate::flags::{self, BoolFlag, Flags, StringFlag};
 use crate::io::read_file;
 use crate::netlink::Route;
 use crate::parse::{fields, lines};
@@ -26,29 +26,26 @@ pub struct Options {
     pub netlink: bool,
 }
 
+pub const DEVICE_INCLUDE: StringFlag = StringFlag {
+    name: "collector.arp.device-include",
+    default: "",
+    help: "Regexp of arp devices to include (mutually exclusive to device-exclude).",
+};
+pub const DEVICE_EXCLUDE: StringFlag = StringFlag {
+    name: "collector.arp.device-exclude",
+    default: "",
+    help: "Regexp of arp devices to exclude (mutually exclusive to device-include).",
+};
+pub const NETLINK: BoolFlag =
+    BoolFlag { name: "collector.arp.netlink", default: true, help: "Use netlink to gather stats instead of /proc/net/arp." };
+
 impl Options {
     pub fn args() -> Vec<Arg> {
-        let mut v = vec![
-            flags::string_arg(
-                "collector.arp.device-include",
-                "",
-                "Regexp of arp devices to include (mutually exclusive to device-exclude).",
-            ),
-            flags::string_arg(
-                "collector.arp.device-exclude",
-                "",
-                "Regexp of arp devices to exclude (mutually exclusive to device-include).",
-            ),
-        ];
-        v.extend(flags::bool_args("collector.arp.netlink", true, "Use netlink to gather stats instead of /proc/net/arp."));
-        v
+        flags::args(&[&DEVICE_INCLUDE, &DEVICE_EXCLUDE, &NETLINK])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {
-            filter: f.filter("collector.arp.device-exclude", "collector.arp.device-include")?,
-            netlink: f.bool("collector.arp.netlink", true),
-        })
+        Ok(Options { filter: flags::filter(f, &DEVICE_EXCLUDE, &DEVICE_INCLUDE)?, netlink: NETLINK.get(f) })
     }
 }
 

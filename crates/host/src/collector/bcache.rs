@@ -11,11 +11,12 @@ use std::path::{Path, PathBuf};
 
 use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{BoolFlag, Flags};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const PRIORITY_STATS: &str = "collector.bcache.priorityStats";
+pub const PRIORITY_STATS: BoolFlag =
+    BoolFlag { name: "collector.bcache.priorityStats", default: false, help: "Expose expensive priority stats." };
 
 /// The collector's flags, parsed once.
 pub struct Options {
@@ -25,11 +26,11 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        flags::bool_args(PRIORITY_STATS, false, "Expose expensive priority stats.").into()
+        PRIORITY_STATS.args().into()
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options { priority_stats: f.bool(PRIORITY_STATS, false) })
+        Ok(Options { priority_stats: PRIORITY_STATS.get(f) })
     }
 }
 

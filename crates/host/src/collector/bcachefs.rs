@@ -15,26 +15,11 @@ use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
 use rustc_hash::FxHashMap;
 
-use crate::flags::Flags;
 use crate::parse::GoNumError;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-/// The collector's flags, parsed once (it has none of its own).
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
 
 /// Go's `bufio.Scanner` token limit (a longer line is an error).
 const SCAN_MAX: usize = 64 * 1024;
@@ -417,8 +402,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { base: p.sys("fs/bcachefs"), buf: Vec::new(), aux: Vec::new(), families: FxHashMap::default() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { base: p.sys("fs/bcachefs"), buf: Vec::new(), aux: Vec::new(), families: FxHashMap::default() }
     }
 
     fn filesystem(&mut self, uuid: &str, dir: &Path, sink: &mut Sink) -> Result<(), Error> {
@@ -805,7 +790,7 @@ IO errors since 8 y ago
     type Written = (String, Kind, Vec<(String, f64)>);
 
     fn scrape(root: &Path) -> (Result<(), Error>, Vec<Written>) {
-        let mut c = Collector::new(Options, &paths(root)).unwrap();
+        let mut c = Collector::new(&paths(root));
         let mut sink = Sink::new();
         let res = c.update(&mut sink);
         let families = sink
@@ -888,7 +873,7 @@ IO errors since 8 y ago
         assert!(fams.iter().all(|f| !f.2.is_empty()), "no empty family");
 
         // A second scrape (cached counter names) gives the same.
-        let mut c = Collector::new(Options, &paths(dir.path())).unwrap();
+        let mut c = Collector::new(&paths(dir.path()));
         let (mut a, mut b) = (Sink::new(), Sink::new());
         c.update(&mut a).unwrap();
         c.update(&mut b).unwrap();

@@ -9,24 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
-
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-/// The collector's flags, parsed once (it has none).
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
 
 /// The names of a whitespace-separated list (`bonding_masters`, `slaves`).
 pub fn parse_names(text: &str) -> impl Iterator<Item = &str> {
@@ -52,8 +36,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { dir: p.sys("class/net"), buf: Vec::with_capacity(256) })
+    pub fn new(p: &Paths) -> Self {
+        Collector { dir: p.sys("class/net"), buf: Vec::with_capacity(256) }
     }
 
     /// Reads a whole file as text into `self.buf`; a missing file is no data.
@@ -151,7 +135,7 @@ mod tests {
     fn counts_configured_and_active_slaves() {
         let dir = tempfile::tempdir().unwrap();
         fixture(dir.path());
-        let mut c = Collector::new(Options, &paths(dir.path())).unwrap();
+        let mut c = Collector::new(&paths(dir.path()));
         let mut sink = Sink::new();
         c.update(&mut sink).unwrap();
         let s = |v: &[(&str, f64)]| v.iter().map(|(a, b)| (a.to_string(), *b)).collect::<Vec<_>>();
@@ -162,7 +146,7 @@ mod tests {
     #[test]
     fn a_missing_file_is_no_data() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Collector::new(Options, &paths(dir.path())).unwrap();
+        let mut c = Collector::new(&paths(dir.path()));
         assert!(c.update(&mut Sink::new()).unwrap_err().is_no_data(), "no bonding_masters");
         fixture(dir.path());
         std::fs::remove_file(dir.path().join("class/net/int/slave_eth1/bonding_slave/mii_status")).unwrap();
@@ -176,7 +160,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fixture(dir.path());
         write(dir.path(), "class/net/bonding_masters", "dmz dmz\n");
-        let mut c = Collector::new(Options, &paths(dir.path())).unwrap();
+        let mut c = Collector::new(&paths(dir.path()));
         let mut sink = Sink::new();
         c.update(&mut sink).unwrap();
         assert_eq!(values(&sink, "node_bonding_slaves"), vec![("dmz".to_string(), 2.0)]);

@@ -12,25 +12,9 @@ use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
-
-use crate::flags::Flags;
 use crate::parse;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-/// The collector's flags, parsed once.
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
 
 /// The sysfs sector size: device sizes are given in 512-byte sectors.
 const SECTOR_SIZE: u64 = 512;
@@ -491,8 +475,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { sys: p.sys("fs/btrfs"), proc: p.procfs.clone(), rootfs: p.rootfs.clone(), buf: Vec::with_capacity(4096) })
+    pub fn new(p: &Paths) -> Self {
+        Collector { sys: p.sys("fs/btrfs"), proc: p.procfs.clone(), rootfs: p.rootfs.clone(), buf: Vec::with_capacity(4096) }
     }
 
     /// The devices of every mounted Btrfs filesystem that answers the
@@ -790,7 +774,7 @@ mod tests {
             rootfs: d.path().to_path_buf(),
             udev_data: d.path().to_path_buf(),
         };
-        let mut c = Collector::new(Options, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink).unwrap();
         let fams = sink.families();
@@ -803,7 +787,7 @@ mod tests {
         assert_eq!(get("node_btrfs_allocation_ratio")[1], (vec![("block_group_type", "metadata"), ("mode", "raid1"), ("uuid", uuid)], 2.0));
 
         let p = Paths { sysfs: d.path().join("none"), ..p };
-        let mut c = Collector::new(Options, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink).unwrap();
         assert!(sink.families().is_empty());

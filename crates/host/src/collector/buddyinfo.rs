@@ -6,10 +6,7 @@
 
 use std::path::PathBuf;
 
-use clap::Arg;
-
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 const BLOCKS: &str = "node_buddyinfo_blocks";
@@ -54,19 +51,6 @@ pub fn parse_buddyinfo(text: &str) -> Result<Vec<Zone<'_>>, String> {
     Ok(zones)
 }
 
-/// The collector has no flags of its own.
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
-
 pub struct Collector {
     path: PathBuf,
     buf: Vec<u8>,
@@ -75,8 +59,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { path: p.proc("buddyinfo"), buf: Vec::with_capacity(1024), sizes: Vec::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { path: p.proc("buddyinfo"), buf: Vec::with_capacity(1024), sizes: Vec::new() }
     }
 }
 
@@ -142,7 +126,7 @@ Node 0, zone   Normal   4381   1093    185   1530    567    102      4      0   
     fn update_writes_blocks_and_fails_without_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = crate::testutil::paths(dir.path());
-        let mut c = Collector::new(Options, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         assert!(matches!(c.update(&mut sink), Err(Error::Io { .. })));
         crate::testutil::write(dir.path(), "proc/buddyinfo", FIXTURE);

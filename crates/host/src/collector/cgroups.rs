@@ -6,8 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 const CGROUPS_HELP: &str = "Current cgroup number of the subsystem.";
@@ -46,27 +45,14 @@ pub fn parse_cgroups(text: &str) -> Result<Vec<Summary<'_>>, String> {
     Ok(out)
 }
 
-/// The collector has no flags of its own.
-pub struct Options {}
-
-impl Options {
-    pub fn args() -> Vec<clap::Arg> {
-        vec![]
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {})
-    }
-}
-
 pub struct Collector {
     path: PathBuf,
     buf: Vec<u8>,
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { path: p.proc("cgroups"), buf: Vec::with_capacity(1024) })
+    pub fn new(p: &Paths) -> Self {
+        Collector { path: p.proc("cgroups"), buf: Vec::with_capacity(1024) }
     }
 }
 
@@ -123,7 +109,7 @@ rdma\t4\t1\t1";
     #[test]
     fn collects_and_a_missing_file_is_an_error() {
         let d = tempfile::tempdir().unwrap();
-        let mut c = Collector::new(Options {}, &testutil::paths(d.path())).unwrap();
+        let mut c = Collector::new(&testutil::paths(d.path()));
         let e = crate::Collector::update(&mut c, &mut Sink::new()).unwrap_err();
         assert!(!e.is_no_data(), "{e}");
         testutil::write(d.path(), "proc/cgroups", FIXTURE);

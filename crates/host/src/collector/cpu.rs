@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{self, BoolFlag, Flags, StringFlag};
 use procfs_core::FromRead;
 use regex::Regex;
 
@@ -28,31 +28,26 @@ pub struct Options {
     pub bugs_include: Option<Regex>,
 }
 
+pub const GUEST: BoolFlag = BoolFlag { name: "collector.cpu.guest", default: true, help: "Enables metric node_cpu_guest_seconds_total" };
+pub const INFO: BoolFlag = BoolFlag { name: "collector.cpu.info", default: false, help: "Enables metric cpu_info" };
+pub const FLAGS_INCLUDE: StringFlag = StringFlag {
+    name: "collector.cpu.info.flags-include",
+    default: "",
+    help: "Filter the `flags` field in cpuInfo with a value that must be a regular expression",
+};
+pub const BUGS_INCLUDE: StringFlag = StringFlag {
+    name: "collector.cpu.info.bugs-include",
+    default: "",
+    help: "Filter the `bugs` field in cpuInfo with a value that must be a regular expression",
+};
+
 impl Options {
     pub fn args() -> Vec<Arg> {
-        let mut v = Vec::new();
-        v.extend(flags::bool_args("collector.cpu.guest", true, "Enables metric node_cpu_guest_seconds_total"));
-        v.extend(flags::bool_args("collector.cpu.info", false, "Enables metric cpu_info"));
-        v.push(flags::string_arg(
-            "collector.cpu.info.flags-include",
-            "",
-            "Filter the `flags` field in cpuInfo with a value that must be a regular expression",
-        ));
-        v.push(flags::string_arg(
-            "collector.cpu.info.bugs-include",
-            "",
-            "Filter the `bugs` field in cpuInfo with a value that must be a regular expression",
-        ));
-        v
+        flags::args(&[&GUEST, &INFO, &FLAGS_INCLUDE, &BUGS_INCLUDE])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {
-            guest: f.bool("collector.cpu.guest", true),
-            info: f.bool("collector.cpu.info", false),
-            flags_include: f.regex("collector.cpu.info.flags-include")?,
-            bugs_include: f.regex("collector.cpu.info.bugs-include")?,
-        })
+        Ok(Options { guest: GUEST.get(f), info: INFO.get(f), flags_include: FLAGS_INCLUDE.regex(f)?, bugs_include: BUGS_INCLUDE.regex(f)? })
     }
 }
 

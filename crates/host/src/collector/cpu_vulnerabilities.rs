@@ -8,10 +8,7 @@
 
 use std::path::PathBuf;
 
-use clap::Arg;
-
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 const INFO: &str = "node_cpu_vulnerabilities_info";
@@ -42,27 +39,14 @@ pub fn parse_vulnerability(raw: &str) -> Vulnerability {
     }
 }
 
-/// The collector has no flags of its own.
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
-
 pub struct Collector {
     sysfs: PathBuf,
     dir: PathBuf,
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { sysfs: p.sysfs.clone(), dir: p.sys("devices/system/cpu/vulnerabilities") })
+    pub fn new(p: &Paths) -> Self {
+        Collector { sysfs: p.sysfs.clone(), dir: p.sys("devices/system/cpu/vulnerabilities") }
     }
 }
 
@@ -115,7 +99,7 @@ mod tests {
     fn update_reads_every_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = crate::testutil::paths(dir.path());
-        let mut c = Collector::new(Options, &p).unwrap();
+        let mut c = Collector::new(&p);
         assert!(matches!(c.update(&mut Sink::new()), Err(Error::Io { .. })), "no sysfs");
         std::fs::create_dir_all(dir.path().join("sys")).unwrap();
         let mut sink = Sink::new();

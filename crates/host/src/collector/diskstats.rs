@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{self, Flags, StringFlag};
 
 use crate::filter::DeviceFilter;
 use crate::io::read_file;
@@ -15,7 +15,16 @@ use crate::parse::{fields, lines, parse_u64};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const DEFAULT_EXCLUDE: &str = r"^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p)\d+$";
+pub const DEVICE_EXCLUDE: StringFlag = StringFlag {
+    name: "collector.diskstats.device-exclude",
+    default: r"^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p)\d+$",
+    help: "Regexp of diskstats devices to exclude (mutually exclusive to device-include).",
+};
+pub const DEVICE_INCLUDE: StringFlag = StringFlag {
+    name: "collector.diskstats.device-include",
+    default: "",
+    help: "Regexp of diskstats devices to include (mutually exclusive to device-exclude).",
+};
 /// udev properties and the rotational flag barely ever change: re-read them
 /// at most this often instead of on every scrape.
 const INFO_TTL: Duration = Duration::from_secs(60);
@@ -27,22 +36,13 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        vec![
-            flags::string_arg(
-                "collector.diskstats.device-exclude",
-                DEFAULT_EXCLUDE,
-                "Regexp of diskstats devices to exclude (mutually exclusive to device-include).",
-            ),
-            flags::string_arg(
-                "collector.diskstats.device-include",
-                "",
-                "Regexp of diskstats devices to include (mutually exclusive to device-exclude).",
-            ),
-        ]
+        flags::args(&[&DEVICE_EXCLUDE, &DEVICE_INCLUDE])
     }
 
+    /// The exclude pattern may be given as the deprecated
+    /// `--collector.diskstats.ignored-devices`.
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options { filter: f.filter("collector.diskstats.device-exclude", "collector.diskstats.device-include")? })
+        Ok(Options { filter: flags::filter(f, &DEVICE_EXCLUDE, &DEVICE_INCLUDE)? })
     }
 }
 

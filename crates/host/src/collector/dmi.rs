@@ -9,10 +9,7 @@ use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
-
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 const HELP: &str = "A metric with a constant '1' value labeled by bios_date, bios_release, bios_vendor, bios_version, \
@@ -93,19 +90,6 @@ fn read_dmi(dir: &Path) -> Result<BTreeMap<&'static str, String>, ReadError> {
     Ok(labels)
 }
 
-/// The collector has no flags of its own.
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
-
 pub struct Collector {
     dir: PathBuf,
     /// The labels, once read; `None` until a read succeeds.
@@ -113,7 +97,7 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
+    pub fn new(p: &Paths) -> Self {
         let mut c = Collector { dir: p.sys("class/dmi/id"), labels: None };
         // node_exporter reads DMI once, when it starts, and refuses to start
         // when that fails; here a failure is reported by each scrape instead,
@@ -121,7 +105,7 @@ impl Collector {
         if let Err(e) = c.load() {
             tracing::warn!("dmi: {e}");
         }
-        Ok(c)
+        c
     }
 
     fn load(&mut self) -> Result<&BTreeMap<&'static str, String>, Error> {
@@ -154,7 +138,7 @@ mod tests {
 
     fn collector(root: &Path) -> Collector {
         let p = Paths { procfs: root.into(), sysfs: root.into(), rootfs: root.into(), udev_data: root.into() };
-        Collector::new(Options, &p).unwrap()
+        Collector::new(&p)
     }
 
     #[test]

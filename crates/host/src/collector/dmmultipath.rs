@@ -8,24 +8,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
-
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-/// The collector's flags (it has none of its own).
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
 
 /// Bytes per sector of /sys/block/<dev>/size.
 const SECTOR: u64 = 512;
@@ -94,8 +78,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { block: p.sys("block"), buf: Vec::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { block: p.sys("block"), buf: Vec::new() }
     }
 
     /// A sysfs attribute, trimmed.
@@ -228,7 +212,7 @@ mod tests {
     fn reads_multipath_maps() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let mut c = Collector::new(Options, &paths(root)).unwrap();
+        let mut c = Collector::new(&paths(root));
         assert!(c.update(&mut Sink::new()).unwrap_err().is_no_data(), "no /sys/block");
 
         // From node_exporter's fixtures (sys/block/dm-5, dm-7, sdi..sdl).

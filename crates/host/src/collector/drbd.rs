@@ -8,8 +8,7 @@
 
 use std::path::PathBuf;
 
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 /// A numeric field of /proc/drbd and the family it becomes.
@@ -134,27 +133,14 @@ pub fn parse_drbd(text: &str) -> Result<Vec<Stat>, String> {
     Ok(out)
 }
 
-/// The collector has no flags of its own.
-pub struct Options {}
-
-impl Options {
-    pub fn args() -> Vec<clap::Arg> {
-        vec![]
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {})
-    }
-}
-
 pub struct Collector {
     path: PathBuf,
     buf: Vec<u8>,
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { path: p.proc("drbd"), buf: Vec::with_capacity(4096) })
+    pub fn new(p: &Paths) -> Self {
+        Collector { path: p.proc("drbd"), buf: Vec::with_capacity(4096) }
     }
 }
 
@@ -235,7 +221,7 @@ srcversion: 1A9F77B1CA5FF92235C2213
     fn collects_and_reports_no_data() {
         let d = tempfile::tempdir().unwrap();
         let p = testutil::paths(d.path());
-        let mut c = Collector::new(Options {}, &p).unwrap();
+        let mut c = Collector::new(&p);
         let e = crate::Collector::update(&mut c, &mut Sink::new()).unwrap_err();
         assert!(e.is_no_data(), "{e}");
         testutil::write(d.path(), "proc/drbd", FIXTURE);

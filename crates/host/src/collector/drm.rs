@@ -7,23 +7,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::flags::Flags;
 use crate::io::sys_read_file;
 use crate::parse::parse_go_uint;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-pub struct Options {}
-
-impl Options {
-    pub fn args() -> Vec<clap::Arg> {
-        vec![]
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {})
-    }
-}
 
 /// The statistics of one amdgpu card; an attribute that can't be read is
 /// 0 or empty.
@@ -167,8 +154,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { class: p.sys("class/drm") })
+    pub fn new(p: &Paths) -> Self {
+        Collector { class: p.sys("class/drm") }
     }
 }
 
@@ -220,7 +207,7 @@ mod tests {
     }
 
     fn scrape(root: &Path) -> Result<Sink, Error> {
-        let mut c = super::Collector::new(Options {}, &paths(root)).unwrap();
+        let mut c = super::Collector::new(&paths(root));
         let mut sink = Sink::new();
         c.update(&mut sink).map(|()| sink)
     }

@@ -8,10 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
-
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 const CE: &str = "node_edac_correctable_errors_total";
@@ -54,27 +51,14 @@ pub fn parse_count(text: &str) -> Option<u64> {
     crate::parse::parse_u64(text.trim().as_bytes())
 }
 
-/// The collector has no flags of its own.
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
-
 pub struct Collector {
     dir: PathBuf,
     buf: Vec<u8>,
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { dir: p.sys("devices/system/edac/mc"), buf: Vec::with_capacity(64) })
+    pub fn new(p: &Paths) -> Self {
+        Collector { dir: p.sys("devices/system/edac/mc"), buf: Vec::with_capacity(64) }
     }
 
     /// Reads a required counter: any failure fails the scrape, as in node_exporter.
@@ -187,7 +171,7 @@ mod tests {
 
     fn scrape(root: &Path) -> Result<Vec<Row>, Error> {
         let p = Paths { procfs: root.into(), sysfs: root.into(), rootfs: root.into(), udev_data: root.into() };
-        let mut c = Collector::new(Options, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink)?;
         Ok(crate::testutil::rows(&sink))

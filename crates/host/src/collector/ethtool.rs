@@ -28,13 +28,22 @@ use std::path::PathBuf;
 use regex::Regex;
 
 use crate::filter::DeviceFilter;
-use crate::flags::{string_arg, Flags};
+use crate::flags::{self, Flags, StringFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const EXCLUDE: &str = "collector.ethtool.device-exclude";
-const INCLUDE: &str = "collector.ethtool.device-include";
-const METRICS: &str = "collector.ethtool.metrics-include";
+pub const EXCLUDE: StringFlag = StringFlag {
+    name: "collector.ethtool.device-exclude",
+    default: "",
+    help: "Regexp of ethtool devices to exclude (mutually exclusive to device-include).",
+};
+pub const INCLUDE: StringFlag = StringFlag {
+    name: "collector.ethtool.device-include",
+    default: "",
+    help: "Regexp of ethtool devices to include (mutually exclusive to device-exclude).",
+};
+pub const METRICS: StringFlag =
+    StringFlag { name: "collector.ethtool.metrics-include", default: ".*", help: "Regexp of ethtool stats to include." };
 
 pub struct Options {
     /// node_exporter applies both patterns when both are given.
@@ -46,20 +55,16 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<clap::Arg> {
-        vec![
-            string_arg(EXCLUDE, "", "Regexp of ethtool devices to exclude (mutually exclusive to device-include)."),
-            string_arg(INCLUDE, "", "Regexp of ethtool devices to include (mutually exclusive to device-exclude)."),
-            string_arg(METRICS, ".*", "Regexp of ethtool stats to include."),
-        ]
+        flags::args(&[&EXCLUDE, &INCLUDE, &METRICS])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        let exclude = f.regex(EXCLUDE)?;
-        let include = f.regex(INCLUDE)?;
-        let metrics = f.regex(METRICS)?;
+        let exclude = EXCLUDE.regex(f)?;
+        let include = INCLUDE.regex(f)?;
+        let metrics = METRICS.regex(f)?;
         for (flag, value) in [(INCLUDE, &include), (EXCLUDE, &exclude), (METRICS, &metrics)] {
             if let Some(r) = value {
-                tracing::info!(flag = r.as_str(), "Parsed flag --{flag}");
+                tracing::info!(flag = r.as_str(), "Parsed flag --{}", flag.name);
             }
         }
         Ok(Options { filter: DeviceFilter::new(exclude, include), metrics })

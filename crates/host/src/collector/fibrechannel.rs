@@ -8,24 +8,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
-
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-/// The collector's flags, parsed once (it has none).
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
 
 /// The attributes of a host, in the order procfs reads them; the `0x` of
 /// the four hexadecimal ones is cut.
@@ -115,8 +99,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { dir: p.sys("class/fc_host"), buf: Vec::with_capacity(4096) })
+    pub fn new(p: &Paths) -> Self {
+        Collector { dir: p.sys("class/fc_host"), buf: Vec::with_capacity(4096) }
     }
 
     fn host(&mut self, name: &str) -> Result<Host, Error> {
@@ -266,7 +250,7 @@ mod tests {
 
     fn scrape(root: &Path) -> Result<Out, Error> {
         let p = Paths { procfs: "/nonexistent".into(), sysfs: root.into(), rootfs: "/".into(), udev_data: "/nonexistent".into() };
-        let mut c = Collector::new(Options, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         c.update(&mut sink)?;
         let mut out = Vec::new();

@@ -16,19 +16,45 @@ use std::time::{Duration, Instant};
 
 use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{self, DurationFlag, Flags, IntFlag, StringFlag};
 
 use crate::filter::DeviceFilter;
 use crate::sys::{self, FsStats};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const DEFAULT_MOUNT_POINTS_EXCLUDE: &str = "^/(dev|proc|run/credentials/.+|sys|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)";
-const DEFAULT_FS_TYPES_EXCLUDE: &str = "^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|erofs|sysfs|tracefs)$";
 /// The label node_exporter gives a mount whose statfs timed out.
 pub const TIMEOUT_LABEL: &str = "mountpoint timeout";
 /// Upper bound on statfs threads, counting replacements for hung ones.
 const MAX_WORKERS: usize = 32;
+
+pub const MOUNT_POINTS_EXCLUDE: StringFlag = StringFlag {
+    name: "collector.filesystem.mount-points-exclude",
+    default: "^/(dev|proc|run/credentials/.+|sys|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)",
+    help: "Regexp of mount points to exclude for filesystem collector.",
+};
+pub const MOUNT_POINTS_INCLUDE: StringFlag = StringFlag {
+    name: "collector.filesystem.mount-points-include",
+    default: "",
+    help: "Regexp of mount points to include for filesystem collector (mutually exclusive to mount-points-exclude).",
+};
+pub const FS_TYPES_EXCLUDE: StringFlag = StringFlag {
+    name: "collector.filesystem.fs-types-exclude",
+    default: "^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|erofs|sysfs|tracefs)$",
+    help: "Regexp of filesystem types to exclude for filesystem collector.",
+};
+pub const FS_TYPES_INCLUDE: StringFlag = StringFlag {
+    name: "collector.filesystem.fs-types-include",
+    default: "",
+    help: "Regexp of filesystem types to include for filesystem collector (mutually exclusive to fs-types-exclude).",
+};
+pub const MOUNT_TIMEOUT: DurationFlag = DurationFlag {
+    name: "collector.filesystem.mount-timeout",
+    default: "5s",
+    help: "how long to wait for a mount to respond before marking it as stale",
+};
+pub const STAT_WORKERS: IntFlag<usize> =
+    IntFlag { name: "collector.filesystem.stat-workers", default: 4, help: "how many stat calls to process simultaneously" };
 
 /// The collector's flags, parsed once.
 pub struct Options {
@@ -40,51 +66,23 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        vec![
-            flags::string_arg(
-                "collector.filesystem.mount-points-exclude",
-                DEFAULT_MOUNT_POINTS_EXCLUDE,
-                "Regexp of mount points to exclude for filesystem collector.",
-            ),
-            flags::string_arg(
-                "collector.filesystem.mount-points-include",
-                "",
-                "Regexp of mount points to include for filesystem collector (mutually exclusive to mount-points-exclude).",
-            ),
-            flags::string_arg(
-                "collector.filesystem.fs-types-exclude",
-                DEFAULT_FS_TYPES_EXCLUDE,
-                "Regexp of filesystem types to exclude for filesystem collector.",
-            ),
-            flags::string_arg(
-                "collector.filesystem.fs-types-include",
-                "",
-                "Regexp of filesystem types to include for filesystem collector (mutually exclusive to fs-types-exclude).",
-            ),
-            flags::string_arg(
-                "collector.filesystem.mount-timeout",
-                "5s",
-                "how long to wait for a mount to respond before marking it as stale",
-            ),
-            flags::string_arg("collector.filesystem.stat-workers", "4", "how many stat calls to process simultaneously"),
-        ]
+        flags::args(&[&MOUNT_POINTS_EXCLUDE, &MOUNT_POINTS_INCLUDE, &FS_TYPES_EXCLUDE, &FS_TYPES_INCLUDE, &MOUNT_TIMEOUT, &STAT_WORKERS])
     }
 
+    /// The exclude patterns may be given as the deprecated
+    /// `--collector.filesystem.ignored-*`.
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        let timeout = f.duration("collector.filesystem.mount-timeout")?;
+        let timeout = MOUNT_TIMEOUT.get(f)?;
         if timeout.is_zero() {
-            return Err(ConfigError::Invalid { flag: "collector.filesystem.mount-timeout".into(), msg: "must be above zero".into() });
+            return Err(MOUNT_TIMEOUT.invalid("must be above zero"));
         }
-        let workers: usize = f.parse("collector.filesystem.stat-workers")?;
+        let workers = STAT_WORKERS.get(f)?;
         if !(1..=MAX_WORKERS).contains(&workers) {
-            return Err(ConfigError::Invalid {
-                flag: "collector.filesystem.stat-workers".into(),
-                msg: format!("must be a number from 1 to {MAX_WORKERS}, got {workers}"),
-            });
+            return Err(STAT_WORKERS.invalid(format!("must be a number from 1 to {MAX_WORKERS}, got {workers}")));
         }
         Ok(Options {
-            mount_points: f.filter("collector.filesystem.mount-points-exclude", "collector.filesystem.mount-points-include")?,
-            fs_types: f.filter("collector.filesystem.fs-types-exclude", "collector.filesystem.fs-types-include")?,
+            mount_points: flags::filter(f, &MOUNT_POINTS_EXCLUDE, &MOUNT_POINTS_INCLUDE)?,
+            fs_types: flags::filter(f, &FS_TYPES_EXCLUDE, &FS_TYPES_INCLUDE)?,
             timeout,
             workers,
         })
@@ -477,12 +475,12 @@ mod tests {
     #[test]
     fn default_excludes() {
         use regex::Regex;
-        let mp = Regex::new(DEFAULT_MOUNT_POINTS_EXCLUDE).unwrap();
+        let mp = Regex::new(MOUNT_POINTS_EXCLUDE.default).unwrap();
         assert!(mp.is_match("/proc/sys/fs/binfmt_misc"));
         assert!(mp.is_match("/var/lib/docker/overlay2/x"));
         assert!(!mp.is_match("/var/lib/docker"));
         assert!(!mp.is_match("/home"));
-        let fs = Regex::new(DEFAULT_FS_TYPES_EXCLUDE).unwrap();
+        let fs = Regex::new(FS_TYPES_EXCLUDE.default).unwrap();
         assert!(fs.is_match("cgroup2") && fs.is_match("overlay") && !fs.is_match("ext4"));
     }
 }

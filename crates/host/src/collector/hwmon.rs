@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{self, Flags, StringFlag};
 
 use crate::filter::DeviceFilter;
 use crate::{ConfigError, Error, Paths};
@@ -36,37 +36,34 @@ pub struct Options {
     pub sensors: DeviceFilter,
 }
 
+pub const CHIP_INCLUDE: StringFlag = StringFlag {
+    name: "collector.hwmon.chip-include",
+    default: "",
+    help: "Regexp of hwmon chip to include (mutually exclusive to device-exclude).",
+};
+pub const CHIP_EXCLUDE: StringFlag = StringFlag {
+    name: "collector.hwmon.chip-exclude",
+    default: "",
+    help: "Regexp of hwmon chip to exclude (mutually exclusive to device-include).",
+};
+pub const SENSOR_INCLUDE: StringFlag = StringFlag {
+    name: "collector.hwmon.sensor-include",
+    default: "",
+    help: "Regexp of hwmon sensor to include (mutually exclusive to sensor-exclude).",
+};
+pub const SENSOR_EXCLUDE: StringFlag = StringFlag {
+    name: "collector.hwmon.sensor-exclude",
+    default: "",
+    help: "Regexp of hwmon sensor to exclude (mutually exclusive to sensor-include).",
+};
+
 impl Options {
     pub fn args() -> Vec<Arg> {
-        vec![
-            flags::string_arg(
-                "collector.hwmon.chip-include",
-                "",
-                "Regexp of hwmon chip to include (mutually exclusive to device-exclude).",
-            ),
-            flags::string_arg(
-                "collector.hwmon.chip-exclude",
-                "",
-                "Regexp of hwmon chip to exclude (mutually exclusive to device-include).",
-            ),
-            flags::string_arg(
-                "collector.hwmon.sensor-include",
-                "",
-                "Regexp of hwmon sensor to include (mutually exclusive to sensor-exclude).",
-            ),
-            flags::string_arg(
-                "collector.hwmon.sensor-exclude",
-                "",
-                "Regexp of hwmon sensor to exclude (mutually exclusive to sensor-include).",
-            ),
-        ]
+        flags::args(&[&CHIP_INCLUDE, &CHIP_EXCLUDE, &SENSOR_INCLUDE, &SENSOR_EXCLUDE])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {
-            chips: f.filter("collector.hwmon.chip-exclude", "collector.hwmon.chip-include")?,
-            sensors: f.filter("collector.hwmon.sensor-exclude", "collector.hwmon.sensor-include")?,
-        })
+        Ok(Options { chips: flags::filter(f, &CHIP_EXCLUDE, &CHIP_INCLUDE)?, sensors: flags::filter(f, &SENSOR_EXCLUDE, &SENSOR_INCLUDE)? })
     }
 }
 

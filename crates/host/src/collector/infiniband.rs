@@ -16,12 +16,20 @@ use std::path::{Path, PathBuf};
 use clap::Arg;
 
 use crate::filter::DeviceFilter;
-use crate::flags::{self, Flags};
+use crate::flags::{self, Flags, StringFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const EXCLUDE: &str = "collector.infiniband.device-exclude";
-const INCLUDE: &str = "collector.infiniband.device-include";
+pub const EXCLUDE: StringFlag = StringFlag {
+    name: "collector.infiniband.device-exclude",
+    default: "",
+    help: "Regexp of infiniband devices to exclude (mutually exclusive to device-include).",
+};
+pub const INCLUDE: StringFlag = StringFlag {
+    name: "collector.infiniband.device-include",
+    default: "",
+    help: "Regexp of infiniband devices to include (mutually exclusive to device-exclude).",
+};
 
 /// The collector's flags, parsed once.
 pub struct Options {
@@ -31,19 +39,16 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        vec![
-            flags::string_arg(EXCLUDE, "", "Regexp of infiniband devices to exclude (mutually exclusive to device-include)."),
-            flags::string_arg(INCLUDE, "", "Regexp of infiniband devices to include (mutually exclusive to device-exclude)."),
-        ]
+        flags::args(&[&EXCLUDE, &INCLUDE])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        let (exclude, include) = (f.regex(EXCLUDE)?, f.regex(INCLUDE)?);
+        let (exclude, include) = (EXCLUDE.regex(f)?, INCLUDE.regex(f)?);
         if let Some(r) = &include {
-            tracing::info!(flag = r.as_str(), "Parsed flag --{INCLUDE}");
+            tracing::info!(flag = r.as_str(), "Parsed flag --{}", INCLUDE.name);
         }
         if let Some(r) = &exclude {
-            tracing::info!(flag = r.as_str(), "Parsed flag --{EXCLUDE}");
+            tracing::info!(flag = r.as_str(), "Parsed flag --{}", EXCLUDE.name);
         }
         Ok(Options { filter: DeviceFilter::new(exclude, include) })
     }

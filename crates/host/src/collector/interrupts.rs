@@ -12,16 +12,25 @@ use std::path::PathBuf;
 use clap::Arg;
 
 use crate::filter::DeviceFilter;
-use crate::flags::{self, Flags};
+use crate::flags::{self, BoolFlag, Flags, StringFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
 const INTERRUPTS: &str = "node_interrupts_total";
 const INTERRUPTS_HELP: &str = "Interrupt details.";
 
-const INCLUDE_ZEROS: &str = "collector.interrupts.include-zeros";
-const NAME_EXCLUDE: &str = "collector.interrupts.name-exclude";
-const NAME_INCLUDE: &str = "collector.interrupts.name-include";
+pub const INCLUDE_ZEROS: BoolFlag =
+    BoolFlag { name: "collector.interrupts.include-zeros", default: true, help: "Include interrupts that have a zero value" };
+pub const NAME_EXCLUDE: StringFlag = StringFlag {
+    name: "collector.interrupts.name-exclude",
+    default: "",
+    help: "Regexp of interrupts name to exclude (mutually exclusive to --collector.interrupts.name-include).",
+};
+pub const NAME_INCLUDE: StringFlag = StringFlag {
+    name: "collector.interrupts.name-include",
+    default: "",
+    help: "Regexp of interrupts name to include (mutually exclusive to --collector.interrupts.name-exclude).",
+};
 
 /// One row of /proc/interrupts, borrowed from the file's text: its counts
 /// per CPU, unparsed (node_exporter parses them after filtering).
@@ -81,26 +90,12 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        let mut args: Vec<Arg> = flags::bool_args(INCLUDE_ZEROS, true, "Include interrupts that have a zero value").into();
-        args.push(flags::string_arg(
-            NAME_EXCLUDE,
-            "",
-            "Regexp of interrupts name to exclude (mutually exclusive to --collector.interrupts.name-include).",
-        ));
-        args.push(flags::string_arg(
-            NAME_INCLUDE,
-            "",
-            "Regexp of interrupts name to include (mutually exclusive to --collector.interrupts.name-exclude).",
-        ));
-        args
+        flags::args(&[&INCLUDE_ZEROS, &NAME_EXCLUDE, &NAME_INCLUDE])
     }
 
     /// node_exporter applies both patterns when both are given.
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {
-            include_zeros: f.bool(INCLUDE_ZEROS, true),
-            filter: DeviceFilter::new(f.regex(NAME_EXCLUDE)?, f.regex(NAME_INCLUDE)?),
-        })
+        Ok(Options { include_zeros: INCLUDE_ZEROS.get(f), filter: DeviceFilter::new(NAME_EXCLUDE.regex(f)?, NAME_INCLUDE.regex(f)?) })
     }
 }
 

@@ -11,11 +11,15 @@ use std::path::PathBuf;
 
 use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{Flags, StringFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const LABELS_FLAG: &str = "collector.ipvs.backend-labels";
+pub const BACKEND_LABELS: StringFlag = StringFlag {
+    name: "collector.ipvs.backend-labels",
+    default: "local_address,local_port,remote_address,remote_port,proto,local_mark",
+    help: "Comma separated list for IPVS backend stats labels.",
+};
 
 /// A label of the backend families, in node_exporter's canonical order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -77,16 +81,11 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        vec![flags::string_arg(
-            LABELS_FLAG,
-            "local_address,local_port,remote_address,remote_port,proto,local_mark",
-            "Comma separated list for IPVS backend stats labels.",
-        )]
+        vec![BACKEND_LABELS.arg()]
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        let labels = parse_labels(&f.string(LABELS_FLAG)).map_err(|msg| ConfigError::Invalid { flag: LABELS_FLAG.to_string(), msg })?;
-        Ok(Options { labels })
+        Ok(Options { labels: BACKEND_LABELS.parse_with(f, parse_labels)? })
     }
 }
 

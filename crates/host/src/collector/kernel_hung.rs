@@ -5,25 +5,9 @@
 
 use std::path::PathBuf;
 
-use clap::Arg;
-
-use crate::flags::Flags;
 use crate::io::read_file;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-/// The collector's flags (it has none of its own).
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
 
 /// Parses the file's one unsigned decimal number, surrounding whitespace
 /// allowed (Go's `strconv.ParseUint(strings.TrimSpace(s), 10, 64)`).
@@ -41,8 +25,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { path: p.proc("sys/kernel/hung_task_detect_count"), buf: Vec::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { path: p.proc("sys/kernel/hung_task_detect_count"), buf: Vec::new() }
     }
 }
 
@@ -86,7 +70,7 @@ mod tests {
     #[test]
     fn missing_file_is_no_data_and_bad_file_a_parse_error() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Collector::new(Options, &paths(dir.path())).unwrap();
+        let mut c = Collector::new(&paths(dir.path()));
         let mut sink = Sink::new();
         assert!(c.update(&mut sink).unwrap_err().is_no_data());
 

@@ -9,11 +9,8 @@
 
 use std::path::PathBuf;
 
-use clap::Arg;
-
-use crate::flags::Flags;
 use crate::parse::GoNumError;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 /// One file of /sys/kernel/mm/ksm and its family.
@@ -72,28 +69,15 @@ pub fn parse_value(text: &str) -> Result<u64, String> {
     })
 }
 
-/// The collector has no flags of its own.
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
-
 pub struct Collector {
     paths: Vec<PathBuf>,
     buf: Vec<u8>,
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
+    pub fn new(p: &Paths) -> Self {
         let dir = p.sys("kernel/mm/ksm");
-        Ok(Collector { paths: FILES.iter().map(|f| dir.join(f.file)).collect(), buf: Vec::with_capacity(64) })
+        Collector { paths: FILES.iter().map(|f| dir.join(f.file)).collect(), buf: Vec::with_capacity(64) }
     }
 }
 
@@ -149,7 +133,7 @@ mod tests {
     }
 
     fn scrape(root: &std::path::Path) -> Result<Vec<crate::testutil::Row>, Error> {
-        let mut c = Collector::new(Options, &crate::testutil::paths(root)).unwrap();
+        let mut c = Collector::new(&crate::testutil::paths(root));
         let mut sink = Sink::new();
         c.update(&mut sink)?;
         Ok(crate::testutil::rows(&sink))

@@ -6,24 +6,11 @@
 
 use std::path::PathBuf;
 
-use crate::flags::Flags;
 use crate::io::read_file;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 const HELP: &str = "linux network cache stats";
-
-pub struct Options {}
-
-impl Options {
-    pub fn args() -> Vec<clap::Arg> {
-        vec![]
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {})
-    }
-}
 
 pub struct Collector {
     dir: PathBuf,
@@ -32,8 +19,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { dir: p.proc("net/stat"), buf: Vec::new(), name: String::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { dir: p.proc("net/stat"), buf: Vec::new(), name: String::new() }
     }
 }
 
@@ -167,7 +154,7 @@ mod tests {
     fn writes_every_file_and_nothing_without_the_directory() {
         let dir = tempfile::tempdir().unwrap();
         let p = crate::testutil::paths(dir.path());
-        let mut c = Collector::new(Options {}, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         c.update(&mut sink).unwrap();
         assert!(crate::testutil::rows(&sink).is_empty());

@@ -7,25 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
-
-use crate::flags::Flags;
 use crate::io::read_file;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-/// The collector's flags, parsed once (it has none).
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
 
 pub struct Collector {
     mdstat: PathBuf,
@@ -34,8 +18,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { mdstat: p.proc("mdstat"), block: p.sys("block"), buf: Vec::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { mdstat: p.proc("mdstat"), block: p.sys("block"), buf: Vec::new() }
     }
 }
 
@@ -682,7 +666,7 @@ unused devices: <none>
         fn scrape(&self) -> Result<Sink, Error> {
             let p = self.0.path();
             let paths = Paths { procfs: p.join("proc"), sysfs: p.join("sys"), rootfs: p.into(), udev_data: p.into() };
-            let mut c = Collector::new(Options, &paths).unwrap();
+            let mut c = Collector::new(&paths);
             let mut sink = Sink::new();
             crate::Collector::update(&mut c, &mut sink).map(|()| sink)
         }

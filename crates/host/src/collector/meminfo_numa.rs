@@ -11,10 +11,7 @@ use std::borrow::Cow;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use clap::Arg;
-
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 const PREFIX: &str = "node_memory_numa_";
@@ -101,19 +98,6 @@ fn set_name(name: &mut String, help: &mut String, field: &str, suffix: &str) {
     help.extend(["Memory information field ", field, suffix, "."]);
 }
 
-/// The collector has no flags of its own.
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
-
 pub struct Collector {
     dir: PathBuf,
     buf: Vec<u8>,
@@ -123,8 +107,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { dir: p.sys("devices/system/node"), buf: Vec::with_capacity(4096), name: String::new(), help: String::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { dir: p.sys("devices/system/node"), buf: Vec::with_capacity(4096), name: String::new(), help: String::new() }
     }
 
     /// The node directories, sorted as Go's `filepath.Glob` sorts them. As
@@ -236,7 +220,7 @@ other_node 59860526920
     }
 
     fn scrape(root: &Path) -> Result<Vec<crate::testutil::Row>, Error> {
-        let mut c = Collector::new(Options, &crate::testutil::paths(root)).unwrap();
+        let mut c = Collector::new(&crate::testutil::paths(root));
         let mut sink = Sink::new();
         c.update(&mut sink)?;
         Ok(crate::testutil::rows(&sink))

@@ -12,27 +12,14 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use crate::flags::Flags;
 use crate::io::read_file;
 use crate::parse::GoNumError;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 /// 2^53: node_exporter wraps the idle time and the cumulative times at the
 /// float64 mantissa.
 const MANTISSA: u64 = 1 << 53;
-
-pub struct Options {}
-
-impl Options {
-    pub fn args() -> Vec<clap::Arg> {
-        vec![]
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {})
-    }
-}
 
 pub struct Collector {
     procfs: PathBuf,
@@ -43,12 +30,12 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
+    pub fn new(p: &Paths) -> Self {
         // node_exporter resolves /proc/self when it builds the collector
         // (and refuses to start without it); we resolve it then too, and
         // again at scrape time if it failed, reporting the failure there.
         let pid_dir = resolve_self(&p.procfs).ok();
-        Ok(Collector { procfs: p.procfs.clone(), pid_dir, stats_buf: Vec::new(), info_buf: Vec::new() })
+        Collector { procfs: p.procfs.clone(), pid_dir, stats_buf: Vec::new(), info_buf: Vec::new() }
     }
 }
 
@@ -848,7 +835,7 @@ device 192.168.1.1:/srv/test mounted on /mnt/nfs/test-dupe with fstype nfs statv
         use crate::Collector as _;
         let dir = tempfile::tempdir().unwrap();
         let p = crate::testutil::paths(dir.path());
-        let mut c = Collector::new(Options {}, &p).unwrap();
+        let mut c = Collector::new(&p);
         assert!(c.update(&mut Sink::new()).is_err(), "no proc/self");
         crate::testutil::write(dir.path(), "proc/10/mountstats", DUPES);
         std::os::unix::fs::symlink("10", dir.path().join("proc/self")).unwrap();

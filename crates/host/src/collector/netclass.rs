@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{self, BoolFlag, Flags, StringFlag};
 use regex::Regex;
 
 use ethtool::EthtoolLinkModeDuplex;
@@ -29,26 +29,32 @@ pub struct Options {
     pub with_stats: bool,
 }
 
+pub const IGNORED_DEVICES: StringFlag = StringFlag {
+    name: "collector.netclass.ignored-devices",
+    default: "^$",
+    help: "Regexp of net devices to ignore for netclass collector.",
+};
+pub const IGNORE_INVALID_SPEED: BoolFlag =
+    BoolFlag { name: "collector.netclass.ignore-invalid-speed", default: false, help: "Ignore devices where the speed is invalid." };
+pub const NETLINK: BoolFlag =
+    BoolFlag { name: "collector.netclass.netlink", default: false, help: "Use netlink to gather stats instead of /proc/net/dev." };
+pub const WITH_STATS: BoolFlag = BoolFlag {
+    name: "collector.netclass_rtnl.with-stats",
+    default: false,
+    help: "Expose the statistics for each network device, replacing netdev collector.",
+};
+
 impl Options {
     pub fn args() -> Vec<Arg> {
-        let mut v =
-            vec![flags::string_arg("collector.netclass.ignored-devices", "^$", "Regexp of net devices to ignore for netclass collector.")];
-        v.extend(flags::bool_args("collector.netclass.ignore-invalid-speed", false, "Ignore devices where the speed is invalid."));
-        v.extend(flags::bool_args("collector.netclass.netlink", false, "Use netlink to gather stats instead of /proc/net/dev."));
-        v.extend(flags::bool_args(
-            "collector.netclass_rtnl.with-stats",
-            false,
-            "Expose the statistics for each network device, replacing netdev collector.",
-        ));
-        v
+        flags::args(&[&IGNORED_DEVICES, &IGNORE_INVALID_SPEED, &NETLINK, &WITH_STATS])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
         Ok(Options {
-            ignored: f.regex("collector.netclass.ignored-devices")?,
-            ignore_invalid_speed: f.bool("collector.netclass.ignore-invalid-speed", false),
-            netlink: f.bool("collector.netclass.netlink", false),
-            with_stats: f.bool("collector.netclass_rtnl.with-stats", false),
+            ignored: IGNORED_DEVICES.regex(f)?,
+            ignore_invalid_speed: IGNORE_INVALID_SPEED.get(f),
+            netlink: NETLINK.get(f),
+            with_stats: WITH_STATS.get(f),
         })
     }
 }

@@ -15,7 +15,7 @@ use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use rustc_hash::FxHashMap;
 
 use crate::filter::DeviceFilter;
-use crate::flags::{self, Flags};
+use crate::flags::{self, BoolFlag, Flags, StringFlag};
 use crate::io::{read_file, read_text};
 use crate::netlink::route::{link_counters, Counters};
 use crate::netlink::{attr, Route};
@@ -32,38 +32,41 @@ pub struct Options {
     pub label_ifalias: bool,
 }
 
+pub const DEVICE_INCLUDE: StringFlag = StringFlag {
+    name: "collector.netdev.device-include",
+    default: "",
+    help: "Regexp of net devices to include (mutually exclusive to device-exclude).",
+};
+pub const DEVICE_EXCLUDE: StringFlag = StringFlag {
+    name: "collector.netdev.device-exclude",
+    default: "",
+    help: "Regexp of net devices to exclude (mutually exclusive to device-include).",
+};
+pub const NETLINK: BoolFlag =
+    BoolFlag { name: "collector.netdev.netlink", default: true, help: "Use netlink to gather stats instead of /proc/net/dev." };
+pub const DETAILED: BoolFlag = BoolFlag {
+    name: "collector.netdev.enable-detailed-metrics",
+    default: false,
+    help: "Use (incompatible) metric names that provide more detailed stats on Linux",
+};
+pub const ADDRESS_INFO: BoolFlag =
+    BoolFlag { name: "collector.netdev.address-info", default: false, help: "Collect address-info for every device" };
+pub const LABEL_IFALIAS: BoolFlag = BoolFlag { name: "collector.netdev.label-ifalias", default: false, help: "Add ifAlias label" };
+
 impl Options {
     pub fn args() -> Vec<Arg> {
-        let mut v = vec![
-            flags::string_arg(
-                "collector.netdev.device-include",
-                "",
-                "Regexp of net devices to include (mutually exclusive to device-exclude).",
-            ),
-            flags::string_arg(
-                "collector.netdev.device-exclude",
-                "",
-                "Regexp of net devices to exclude (mutually exclusive to device-include).",
-            ),
-        ];
-        v.extend(flags::bool_args("collector.netdev.netlink", true, "Use netlink to gather stats instead of /proc/net/dev."));
-        v.extend(flags::bool_args(
-            "collector.netdev.enable-detailed-metrics",
-            false,
-            "Use (incompatible) metric names that provide more detailed stats on Linux",
-        ));
-        v.extend(flags::bool_args("collector.netdev.address-info", false, "Collect address-info for every device"));
-        v.extend(flags::bool_args("collector.netdev.label-ifalias", false, "Add ifAlias label"));
-        v
+        flags::args(&[&DEVICE_INCLUDE, &DEVICE_EXCLUDE, &NETLINK, &DETAILED, &ADDRESS_INFO, &LABEL_IFALIAS])
     }
 
+    /// The device patterns may be given as the deprecated
+    /// `--collector.netdev.device-blacklist` / `-whitelist`.
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
         Ok(Options {
-            filter: f.filter("collector.netdev.device-exclude", "collector.netdev.device-include")?,
-            netlink: f.bool("collector.netdev.netlink", true),
-            detailed: f.bool("collector.netdev.enable-detailed-metrics", false),
-            address_info: f.bool("collector.netdev.address-info", false),
-            label_ifalias: f.bool("collector.netdev.label-ifalias", false),
+            filter: flags::filter(f, &DEVICE_EXCLUDE, &DEVICE_INCLUDE)?,
+            netlink: NETLINK.get(f),
+            detailed: DETAILED.get(f),
+            address_info: ADDRESS_INFO.get(f),
+            label_ifalias: LABEL_IFALIAS.get(f),
         })
     }
 }

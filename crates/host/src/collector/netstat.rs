@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{Flags, StringFlag};
 use regex::Regex;
 
 use crate::io::{read_file, read_into};
@@ -13,7 +13,11 @@ use crate::parse::{fields, lines, parse_f64};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const DEFAULT_FIELDS: &str = "^(.*_(InErrors|InErrs)|Ip_Forwarding|Ip(6|Ext)_(InOctets|OutOctets)|Icmp6?_(InMsgs|OutMsgs)|TcpExt_(Listen.*|Syncookies.*|TCPSynRetrans|TCPTimeouts|TCPOFOQueue|TCPRcvQDrop)|Tcp_(ActiveOpens|InSegs|OutSegs|OutRsts|PassiveOpens|RetransSegs|CurrEstab)|Udp6?_(InDatagrams|OutDatagrams|NoPorts|RcvbufErrors|SndbufErrors))$";
+pub const FIELDS: StringFlag = StringFlag {
+    name: "collector.netstat.fields",
+    default: "^(.*_(InErrors|InErrs)|Ip_Forwarding|Ip(6|Ext)_(InOctets|OutOctets)|Icmp6?_(InMsgs|OutMsgs)|TcpExt_(Listen.*|Syncookies.*|TCPSynRetrans|TCPTimeouts|TCPOFOQueue|TCPRcvQDrop)|Tcp_(ActiveOpens|InSegs|OutSegs|OutRsts|PassiveOpens|RetransSegs|CurrEstab)|Udp6?_(InDatagrams|OutDatagrams|NoPorts|RcvbufErrors|SndbufErrors))$",
+    help: "Regexp of fields to return for netstat collector.",
+};
 
 /// The collector's flags, parsed once.
 pub struct Options {
@@ -22,11 +26,11 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        vec![flags::string_arg("collector.netstat.fields", DEFAULT_FIELDS, "Regexp of fields to return for netstat collector.")]
+        vec![FIELDS.arg()]
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options { fields: f.regex("collector.netstat.fields")? })
+        Ok(Options { fields: FIELDS.regex(f)? })
     }
 }
 

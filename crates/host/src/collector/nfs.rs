@@ -6,26 +6,10 @@
 
 use std::path::PathBuf;
 
-use clap::Arg;
-
-use crate::flags::Flags;
 use crate::io::read_file;
 use crate::rpc::{self, exact, first, parse_lines, V2_PROCEDURES, V3_PROCEDURES};
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-/// The collector's flags, parsed once (it has none).
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
 
 pub struct Collector {
     path: PathBuf,
@@ -33,8 +17,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { path: p.proc("net/rpc/nfs"), buf: Vec::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { path: p.proc("net/rpc/nfs"), buf: Vec::new() }
     }
 }
 
@@ -293,7 +277,7 @@ proc4 48 98 51 54 83 85 23 24 1 28 73 68 83 12 84 39 68 59 58 88 29 74 69 96 21 
         let dir = tempfile::tempdir().unwrap();
         crate::testutil::write(dir.path(), "proc/net/rpc/nfs", FIXTURE);
         let p = crate::testutil::paths(dir.path());
-        let mut c = Collector::new(Options, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink).unwrap();
         let fams = sink.families();
@@ -307,7 +291,7 @@ proc4 48 98 51 54 83 85 23 24 1 28 73 68 83 12 84 39 68 59 58 88 29 74 69 96 21 
         assert_eq!(get("LayoutGet", "4"), Some(90.0));
 
         let p2 = Paths { procfs: dir.path().join("none"), ..p };
-        let mut c = Collector::new(Options, &p2).unwrap();
+        let mut c = Collector::new(&p2);
         let err = crate::Collector::update(&mut c, &mut Sink::new()).unwrap_err();
         assert!(err.is_no_data(), "{err}");
     }

@@ -7,26 +7,10 @@
 
 use std::path::PathBuf;
 
-use clap::Arg;
-
-use crate::flags::Flags;
 use crate::io::read_file;
 use crate::rpc::{counted, exact, first, parse_lines, V2_PROCEDURES, V3_PROCEDURES};
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-/// The collector's flags, parsed once (it has none).
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
 
 pub struct Collector {
     path: PathBuf,
@@ -34,8 +18,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { path: p.proc("net/rpc/nfsd"), buf: Vec::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { path: p.proc("net/rpc/nfsd"), buf: Vec::new() }
     }
 }
 
@@ -339,7 +323,7 @@ wdeleg_getattr 15
         let dir = tempfile::tempdir().unwrap();
         crate::testutil::write(dir.path(), "proc/net/rpc/nfsd", FIXTURE);
         let p = crate::testutil::paths(dir.path());
-        let mut c = Collector::new(Options, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink).unwrap();
         let fams = sink.families();
@@ -353,7 +337,7 @@ wdeleg_getattr 15
         assert_eq!(get("WdelegGetattr", "4"), Some(15.0));
 
         let p2 = Paths { procfs: dir.path().join("none"), ..p };
-        let mut c = Collector::new(Options, &p2).unwrap();
+        let mut c = Collector::new(&p2);
         let err = crate::Collector::update(&mut c, &mut Sink::new()).unwrap_err();
         assert!(err.is_no_data(), "{err}");
     }

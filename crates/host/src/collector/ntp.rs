@@ -27,17 +27,28 @@
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::flags::{bool_args, parse_go_duration, string_arg, Flags};
+use crate::flags::{self, BoolFlag, Flags, IntFlag, SignedDurationFlag, StringFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const SERVER: &str = "collector.ntp.server";
-const PORT: &str = "collector.ntp.server-port";
-const VERSION: &str = "collector.ntp.protocol-version";
-const IS_LOCAL: &str = "collector.ntp.server-is-local";
-const TTL: &str = "collector.ntp.ip-ttl";
-const MAX_DISTANCE: &str = "collector.ntp.max-distance";
-const TOLERANCE: &str = "collector.ntp.local-offset-tolerance";
+pub const SERVER: StringFlag =
+    StringFlag { name: "collector.ntp.server", default: "127.0.0.1", help: "NTP server to use for ntp collector" };
+pub const PORT: IntFlag<i64> =
+    IntFlag { name: "collector.ntp.server-port", default: 123, help: "UDP port number to connect to on NTP server" };
+pub const VERSION: IntFlag<i64> = IntFlag { name: "collector.ntp.protocol-version", default: 4, help: "NTP protocol version" };
+pub const IS_LOCAL: BoolFlag = BoolFlag {
+    name: "collector.ntp.server-is-local",
+    default: false,
+    help: "Certify that collector.ntp.server address is not a public ntp server",
+};
+pub const TTL: IntFlag<i64> = IntFlag { name: "collector.ntp.ip-ttl", default: 1, help: "IP TTL to use while sending NTP query" };
+pub const MAX_DISTANCE: SignedDurationFlag =
+    SignedDurationFlag { name: "collector.ntp.max-distance", default: "3.46608s", help: "Max accumulated distance to the root" };
+pub const TOLERANCE: SignedDurationFlag = SignedDurationFlag {
+    name: "collector.ntp.local-offset-tolerance",
+    default: "1ms",
+    help: "Offset between local clock and local ntpd time to tolerate",
+};
 
 const NANOS: i64 = 1_000_000_000;
 const DAY: i128 = 86_400 * NANOS as i128;
@@ -62,64 +73,37 @@ pub struct Options {
     pub offset_tolerance: i64,
 }
 
-/// A Go duration in nanoseconds, sign included.
-fn go_duration(s: &str) -> Option<i64> {
-    let s = s.trim();
-    let (neg, rest) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s),
-    };
-    let d = parse_go_duration(rest)?;
-    let ns = i64::try_from(d.as_nanos()).ok()?;
-    Some(if neg { -ns } else { ns })
-}
-
-fn duration_flag(f: &Flags, name: &str) -> Result<i64, ConfigError> {
-    let v = f.string(name);
-    go_duration(&v).ok_or_else(|| ConfigError::Invalid { flag: name.to_string(), msg: format!("invalid duration {v:?}") })
-}
-
 impl Options {
     pub fn args() -> Vec<clap::Arg> {
-        let mut v = vec![
-            string_arg(SERVER, "127.0.0.1", "NTP server to use for ntp collector"),
-            string_arg(PORT, "123", "UDP port number to connect to on NTP server"),
-            string_arg(VERSION, "4", "NTP protocol version"),
-        ];
-        v.extend(bool_args(IS_LOCAL, false, "Certify that collector.ntp.server address is not a public ntp server"));
-        v.push(string_arg(TTL, "1", "IP TTL to use while sending NTP query"));
-        v.push(string_arg(MAX_DISTANCE, "3.46608s", "Max accumulated distance to the root"));
-        v.push(string_arg(TOLERANCE, "1ms", "Offset between local clock and local ntpd time to tolerate"));
-        v
+        flags::args(&[&SERVER, &PORT, &VERSION, &IS_LOCAL, &TTL, &MAX_DISTANCE, &TOLERANCE])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
         Ok(Options {
-            server: f.string(SERVER),
-            port: f.parse(PORT)?,
-            version: f.parse(VERSION)?,
-            server_is_local: f.bool(IS_LOCAL, false),
-            ip_ttl: f.parse(TTL)?,
-            max_distance: duration_flag(f, MAX_DISTANCE)?,
-            offset_tolerance: duration_flag(f, TOLERANCE)?,
+            server: SERVER.get(f),
+            port: PORT.get(f)?,
+            version: VERSION.get(f)?,
+            server_is_local: IS_LOCAL.get(f),
+            ip_ttl: TTL.get(f)?,
+            max_distance: MAX_DISTANCE.get(f)?,
+            offset_tolerance: TOLERANCE.get(f)?,
         })
     }
 
     /// node_exporter's start-up checks, in its order.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |flag: &str, msg: String| Err(ConfigError::Invalid { flag: flag.to_string(), msg });
         let loopback = self.server.parse::<IpAddr>().map(|ip| ip.to_canonical().is_loopback()).unwrap_or(false);
         if !self.server_is_local && !loopback {
-            return bad(SERVER, "only IP address of local NTP server is valid for --collector.ntp.server".into());
+            return Err(SERVER.invalid(format!("only IP address of local NTP server is valid for --{}", SERVER.name)));
         }
         if !(2..=4).contains(&self.version) {
-            return bad(VERSION, format!("invalid NTP protocol version {}; must be 2, 3, or 4", self.version));
+            return Err(VERSION.invalid(format!("invalid NTP protocol version {}; must be 2, 3, or 4", self.version)));
         }
         if self.offset_tolerance < 0 {
-            return bad(TOLERANCE, "offset tolerance must be non-negative".into());
+            return Err(TOLERANCE.invalid("offset tolerance must be non-negative"));
         }
         if !(1..=65535).contains(&self.port) {
-            return bad(PORT, format!("invalid NTP port number {}; must be between 1 and 65535 inclusive", self.port));
+            return Err(PORT.invalid(format!("invalid NTP port number {}; must be between 1 and 65535 inclusive", self.port)));
         }
         Ok(())
     }
@@ -747,9 +731,6 @@ mod tests {
         for port in [0, 65536, -1] {
             assert!(err(Options { port, ..opts() }).contains("--collector.ntp.server-port:"));
         }
-        assert_eq!(go_duration("-1ms"), Some(-1_000_000));
-        assert_eq!(go_duration("3.46608s"), Some(3_466_080_000));
-        assert_eq!(go_duration("x"), None);
     }
 
     #[test]

@@ -7,24 +7,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
-
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-/// The collector's flags (it has none of its own).
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
 
 /// One namespace of a controller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,8 +71,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { dir: p.sys("class/nvme"), buf: Vec::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { dir: p.sys("class/nvme"), buf: Vec::new() }
     }
 
     /// A sysfs attribute, trimmed.
@@ -218,7 +202,7 @@ mod tests {
     fn reads_controllers_and_namespaces() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let mut c = Collector::new(Options, &paths(root)).unwrap();
+        let mut c = Collector::new(&paths(root));
         assert!(c.update(&mut Sink::new()).unwrap_err().is_no_data());
 
         // From node_exporter's fixture sys/class/nvme/nvme0.

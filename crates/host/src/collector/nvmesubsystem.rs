@@ -8,22 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::flags::Flags;
 use crate::io::sys_read_file;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-pub struct Options {}
-
-impl Options {
-    pub fn args() -> Vec<clap::Arg> {
-        vec![]
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {})
-    }
-}
 
 /// The states a path can be reported in, sorted: the kernel's controller
 /// states (after [`normalize_state`]) and `unknown`.
@@ -185,8 +172,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { class: p.sys("class/nvme-subsystem") })
+    pub fn new(p: &Paths) -> Self {
+        Collector { class: p.sys("class/nvme-subsystem") }
     }
 }
 
@@ -301,7 +288,7 @@ node_nvmesubsystem_paths_live{subsystem="nvme-subsys0"} 3
     }
 
     fn scrape(root: &Path) -> Result<Sink, Error> {
-        let mut c = super::Collector::new(Options {}, &paths(root)).unwrap();
+        let mut c = super::Collector::new(&paths(root));
         let mut sink = Sink::new();
         c.update(&mut sink).map(|()| sink)
     }

@@ -11,12 +11,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use crate::flags::{self, Flags};
+use crate::flags::{self, BoolFlag, Flags, StringFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const IDSFILE: &str = "collector.pcidevice.idsfile";
-const NAMES: &str = "collector.pcidevice.names";
+pub const IDSFILE: StringFlag =
+    StringFlag { name: "collector.pcidevice.idsfile", default: "", help: "Path to pci.ids file to use for PCI device identification." };
+pub const NAMES: BoolFlag =
+    BoolFlag { name: "collector.pcidevice.names", default: false, help: "Enable PCI device name resolution (requires pci.ids file)." };
 
 /// Where node_exporter looks for pci.ids when `--collector.pcidevice.idsfile`
 /// is not given (paths of the exporter's own file system, as node_exporter).
@@ -418,13 +420,11 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<clap::Arg> {
-        let mut v = vec![flags::string_arg(IDSFILE, "", "Path to pci.ids file to use for PCI device identification.")];
-        v.extend(flags::bool_args(NAMES, false, "Enable PCI device name resolution (requires pci.ids file)."));
-        v
+        flags::args(&[&IDSFILE, &NAMES])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options { idsfile: f.string(IDSFILE), names: f.bool(NAMES, false) })
+        Ok(Options { idsfile: IDSFILE.get(f), names: NAMES.get(f) })
     }
 }
 

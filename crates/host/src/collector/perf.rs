@@ -73,18 +73,32 @@ use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::flags::{self, Flags};
+use crate::flags::{self, BoolFlag, Flags, StringFlag, StringsFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const CPUS: &str = "collector.perf.cpus";
-const TRACEPOINT: &str = "collector.perf.tracepoint";
-const NO_HW: &str = "collector.perf.disable-hardware-profilers";
-const HW: &str = "collector.perf.hardware-profilers";
-const NO_SW: &str = "collector.perf.disable-software-profilers";
-const SW: &str = "collector.perf.software-profilers";
-const NO_CACHE: &str = "collector.perf.disable-cache-profilers";
-const CACHE: &str = "collector.perf.cache-profilers";
+pub const CPUS: StringFlag =
+    StringFlag { name: "collector.perf.cpus", default: "", help: "List of CPUs from which perf metrics should be collected" };
+pub const TRACEPOINT: StringsFlag =
+    StringsFlag { name: "collector.perf.tracepoint", value_name: "VALUE", help: "perf tracepoint that should be collected" };
+pub const NO_HW: BoolFlag =
+    BoolFlag { name: "collector.perf.disable-hardware-profilers", default: false, help: "disable perf hardware profilers" };
+pub const HW: StringsFlag = StringsFlag {
+    name: "collector.perf.hardware-profilers",
+    value_name: "VALUE",
+    help: "perf hardware profilers that should be collected",
+};
+pub const NO_SW: BoolFlag =
+    BoolFlag { name: "collector.perf.disable-software-profilers", default: false, help: "disable perf software profilers" };
+pub const SW: StringsFlag = StringsFlag {
+    name: "collector.perf.software-profilers",
+    value_name: "VALUE",
+    help: "perf software profilers that should be collected",
+};
+pub const NO_CACHE: BoolFlag =
+    BoolFlag { name: "collector.perf.disable-cache-profilers", default: false, help: "disable perf cache profilers" };
+pub const CACHE: StringsFlag =
+    StringsFlag { name: "collector.perf.cache-profilers", value_name: "VALUE", help: "perf cache profilers that should be collected" };
 
 /// The highest CPU number accepted in `--collector.perf.cpus`.
 pub const MAX_CPU: usize = 65535;
@@ -442,36 +456,21 @@ impl Default for Options {
 
 impl Options {
     pub fn args() -> Vec<clap::Arg> {
-        let mut v = vec![
-            flags::strings_arg(CACHE, "perf cache profilers that should be collected"),
-            flags::string_arg(CPUS, "", "List of CPUs from which perf metrics should be collected"),
-        ];
-        v.extend(flags::bool_args(NO_CACHE, false, "disable perf cache profilers"));
-        v.extend(flags::bool_args(NO_HW, false, "disable perf hardware profilers"));
-        v.extend(flags::bool_args(NO_SW, false, "disable perf software profilers"));
-        v.push(flags::strings_arg(HW, "perf hardware profilers that should be collected"));
-        v.push(flags::strings_arg(SW, "perf software profilers that should be collected"));
-        v.push(flags::strings_arg(TRACEPOINT, "perf tracepoint that should be collected"));
-        v
+        flags::args(&[&CACHE, &CPUS, &NO_CACHE, &NO_HW, &NO_SW, &HW, &SW, &TRACEPOINT])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        let cpus_flag = f.string(CPUS);
-        let cpus = if cpus_flag.is_empty() {
-            None
-        } else {
-            Some(parse_cpus(&cpus_flag).map_err(|msg| ConfigError::Invalid { flag: CPUS.into(), msg })?)
-        };
-        let tracepoints = parse_tracepoints(&f.strings(TRACEPOINT)).map_err(|msg| ConfigError::Invalid { flag: TRACEPOINT.into(), msg })?;
+        let cpus = CPUS.parse_with(f, |v| if v.is_empty() { Ok(None) } else { parse_cpus(v).map(Some) })?;
+        let tracepoints = TRACEPOINT.parse_with(f, parse_tracepoints)?;
         Ok(Options {
             cpus,
             tracepoints,
-            hardware: !f.bool(NO_HW, false),
-            hardware_profilers: f.strings(HW),
-            software: !f.bool(NO_SW, false),
-            software_profilers: f.strings(SW),
-            cache: !f.bool(NO_CACHE, false),
-            cache_profilers: f.strings(CACHE),
+            hardware: !NO_HW.get(f),
+            hardware_profilers: HW.get(f),
+            software: !NO_SW.get(f),
+            software_profilers: SW.get(f),
+            cache: !NO_CACHE.get(f),
+            cache_profilers: CACHE.get(f),
         })
     }
 }

@@ -12,12 +12,16 @@ use std::path::{Path, PathBuf};
 use clap::Arg;
 use regex::Regex;
 
-use crate::flags::{self, Flags};
+use crate::flags::{Flags, StringFlag};
 use crate::io::SysReadError;
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const IGNORED_FLAG: &str = "collector.powersupply.ignored-supplies";
+pub const IGNORED_SUPPLIES: StringFlag = StringFlag {
+    name: "collector.powersupply.ignored-supplies",
+    default: "^$",
+    help: "Regexp of power supplies to ignore for powersupplyclass collector.",
+};
 
 /// How an attribute file is used.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -153,14 +157,12 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        vec![flags::string_arg(IGNORED_FLAG, "^$", "Regexp of power supplies to ignore for powersupplyclass collector.")]
+        vec![IGNORED_SUPPLIES.arg()]
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
         // An empty pattern matches (ignores) every supply, as in Go.
-        let value = f.string(IGNORED_FLAG);
-        let ignored = Regex::new(&value).map_err(|e| ConfigError::Regex { flag: IGNORED_FLAG.to_string(), value, source: Box::new(e) })?;
-        Ok(Options { ignored })
+        Ok(Options { ignored: IGNORED_SUPPLIES.pattern(f)? })
     }
 }
 

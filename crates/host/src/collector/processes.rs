@@ -11,11 +11,8 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
-
-use crate::flags::Flags;
 use crate::parse::{parse_go_int, parse_go_uint};
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 /// procfs reads stat files through `ReadFileNoStat`, which stops at 1 MiB.
@@ -108,19 +105,6 @@ fn vanished(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
 }
 
-/// The collector has no flags of its own.
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
-
 /// What one scrape counted.
 #[derive(Default)]
 struct Counts {
@@ -138,13 +122,13 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector {
+    pub fn new(p: &Paths) -> Self {
+        Collector {
             procfs: p.procfs.clone(),
             threads_max: p.proc("sys/kernel/threads-max"),
             pid_max: p.proc("sys/kernel/pid_max"),
             buf: Vec::with_capacity(1024),
-        })
+        }
     }
 
     /// Reads a stat file; `Ok(None)` when the process went away. Opened
@@ -299,7 +283,7 @@ mod tests {
     }
 
     fn scrape(dir: &Path) -> Result<Vec<crate::testutil::Row>, Error> {
-        let mut c = Collector::new(Options, &crate::testutil::paths(dir)).unwrap();
+        let mut c = Collector::new(&crate::testutil::paths(dir));
         let mut sink = Sink::new();
         c.update(&mut sink)?;
         Ok(crate::testutil::rows(&sink))

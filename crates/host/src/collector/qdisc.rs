@@ -14,16 +14,29 @@ use netlink_packet_route::link::LinkAttribute;
 use netlink_packet_route::tc::{TcAttribute, TcMessage, TcStats2};
 
 use crate::filter::DeviceFilter;
-use crate::flags::{string_arg, Flags};
+use crate::flags::{self, Flags, Hidden, StringFlag};
 use crate::netlink::{attr, Route};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const FIXTURES: &str = "collector.qdisc.fixtures";
-const INCLUDE: &str = "collector.qdisc.device-include";
-const EXCLUDE: &str = "collector.qdisc.device-exclude";
-const OLD_INCLUDE: &str = "collector.qdisk.device-include";
-const OLD_EXCLUDE: &str = "collector.qdisk.device-exclude";
+pub const FIXTURES: StringFlag =
+    StringFlag { name: "collector.qdisc.fixtures", default: "", help: "test fixtures to use for qdisc collector end-to-end testing" };
+pub const INCLUDE: StringFlag = StringFlag {
+    name: "collector.qdisc.device-include",
+    default: "",
+    help: "Regexp of qdisc devices to include (mutually exclusive to device-exclude).",
+};
+/// Read through [`INCLUDE`] (`StringFlag::value`).
+pub const OLD_INCLUDE: Hidden<StringFlag> =
+    Hidden(StringFlag { name: "collector.qdisk.device-include", default: "", help: "DEPRECATED: Use collector.qdisc.device-include" });
+pub const EXCLUDE: StringFlag = StringFlag {
+    name: "collector.qdisc.device-exclude",
+    default: "",
+    help: "Regexp of qdisc devices to exclude (mutually exclusive to device-include).",
+};
+/// Read through [`EXCLUDE`] (`StringFlag::value`).
+pub const OLD_EXCLUDE: Hidden<StringFlag> =
+    Hidden(StringFlag { name: "collector.qdisk.device-exclude", default: "", help: "DEPRECATED: Use collector.qdisc.device-exclude" });
 
 pub struct Options {
     /// The fixtures directory; `None` reads the kernel.
@@ -33,34 +46,19 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<clap::Arg> {
-        vec![
-            string_arg(FIXTURES, "", "test fixtures to use for qdisc collector end-to-end testing"),
-            string_arg(INCLUDE, "", "Regexp of qdisc devices to include (mutually exclusive to device-exclude)."),
-            string_arg(OLD_INCLUDE, "", "DEPRECATED: Use collector.qdisc.device-include").hide(true),
-            string_arg(EXCLUDE, "", "Regexp of qdisc devices to exclude (mutually exclusive to device-include)."),
-            string_arg(OLD_EXCLUDE, "", "DEPRECATED: Use collector.qdisc.device-exclude").hide(true),
-        ]
+        flags::args(&[&FIXTURES, &INCLUDE, &OLD_INCLUDE, &EXCLUDE, &OLD_EXCLUDE])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
         // `value` resolves the deprecated `qdisk` spellings (with
         // node_exporter's warning, or its error when both are given).
-        let (exclude, _) = f.value(EXCLUDE)?;
-        let (include, _) = f.value(INCLUDE)?;
+        let (exclude, _) = EXCLUDE.value(f)?;
+        let (include, _) = INCLUDE.value(f)?;
         if !exclude.is_empty() && !include.is_empty() {
-            return Err(ConfigError::Invalid {
-                flag: INCLUDE.to_string(),
-                msg: "collector.qdisc.device-include and collector.qdisc.device-exclude are mutaly exclusive".into(),
-            });
+            return Err(INCLUDE.invalid(format!("{} and {} are mutaly exclusive", INCLUDE.name, EXCLUDE.name)));
         }
-        let compile = |flag: &str, value: String| {
-            if value.is_empty() {
-                return Ok(None);
-            }
-            regex::Regex::new(&value).map(Some).map_err(|e| ConfigError::Regex { flag: flag.to_string(), value, source: Box::new(e) })
-        };
-        let filter = DeviceFilter::new(compile(EXCLUDE, exclude)?, compile(INCLUDE, include)?);
-        let fixtures = f.string(FIXTURES);
+        let filter = DeviceFilter::new(EXCLUDE.compile(exclude)?, INCLUDE.compile(include)?);
+        let fixtures = FIXTURES.get(f);
         Ok(Options { fixtures: (!fixtures.is_empty()).then(|| PathBuf::from(fixtures)), filter })
     }
 }

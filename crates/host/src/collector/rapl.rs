@@ -11,11 +11,13 @@ use std::path::{Component, Path, PathBuf};
 
 use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{BoolFlag, Flags};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const ZONE_LABEL_FLAG: &str = "collector.rapl.enable-zone-label";
+/// node_exporter's help text, copied from another collector, as it is.
+pub const ZONE_LABEL: BoolFlag =
+    BoolFlag { name: "collector.rapl.enable-zone-label", default: false, help: "Enables service unit metric unit_start_time_seconds" };
 
 /// The collector's flags, parsed once.
 pub struct Options {
@@ -24,12 +26,11 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        // node_exporter's help text, copied from another collector, as it is.
-        flags::bool_args(ZONE_LABEL_FLAG, false, "Enables service unit metric unit_start_time_seconds").into()
+        ZONE_LABEL.args().into()
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options { zone_label: f.bool(ZONE_LABEL_FLAG, false) })
+        Ok(Options { zone_label: ZONE_LABEL.get(f) })
     }
 }
 

@@ -15,11 +15,12 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::flags::{string_arg, Flags};
+use crate::flags::{Flags, StringFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const SERVICEDIR: &str = "collector.runit.servicedir";
+pub const SERVICEDIR: StringFlag =
+    StringFlag { name: "collector.runit.servicedir", default: "/etc/service", help: "Path to runit service directory." };
 
 /// runit's TAI64 label of the Unix epoch: 2^62 + 10 (TAI-UTC in 1970).
 const TAI_OFFSET: i64 = 4_611_686_018_427_387_914;
@@ -32,12 +33,12 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<clap::Arg> {
-        vec![string_arg(SERVICEDIR, "/etc/service", "Path to runit service directory.")]
+        vec![SERVICEDIR.arg()]
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
         // go-runit reads /etc/service when given an empty directory
-        let dir = f.string(SERVICEDIR);
+        let dir = SERVICEDIR.get(f);
         Ok(Options { servicedir: PathBuf::from(if dir.is_empty() { "/etc/service" } else { dir.as_str() }) })
     }
 }

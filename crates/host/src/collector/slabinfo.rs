@@ -9,12 +9,14 @@ use std::path::PathBuf;
 use clap::Arg;
 
 use crate::filter::DeviceFilter;
-use crate::flags::{self, Flags};
+use crate::flags::{self, Flags, StringFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const SLABS_EXCLUDE: &str = "collector.slabinfo.slabs-exclude";
-const SLABS_INCLUDE: &str = "collector.slabinfo.slabs-include";
+pub const SLABS_EXCLUDE: StringFlag =
+    StringFlag { name: "collector.slabinfo.slabs-exclude", default: "", help: "Regexp of slabs to exclude in slabinfo collector." };
+pub const SLABS_INCLUDE: StringFlag =
+    StringFlag { name: "collector.slabinfo.slabs-include", default: ".*", help: "Regexp of slabs to include in slabinfo collector." };
 
 /// The families, in node_exporter's order, with their help.
 const FAMILIES: [(&str, &str); 5] = [
@@ -92,15 +94,12 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        vec![
-            flags::string_arg(SLABS_EXCLUDE, "", "Regexp of slabs to exclude in slabinfo collector."),
-            flags::string_arg(SLABS_INCLUDE, ".*", "Regexp of slabs to include in slabinfo collector."),
-        ]
+        flags::args(&[&SLABS_EXCLUDE, &SLABS_INCLUDE])
     }
 
     /// node_exporter applies both patterns.
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options { filter: DeviceFilter::new(f.regex(SLABS_EXCLUDE)?, f.regex(SLABS_INCLUDE)?) })
+        Ok(Options { filter: DeviceFilter::new(SLABS_EXCLUDE.regex(f)?, SLABS_INCLUDE.regex(f)?) })
     }
 }
 

@@ -6,10 +6,7 @@
 
 use std::path::PathBuf;
 
-use clap::Arg;
-
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 const FUNCTIONS: &str = "node_softirqs_functions_total";
@@ -58,19 +55,6 @@ pub fn parse_softirqs(text: &str) -> Result<Softirqs, String> {
     Ok(out)
 }
 
-/// The collector has no flags of its own.
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
-
 pub struct Collector {
     path: PathBuf,
     buf: Vec<u8>,
@@ -79,8 +63,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { path: p.proc("softirqs"), buf: Vec::with_capacity(4096), cpus: Vec::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { path: p.proc("softirqs"), buf: Vec::with_capacity(4096), cpus: Vec::new() }
     }
 }
 
@@ -159,7 +143,7 @@ mod tests {
     fn update_writes_counts_and_fails_without_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = crate::testutil::paths(dir.path());
-        let mut c = Collector::new(Options, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         assert!(matches!(c.update(&mut sink), Err(Error::Io { .. })));
         crate::testutil::write(dir.path(), "proc/softirqs", FIXTURE);

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{BoolFlag, Flags};
 
 use crate::io::read_file;
 use crate::parse::{fields, lines, parse_u64, proc_stat_cpu};
@@ -15,6 +15,8 @@ use expo::{Kind, Sink};
 
 const SOFTIRQ_VECTORS: [&str; 10] = ["hi", "timer", "net_tx", "net_rx", "block", "block_iopoll", "tasklet", "sched", "hrtimer", "rcu"];
 
+pub const SOFTIRQ: BoolFlag = BoolFlag { name: "collector.stat.softirq", default: false, help: "Export softirq calls per vector" };
+
 /// The collector's flags, parsed once.
 pub struct Options {
     pub softirq: bool,
@@ -22,11 +24,11 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        flags::bool_args("collector.stat.softirq", false, "Export softirq calls per vector").into()
+        SOFTIRQ.args().into()
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options { softirq: f.bool("collector.stat.softirq", false) })
+        Ok(Options { softirq: SOFTIRQ.get(f) })
     }
 }
 

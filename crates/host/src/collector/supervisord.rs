@@ -35,11 +35,12 @@ use base64::Engine as _;
 use quick_xml::events::Event;
 use quick_xml::Reader;
 
-use crate::flags::{string_arg, Flags};
+use crate::flags::{Flags, StringFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const URL: &str = "collector.supervisord.url";
+pub const URL: StringFlag =
+    StringFlag { name: "collector.supervisord.url", default: "http://localhost:9001/RPC2", help: "XML RPC endpoint." };
 const ENV: &str = "SUPERVISORD_URL";
 /// go-xmlrpc's `http.Client` timeout (and node_exporter's unix dial timeout).
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,13 +56,13 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<clap::Arg> {
-        vec![string_arg(URL, "http://localhost:9001/RPC2", "XML RPC endpoint.")]
+        vec![URL.arg()]
     }
 
     /// The flag, else a non-empty `SUPERVISORD_URL` (kingpin's `Envar`), else the default.
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        let mut url = f.string(URL);
-        if !f.given(URL) {
+        let mut url = URL.get(f);
+        if !URL.given(f) {
             if let Some(v) = std::env::var_os(ENV).filter(|v| !v.is_empty()) {
                 url = v.to_string_lossy().into_owned();
             }
@@ -708,7 +709,7 @@ pub struct Collector {
 
 impl Collector {
     pub fn new(o: Options, _p: &Paths) -> Result<Self, ConfigError> {
-        let endpoint = parse_url(&o.url).map_err(|msg| ConfigError::Invalid { flag: URL.to_string(), msg })?;
+        let endpoint = parse_url(&o.url).map_err(|msg| URL.invalid(msg))?;
         tracing::warn!(collector = "supervisord", "This collector is deprecated and will be removed in the next major version release.");
         Ok(Collector { endpoint, shown: redact_url(&o.url) })
     }

@@ -5,23 +5,10 @@
 
 use std::path::PathBuf;
 
-use crate::flags::Flags;
 use crate::io::read_required;
 use crate::parse::go_scan_lines;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-pub struct Options {}
-
-impl Options {
-    pub fn args() -> Vec<clap::Arg> {
-        vec![]
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {})
-    }
-}
 
 /// One line of /proc/swaps; sizes in KiB, as the kernel prints them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,8 +61,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { path: p.proc("swaps"), buf: Vec::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { path: p.proc("swaps"), buf: Vec::new() }
     }
 }
 
@@ -163,7 +150,7 @@ mod tests {
     fn exports_node_exporters_series() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "proc/swaps", NE_SWAPS);
-        let mut c = super::Collector::new(Options {}, &paths(dir.path())).unwrap();
+        let mut c = super::Collector::new(&paths(dir.path()));
         let mut sink = Sink::new();
         c.update(&mut sink).unwrap();
         let l = |d: &str| vec![("device".to_string(), d.to_string()), ("swap_type".to_string(), "partition".to_string())];
@@ -181,7 +168,7 @@ mod tests {
     #[test]
     fn missing_file_fails_and_malformed_is_a_parse_error() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = super::Collector::new(Options {}, &paths(dir.path())).unwrap();
+        let mut c = super::Collector::new(&paths(dir.path()));
         let mut sink = Sink::new();
         assert!(matches!(c.update(&mut sink), Err(Error::Io { .. })), "node_exporter returns an error, not ErrNoData");
         write(dir.path(), "proc/swaps", "Filename Type Size Used Priority\n/dev/x partition 1 2\n");

@@ -9,13 +9,15 @@ use std::path::{Path, PathBuf};
 
 use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{self, Flags, StringsFlag};
 use crate::parse::parse_go_int;
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const INCLUDE: &str = "collector.sysctl.include";
-const INCLUDE_INFO: &str = "collector.sysctl.include-info";
+pub const INCLUDE: StringsFlag =
+    StringsFlag { name: "collector.sysctl.include", value_name: "VALUE", help: "Select sysctl metrics to include" };
+pub const INCLUDE_INFO: StringsFlag =
+    StringsFlag { name: "collector.sysctl.include-info", value_name: "VALUE", help: "Select sysctl metrics to include as info metrics" };
 
 const INFO: &str = "node_sysctl_info";
 const INFO_HELP: &str = "sysctl info";
@@ -121,15 +123,12 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        vec![
-            flags::strings_arg(INCLUDE, "Select sysctl metrics to include"),
-            flags::strings_arg(INCLUDE_INFO, "Select sysctl metrics to include as info metrics"),
-        ]
+        flags::args(&[&INCLUDE, &INCLUDE_INFO])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        let numeric = f.strings(INCLUDE).into_iter().map(|s| Sysctl::new(&s, true));
-        let info = f.strings(INCLUDE_INFO).into_iter().map(|s| Sysctl::new(&s, false));
+        let numeric = INCLUDE.get(f).into_iter().map(|s| Sysctl::new(&s, true));
+        let info = INCLUDE_INFO.get(f).into_iter().map(|s| Sysctl::new(&s, false));
         Ok(Options { sysctls: numeric.chain(info).collect() })
     }
 }

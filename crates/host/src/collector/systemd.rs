@@ -34,18 +34,46 @@ use zbus::zvariant::OwnedObjectPath;
 
 use crate::dbus::{get_property, Bus, CallError, Prop, Target, DEFAULT_TIMEOUT};
 
-use crate::flags::{bool_args, string_arg, Flags};
+use crate::flags::{self, BoolFlag, Flags, Hidden, StringFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const INCLUDE: &str = "collector.systemd.unit-include";
-const OLD_INCLUDE: &str = "collector.systemd.unit-whitelist";
-const EXCLUDE: &str = "collector.systemd.unit-exclude";
-const OLD_EXCLUDE: &str = "collector.systemd.unit-blacklist";
-const PRIVATE: &str = "collector.systemd.private";
-const TASKS: &str = "collector.systemd.enable-task-metrics";
-const RESTARTS: &str = "collector.systemd.enable-restarts-metrics";
-const START_TIME: &str = "collector.systemd.enable-start-time-metrics";
+pub const INCLUDE: StringFlag = StringFlag {
+    name: "collector.systemd.unit-include",
+    default: ".+",
+    help: "Regexp of systemd units to include. Units must both match include and not match exclude to be included.",
+};
+/// Read through [`INCLUDE`] (`StringFlag::value`).
+pub const OLD_INCLUDE: Hidden<StringFlag> =
+    Hidden(StringFlag { name: "collector.systemd.unit-whitelist", default: "", help: "DEPRECATED: Use --collector.systemd.unit-include" });
+pub const EXCLUDE: StringFlag = StringFlag {
+    name: "collector.systemd.unit-exclude",
+    default: ".+\\.(automount|device|mount|scope|slice)",
+    help: "Regexp of systemd units to exclude. Units must both match include and not match exclude to be included.",
+};
+/// Read through [`EXCLUDE`] (`StringFlag::value`).
+pub const OLD_EXCLUDE: Hidden<StringFlag> =
+    Hidden(StringFlag { name: "collector.systemd.unit-blacklist", default: "", help: "DEPRECATED: Use collector.systemd.unit-exclude" });
+pub const PRIVATE: Hidden<BoolFlag> = Hidden(BoolFlag {
+    name: "collector.systemd.private",
+    default: false,
+    help: "Establish a private, direct connection to systemd without dbus (Strongly discouraged since it requires root. For testing purposes only).",
+});
+pub const TASKS: BoolFlag = BoolFlag {
+    name: "collector.systemd.enable-task-metrics",
+    default: false,
+    help: "Enables service unit tasks metrics unit_tasks_current and unit_tasks_max",
+};
+pub const RESTARTS: BoolFlag = BoolFlag {
+    name: "collector.systemd.enable-restarts-metrics",
+    default: false,
+    help: "Enables service unit metric service_restart_total",
+};
+pub const START_TIME: BoolFlag = BoolFlag {
+    name: "collector.systemd.enable-start-time-metrics",
+    default: false,
+    help: "Enables service unit metric unit_start_time_seconds",
+};
 
 /// systemd's private socket, as go-systemd dials it (not under the rootfs).
 pub const PRIVATE_ADDRESS: &str = "unix:path=/run/systemd/private";
@@ -83,44 +111,21 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<clap::Arg> {
-        let mut v = vec![
-            string_arg(
-                INCLUDE,
-                ".+",
-                "Regexp of systemd units to include. Units must both match include and not match exclude to be included.",
-            ),
-            string_arg(OLD_INCLUDE, "", "DEPRECATED: Use --collector.systemd.unit-include").hide(true),
-            string_arg(
-                EXCLUDE,
-                ".+\\.(automount|device|mount|scope|slice)",
-                "Regexp of systemd units to exclude. Units must both match include and not match exclude to be included.",
-            ),
-            string_arg(OLD_EXCLUDE, "", "DEPRECATED: Use collector.systemd.unit-exclude").hide(true),
-        ];
-        let [on, off] = bool_args(
-            PRIVATE,
-            false,
-            "Establish a private, direct connection to systemd without dbus (Strongly discouraged since it requires root. For testing purposes only).",
-        );
-        v.extend([on.hide(true), off]);
-        v.extend(bool_args(TASKS, false, "Enables service unit tasks metrics unit_tasks_current and unit_tasks_max"));
-        v.extend(bool_args(RESTARTS, false, "Enables service unit metric service_restart_total"));
-        v.extend(bool_args(START_TIME, false, "Enables service unit metric unit_start_time_seconds"));
-        v
+        flags::args(&[&INCLUDE, &OLD_INCLUDE, &EXCLUDE, &OLD_EXCLUDE, &PRIVATE, &TASKS, &RESTARTS, &START_TIME])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
         // `value` resolves the deprecated whitelist/blacklist spellings,
         // with node_exporter's warning, or its error when both are given.
-        let (include, _) = f.value(INCLUDE)?;
-        let (exclude, _) = f.value(EXCLUDE)?;
+        let (include, _) = INCLUDE.value(f)?;
+        let (exclude, _) = EXCLUDE.value(f)?;
         Ok(Options {
-            include: anchored(INCLUDE, &include)?,
-            exclude: anchored(EXCLUDE, &exclude)?,
-            private: f.bool(PRIVATE, false),
-            task_metrics: f.bool(TASKS, false),
-            restarts_metrics: f.bool(RESTARTS, false),
-            start_time_metrics: f.bool(START_TIME, false),
+            include: anchored(INCLUDE.name, &include)?,
+            exclude: anchored(EXCLUDE.name, &exclude)?,
+            private: PRIVATE.get(f),
+            task_metrics: TASKS.get(f),
+            restarts_metrics: RESTARTS.get(f),
+            start_time_metrics: START_TIME.get(f),
             address: None,
             fallback: Some(PRIVATE_ADDRESS.to_string()),
             timeout: DEFAULT_TIMEOUT,
@@ -539,8 +544,8 @@ mod tests {
 
     fn opts() -> Options {
         Options {
-            include: anchored(INCLUDE, ".+").unwrap(),
-            exclude: anchored(EXCLUDE, ".+\\.(automount|device|mount|scope|slice)").unwrap(),
+            include: anchored(INCLUDE.name, INCLUDE.default).unwrap(),
+            exclude: anchored(EXCLUDE.name, EXCLUDE.default).unwrap(),
             private: false,
             task_metrics: false,
             restarts_metrics: false,
@@ -636,7 +641,7 @@ mod tests {
             unit("foobar", "not-found", "inactive"),
             unit("baz", "not-found", "inactive"),
         ];
-        let (inc, exc) = (anchored(INCLUDE, "foo").unwrap(), anchored(EXCLUDE, "bar").unwrap());
+        let (inc, exc) = (anchored(INCLUDE.name, "foo").unwrap(), anchored(EXCLUDE.name, "bar").unwrap());
         let names: Vec<&str> = filter_units(&units, &inc, &exc).iter().map(|u| u.name.as_str()).collect();
         assert_eq!(names, ["foo"]);
         let o = opts();
@@ -645,7 +650,7 @@ mod tests {
         let names: Vec<&str> = filter_units(&loaded, &o.include, &o.exclude).iter().map(|u| u.name.as_str()).collect();
         assert_eq!(names, ["a.service"]);
         // Anchoring: "a" does not match "a.service".
-        assert!(filter_units(&loaded, &anchored(INCLUDE, "a").unwrap(), &o.exclude).is_empty());
+        assert!(filter_units(&loaded, &anchored(INCLUDE.name, "a").unwrap(), &o.exclude).is_empty());
     }
 
     #[test]

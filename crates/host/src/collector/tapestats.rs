@@ -10,11 +10,12 @@ use std::path::PathBuf;
 use clap::Arg;
 use regex::Regex;
 
-use crate::flags::{self, Flags};
+use crate::flags::{Flags, StringFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
-const IGNORED: &str = "collector.tapestats.ignored-devices";
+pub const IGNORED_DEVICES: StringFlag =
+    StringFlag { name: "collector.tapestats.ignored-devices", default: "^$", help: "Regexp of devices to ignore for tapestats." };
 
 /// The collector's flags, parsed once.
 pub struct Options {
@@ -25,13 +26,11 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        vec![flags::string_arg(IGNORED, "^$", "Regexp of devices to ignore for tapestats.")]
+        vec![IGNORED_DEVICES.arg()]
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        let value = f.string(IGNORED);
-        let ignored = Regex::new(&value).map_err(|e| ConfigError::Regex { flag: IGNORED.to_string(), value, source: Box::new(e) })?;
-        Ok(Options { ignored })
+        Ok(Options { ignored: IGNORED_DEVICES.pattern(f)? })
     }
 }
 

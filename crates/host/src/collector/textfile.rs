@@ -17,16 +17,24 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use clap::{Arg, ArgAction};
+use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{self, Flags, SizeFlag, StringsFlag};
 use crate::{ConfigError, Error, Paths};
 use expo::text::{self as expfmt, Type};
 use expo::{Kind, Sink};
 
-/// `--collector.textfile.max-size`'s default: a textfile of this size
-/// already holds some 100,000 series.
-pub const DEFAULT_MAX_SIZE: &str = "8MiB";
+pub const DIRECTORY: StringsFlag = StringsFlag {
+    name: "collector.textfile.directory",
+    value_name: "DIR",
+    help: "Directory to read text files with metrics from (a glob is expanded); repeatable.",
+};
+/// Its default: a textfile of 8 MiB already holds some 100,000 series.
+pub const MAX_SIZE: SizeFlag = SizeFlag {
+    name: "collector.textfile.max-size",
+    default: "8MiB",
+    help: "Largest textfile read (node-agent's own flag); a larger one, or one that is not a regular file, is skipped and flagged in node_textfile_scrape_error. Bytes, or with KiB, MiB, GiB.",
+};
 
 /// The collector's flags, parsed once.
 pub struct Options {
@@ -37,28 +45,12 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        vec![
-            Arg::new("collector.textfile.directory")
-                .long("collector.textfile.directory")
-                .value_name("DIR")
-                .action(ArgAction::Append)
-                .help("Directory to read text files with metrics from (a glob is expanded); repeatable."),
-            flags::string_arg(
-                "collector.textfile.max-size",
-                DEFAULT_MAX_SIZE,
-                "Largest textfile read (node-agent's own flag); a larger one, or one that is not a regular file, is skipped and flagged in node_textfile_scrape_error. Bytes, or with KiB, MiB, GiB.",
-            ),
-        ]
+        flags::args(&[&DIRECTORY, &MAX_SIZE])
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        let dirs = f.strings("collector.textfile.directory").into_iter().filter(|s| !s.is_empty()).collect();
-        let value = f.string("collector.textfile.max-size");
-        let max_bytes = flags::parse_bytes(&value).filter(|&b| b > 0).ok_or_else(|| ConfigError::Invalid {
-            flag: "collector.textfile.max-size".into(),
-            msg: format!("invalid size {value:?} (e.g. 65536, 512KiB, 8MiB)"),
-        })?;
-        Ok(Options { dirs, max_bytes })
+        let dirs = DIRECTORY.get(f).into_iter().filter(|s| !s.is_empty()).collect();
+        Ok(Options { dirs, max_bytes: MAX_SIZE.get(f)?.get() })
     }
 }
 

@@ -4,13 +4,19 @@ use std::path::PathBuf;
 
 use clap::Arg;
 
-use crate::flags::{self, Flags};
+use crate::flags::{Flags, StringFlag};
 use regex::Regex;
 
 use crate::io::read_file;
 use crate::parse::{fields, lines, parse_f64};
 use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
+
+pub const FIELDS: StringFlag = StringFlag {
+    name: "collector.vmstat.fields",
+    default: "^(oom_kill|pgpg|pswp|pg.*fault).*",
+    help: "Regexp of fields to return for vmstat collector.",
+};
 
 /// The collector's flags, parsed once.
 pub struct Options {
@@ -19,15 +25,11 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<Arg> {
-        vec![flags::string_arg(
-            "collector.vmstat.fields",
-            "^(oom_kill|pgpg|pswp|pg.*fault).*",
-            "Regexp of fields to return for vmstat collector.",
-        )]
+        vec![FIELDS.arg()]
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options { fields: f.regex("collector.vmstat.fields")? })
+        Ok(Options { fields: FIELDS.regex(f)? })
     }
 }
 

@@ -7,10 +7,7 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
-
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 type Family = (&'static str, &'static str);
@@ -66,26 +63,13 @@ impl Watchdog {
     }
 }
 
-/// The collector has no flags of its own.
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
-
 pub struct Collector {
     dir: PathBuf,
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { dir: p.sys("class/watchdog") })
+    pub fn new(p: &Paths) -> Self {
+        Collector { dir: p.sys("class/watchdog") }
     }
 }
 
@@ -174,7 +158,7 @@ mod tests {
 
     fn scrape(root: &Path) -> Result<Vec<Row>, Error> {
         let p = Paths { procfs: root.into(), sysfs: root.into(), rootfs: root.into(), udev_data: root.into() };
-        let mut c = Collector::new(Options, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink)?;
         Ok(crate::testutil::rows(&sink))

@@ -13,11 +13,12 @@ use std::path::{Path, PathBuf};
 use expo::{Kind, Sink};
 use wl_nl80211::{Nl80211Attr, Nl80211BssInfo, Nl80211Command, Nl80211RateInfo, Nl80211StationInfo};
 
-use crate::flags::{string_arg, Flags};
+use crate::flags::{Flags, StringFlag};
 use crate::netlink::nl80211::Nl80211;
 use crate::{ConfigError, Error, Paths};
 
-const FIXTURES: &str = "collector.wifi.fixtures";
+pub const FIXTURES: StringFlag =
+    StringFlag { name: "collector.wifi.fixtures", default: "", help: "test fixtures to use for wifi collector metrics" };
 
 pub struct Options {
     /// `--collector.wifi.fixtures`: read JSON fixtures instead of nl80211.
@@ -26,11 +27,11 @@ pub struct Options {
 
 impl Options {
     pub fn args() -> Vec<clap::Arg> {
-        vec![string_arg(FIXTURES, "", "test fixtures to use for wifi collector metrics")]
+        vec![FIXTURES.arg()]
     }
 
     pub fn from_flags(f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options { fixtures: f.string(FIXTURES) })
+        Ok(Options { fixtures: FIXTURES.get(f) })
     }
 }
 

@@ -5,9 +5,8 @@
 
 use std::path::PathBuf;
 
-use crate::flags::Flags;
 use crate::io::read_file;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 /// The kernel's counter name, the family node_exporter exports it as, and
@@ -59,26 +58,14 @@ const COUNTERS: [(&str, &str, &str); 28] = [
     ("XfrmAcquireError", "node_xfrm_acquire_error_packets_total", "State hasn’t been fully acquired before use"),
 ];
 
-pub struct Options {}
-
-impl Options {
-    pub fn args() -> Vec<clap::Arg> {
-        vec![]
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {})
-    }
-}
-
 pub struct Collector {
     path: PathBuf,
     buf: Vec<u8>,
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { path: p.proc("net/xfrm_stat"), buf: Vec::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { path: p.proc("net/xfrm_stat"), buf: Vec::new() }
     }
 }
 
@@ -162,7 +149,7 @@ XfrmOutError                    1000000\nXfrmAcquireError                24532";
     fn writes_all_families_and_no_data_without_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = crate::testutil::paths(dir.path());
-        let mut c = Collector::new(Options {}, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         assert!(c.update(&mut sink).unwrap_err().is_no_data());
         crate::testutil::write(dir.path(), "proc/net/xfrm_stat", FIXTURE);

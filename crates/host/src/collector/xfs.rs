@@ -8,25 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
-
-use crate::flags::Flags;
 use crate::parse;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-/// The collector's flags, parsed once.
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
 
 /// The counters of one stats file that are exported (the lines of
 /// `stats/stats` this collector reads; the other lines are only checked).
@@ -223,13 +207,13 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector {
+    pub fn new(p: &Paths) -> Self {
+        Collector {
             dir: p.sys("fs/xfs"),
             names: METRICS.iter().map(|(_, _, suffix, _)| format!("node_xfs_{suffix}")).collect(),
             buf: Vec::with_capacity(4096),
             found: Vec::new(),
-        })
+        }
     }
 }
 
@@ -392,7 +376,7 @@ gc xpc 123\nnewline 4294967295\n\nshort\n",
             rootfs: d.path().to_path_buf(),
             udev_data: d.path().to_path_buf(),
         };
-        let mut c = Collector::new(Options, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink).unwrap();
         let fams = sink.families();
@@ -405,7 +389,7 @@ gc xpc 123\nnewline 4294967295\n\nshort\n",
         assert!(matches!(crate::Collector::update(&mut c, &mut sink), Err(Error::Parse { .. })));
 
         let p = Paths { sysfs: d.path().join("none"), ..p };
-        let mut c = Collector::new(Options, &p).unwrap();
+        let mut c = Collector::new(&p);
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink).unwrap();
         assert!(sink.families().is_empty());

@@ -11,12 +11,9 @@
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
-use clap::Arg;
-
-use crate::flags::Flags;
 use crate::io::{open_nonblocking, read_into, read_required};
 use crate::parse::parse_u64;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 /// The global kstat files: (metric subsystem, file name).
@@ -40,19 +37,6 @@ pub const POOL_STATES: [&str; 7] = ["online", "degraded", "faulted", "offline", 
 /// kstat data types (lib/libspl/include/sys/kstat.h) node_exporter reads.
 const KSTAT_DATA_INT64: &str = "3";
 const KSTAT_DATA_UINT64: &str = "4";
-
-/// The collector's flags, parsed once (it has none of its own).
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
 
 pub struct Collector {
     base: PathBuf,
@@ -114,10 +98,10 @@ impl Out {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
+    pub fn new(p: &Paths) -> Self {
         let base = p.proc("spl/kstat/zfs");
         let files = SUBSYSTEMS.iter().map(|(_, file)| base.join(file)).collect();
-        Ok(Collector { base, files, buf: Vec::new(), out: Out::default() })
+        Collector { base, files, buf: Vec::new(), out: Out::default() }
     }
 }
 
@@ -498,7 +482,7 @@ nunlinked                       4    3
     type Scraped = Vec<(String, Kind, Vec<(Labels, f64)>)>;
 
     fn scrape(root: &Path) -> Result<Scraped, Error> {
-        let mut c = Collector::new(Options, &paths(root)).unwrap();
+        let mut c = Collector::new(&paths(root));
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink)?;
         let mut out: Vec<_> = sink

@@ -9,10 +9,7 @@
 
 use std::path::PathBuf;
 
-use clap::Arg;
-
-use crate::flags::Flags;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 /// A zoneinfo field: its key in the file, its family, help and type.
@@ -151,19 +148,6 @@ pub fn parse_zoneinfo(text: &str) -> Vec<Zone<'_>> {
         .collect()
 }
 
-/// The collector has no flags of its own.
-pub struct Options;
-
-impl Options {
-    pub fn args() -> Vec<Arg> {
-        Vec::new()
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options)
-    }
-}
-
 pub struct Collector {
     path: PathBuf,
     buf: Vec<u8>,
@@ -172,8 +156,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { path: p.proc("zoneinfo"), buf: Vec::with_capacity(16 * 1024), protection: Vec::new() })
+    pub fn new(p: &Paths) -> Self {
+        Collector { path: p.proc("zoneinfo"), buf: Vec::with_capacity(16 * 1024), protection: Vec::new() }
     }
 }
 
@@ -295,7 +279,7 @@ Node 1, zone  Movable
     fn rows(text: &str) -> Vec<Row> {
         let dir = tempfile::tempdir().unwrap();
         crate::testutil::write(dir.path(), "proc/zoneinfo", text);
-        let mut c = Collector::new(Options, &crate::testutil::paths(dir.path())).unwrap();
+        let mut c = Collector::new(&crate::testutil::paths(dir.path()));
         let mut sink = Sink::new();
         c.update(&mut sink).unwrap();
         crate::testutil::rows(&sink)
@@ -317,7 +301,7 @@ Node 1, zone  Movable
     #[test]
     fn a_missing_file_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Collector::new(Options, &crate::testutil::paths(dir.path())).unwrap();
+        let mut c = Collector::new(&crate::testutil::paths(dir.path()));
         assert!(matches!(c.update(&mut Sink::new()), Err(Error::Io { .. })));
     }
 }
