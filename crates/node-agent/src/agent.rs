@@ -66,7 +66,12 @@ impl Agent {
         // As Go programs do (node_exporter among them): the soft limit of open
         // files up to the hard one.
         let nofile = host::sys::raise_nofile_limit();
-        let mut cfg = config::resolve(m)?;
+        // The flags first: a bad one fails here, before anything is loaded.
+        let mut cfg = config::parse(m)?;
+        // Then the collectors: this loads and attaches the eBPF programs and
+        // starts the pod watch, which need the capabilities the drop below
+        // removes.
+        cfg.collectors = config::build_collectors(m, &cfg.paths)?;
         // Connections get at most half the descriptors (see connection_budget).
         if let Some(n) = nofile {
             let budget = connection_budget(n);
@@ -84,7 +89,8 @@ impl Agent {
         tracing::info!(collectors = %names.join(","), procfs = %cfg.paths.procfs.display(), sysfs = %cfg.paths.sysfs.display(), rootfs = %cfg.paths.rootfs.display(), "starting node-agent");
         crate::caps::log_report(crate::caps::effective());
         if cfg.drop_capabilities {
-            // The programs are attached: keep only what scrapes need.
+            // The programs are attached and the watch started (above): keep
+            // only what scrapes need.
             let before = crate::caps::effective();
             let keep = crate::caps::needed_after_start(before);
             crate::caps::restrict_all_threads(keep)?;

@@ -146,8 +146,19 @@ pub fn log_settings(m: &ArgMatches) -> Result<(tracing::Level, LogFormat), Error
     Ok((log_level, log_format))
 }
 
-/// Resolves flags into a configuration, building the enabled collectors.
+/// Resolves flags into a configuration and builds the enabled collectors:
+/// [`parse`], then [`build_collectors`].
 pub fn resolve(m: &ArgMatches) -> Result<ServeConfig, Error> {
+    let mut cfg = parse(m)?;
+    cfg.collectors = build_collectors(m, &cfg.paths)?;
+    Ok(cfg)
+}
+
+/// Step one of start-up: the flags, checked and parsed into a
+/// configuration (a bad value fails here, naming its flag), with no
+/// collector built yet (`collectors` is empty) and nothing opened, loaded
+/// or started.
+pub fn parse(m: &ArgMatches) -> Result<ServeConfig, Error> {
     let f = Flags::new(m);
     let paths = registry::paths(&f);
     let max = f.string("web.max-requests");
@@ -184,10 +195,6 @@ pub fn resolve(m: &ArgMatches) -> Result<ServeConfig, Error> {
     if collector_timeout.is_zero() {
         return Err(Error::Invalid { flag: "collector.timeout", msg: "must be above zero".into() });
     }
-    let mut collectors = registry::build(&f, &paths, &registry::definitions(), &mut ())?;
-    let probes = crate::probes::definitions();
-    let mut ctx = crate::probes::Context::new(&f, &paths, &probes)?;
-    collectors.extend(registry::build(&f, &paths, &probes, &mut ctx)?);
     Ok(ServeConfig {
         listen,
         telemetry_path,
@@ -196,7 +203,7 @@ pub fn resolve(m: &ArgMatches) -> Result<ServeConfig, Error> {
         exporter_metrics: !f.bool("web.disable-exporter-metrics", false),
         node_exporter_build_info: f.bool("compat.node-exporter-build-info", true),
         paths,
-        collectors,
+        collectors: Vec::new(),
         log_level,
         log_format,
         drop_capabilities: f.bool("security.drop-capabilities", false),
@@ -205,6 +212,21 @@ pub fn resolve(m: &ArgMatches) -> Result<ServeConfig, Error> {
         worker_threads,
         systemd_socket: f.bool("web.systemd-socket", false),
     })
+}
+
+/// Step two of start-up: every enabled collector, built from its flags.
+/// Host collectors only read their options here; the eBPF probes load and
+/// attach their programs and pod attribution starts its watch of the API
+/// server, which need the capabilities (BPF, PERFMON, SYS_PTRACE) that
+/// `--security.drop-capabilities` drops afterwards: this step must come
+/// before the drop (`agent::Agent::start` keeps that order).
+pub fn build_collectors(m: &ArgMatches, paths: &Paths) -> Result<Vec<Named>, Error> {
+    let f = Flags::new(m);
+    let mut collectors = registry::build(&f, paths, &registry::definitions(), &mut ())?;
+    let probes = crate::probes::definitions();
+    let mut ctx = crate::probes::Context::new(&f, paths, &probes)?;
+    collectors.extend(registry::build(&f, paths, &probes, &mut ctx)?);
+    Ok(collectors)
 }
 
 /// kingpin's `Int()`: parsed as a float, then truncated (`2.9` is 2).
