@@ -190,29 +190,52 @@ const EMPTY_DIRS: &[&str] = &[
     "sys/devices/pci0000:40/0000:40:01.3/0000:45:00.0/link",
 ];
 
-/// Copies a fixture tree, restoring the symbolic links that the text-archive
-/// extraction flattened into small files holding their target path, and
-/// the empty directories it lost ([`EMPTY_DIRS`]).
-pub fn materialize(src: &Path, dst: &Path) -> io::Result<usize> {
-    copy_tree(src, dst)?;
-    for d in EMPTY_DIRS {
-        fs::create_dir_all(dst.join(d))?;
-    }
-    let mut restored = 0;
-    restore_links(dst, &mut restored)?;
-    Ok(restored)
+/// The symbolic links of a fixture tree [`materialize`] made: those that
+/// arrived as links (copied as they were), and those that the text-archive
+/// extraction had flattened into small files holding their target path
+/// (restored). Fixtures come either way, or mixed; the collectors need the
+/// links whichever way they came.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Materialized {
+    pub copied: usize,
+    pub restored: usize,
 }
 
-fn copy_tree(src: &Path, dst: &Path) -> io::Result<()> {
+impl Materialized {
+    /// Every symbolic link of the materialized tree.
+    pub fn links(&self) -> usize {
+        self.copied + self.restored
+    }
+}
+
+/// Copies a fixture tree, with its symbolic links: those it has are copied
+/// as links, those the text-archive extraction flattened into small files
+/// holding their target path are restored, and the empty directories it
+/// lost ([`EMPTY_DIRS`]) are made again.
+pub fn materialize(src: &Path, dst: &Path) -> io::Result<Materialized> {
+    let mut made = Materialized::default();
+    copy_tree(src, dst, &mut made.copied)?;
+    for d in EMPTY_DIRS {
+        // Fixtures with their links and empty directories have them already.
+        if fs::symlink_metadata(dst.join(d)).is_err() {
+            fs::create_dir_all(dst.join(d))?;
+        }
+    }
+    restore_links(dst, &mut made.restored)?;
+    Ok(made)
+}
+
+fn copy_tree(src: &Path, dst: &Path, links: &mut usize) -> io::Result<()> {
     fs::create_dir_all(dst)?;
     for e in fs::read_dir(src)? {
         let e = e?;
         let to = dst.join(e.file_name());
         let ft = e.file_type()?;
         if ft.is_dir() {
-            copy_tree(&e.path(), &to)?;
+            copy_tree(&e.path(), &to, links)?;
         } else if ft.is_symlink() {
             std::os::unix::fs::symlink(fs::read_link(e.path())?, &to)?;
+            *links += 1;
         } else {
             fs::copy(e.path(), &to)?;
             let mut perm = fs::metadata(&to)?.permissions();

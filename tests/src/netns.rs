@@ -216,3 +216,204 @@ impl Drop for DelayLink {
         }
     }
 }
+
+/// The inode of a network namespace behind an `ns/net` link (`net:[N]`).
+fn link_inode(link: &std::path::Path) -> Option<u64> {
+    let t = std::fs::read_link(link).ok()?;
+    t.to_str()?.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// The inode of the calling thread's network namespace.
+pub fn current_inode() -> u64 {
+    link_inode(std::path::Path::new("/proc/thread-self/ns/net")).expect("the thread's network namespace")
+}
+
+impl Netns {
+    /// The namespace's inode, as [`AllNetns`] keys it.
+    pub fn inode(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/run/netns/{}", self.0)).expect("the namespace's mount").ino()
+    }
+}
+
+/// What a truth test reads of one network namespace: its counters
+/// (/proc/net/snmp and /proc/net/netstat as `Tcp:ActiveOpens`,
+/// `TcpExt:TCPRetransFail`; /proc/net/snmp6 under its own names,
+/// `Ip6InDelivers`) and, read after them when asked for, its TCP sockets by
+/// state (the tcp and tcp6 tables: 1 ESTABLISHED, 2 SYN_SENT, 3 SYN_RECV,
+/// …) and the drops each of its raw sockets counted, by socket inode (the
+/// raw and raw6 tables).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetStats {
+    pub counters: std::collections::BTreeMap<String, u64>,
+    pub tcp_states: [u64; 16],
+    pub raw_drops: std::collections::BTreeMap<u64, u64>,
+}
+
+impl NetStats {
+    /// The namespace whose procfs `net` directory is `net`
+    /// (`/proc/PID/task/TID/net`, `/proc/thread-self/net`); None when it
+    /// cannot be read (the task is gone).
+    pub fn read(net: &std::path::Path, sockets: bool) -> Option<NetStats> {
+        let mut s = NetStats::default();
+        for file in ["snmp", "netstat"] {
+            let text = std::fs::read_to_string(net.join(file)).ok()?;
+            let lines: Vec<&str> = text.lines().collect();
+            for pair in lines.chunks(2) {
+                let [names, values] = pair else { continue };
+                let (Some((table, names)), Some((_, values))) = (names.split_once(':'), values.split_once(':')) else { continue };
+                for (n, v) in names.split_whitespace().zip(values.split_whitespace()) {
+                    if let Ok(v) = v.parse() {
+                        s.counters.insert(format!("{table}:{n}"), v);
+                    }
+                }
+            }
+        }
+        // No IPv6 in the kernel: no snmp6, nothing counted there.
+        for line in std::fs::read_to_string(net.join("snmp6")).unwrap_or_default().lines() {
+            if let Some((n, v)) = line.split_once(char::is_whitespace) {
+                if let Ok(v) = v.trim().parse() {
+                    s.counters.insert(n.to_string(), v);
+                }
+            }
+        }
+        if sockets {
+            for table in ["tcp", "tcp6"] {
+                for line in std::fs::read_to_string(net.join(table)).unwrap_or_default().lines().skip(1) {
+                    if let Some(st) = line.split_whitespace().nth(3).and_then(|h| usize::from_str_radix(h, 16).ok()) {
+                        s.tcp_states[st.min(15)] += 1;
+                    }
+                }
+            }
+            for table in ["raw", "raw6"] {
+                for line in std::fs::read_to_string(net.join(table)).unwrap_or_default().lines().skip(1) {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    if let (Some(Ok(inode)), Some(Ok(drops))) = (f.get(9).map(|v| v.parse()), f.last().map(|v| v.parse())) {
+                        s.raw_drops.insert(inode, drops);
+                    }
+                }
+            }
+        }
+        Some(s)
+    }
+
+    /// A counter (`Tcp:ActiveOpens`, `Ip6InDelivers`); 0 when absent.
+    pub fn get(&self, name: &str) -> u64 {
+        self.counters.get(name).copied().unwrap_or(0)
+    }
+
+    /// How much `name` rose since `before`: all of it when it went down
+    /// (another namespace has the inode now; this one counted from 0).
+    pub fn since(&self, before: &NetStats, name: &str) -> u64 {
+        rise(before.get(name), self.get(name))
+    }
+
+    /// The drops of the raw sockets open now since `before` (all of a
+    /// socket's that opened since). A raw socket that closed in between
+    /// took what it counted with it.
+    pub fn raw_drops_since(&self, before: &NetStats) -> u64 {
+        self.raw_drops.iter().map(|(inode, d)| rise(before.raw_drops.get(inode).copied().unwrap_or(0), *d)).sum()
+    }
+}
+
+/// A counter's rise from `b` to `a`, all of `a` when it went down (it
+/// started again from 0).
+fn rise(b: u64, a: u64) -> u64 {
+    if a >= b {
+        a - b
+    } else {
+        a
+    }
+}
+
+/// Every network namespace of the machine that can be reached now, by
+/// inode: those some task is in (each task's `ns/net`, read through
+/// /proc/PID/task/TID/net), and those only mounted (`ip netns add`'s, a
+/// container runtime's: nsfs mounts in /proc/self/mountinfo), read by a
+/// thread that joins them. A namespace neither a task nor a mount holds has
+/// no process to send or receive in it.
+pub struct AllNetns(pub std::collections::BTreeMap<u64, NetStats>);
+
+impl AllNetns {
+    pub fn read(sockets: bool) -> AllNetns {
+        let mut all = std::collections::BTreeMap::new();
+        for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else { continue };
+            for t in tasks.flatten() {
+                let Some(ino) = link_inode(&t.path().join("ns/net")) else { continue };
+                if let std::collections::btree_map::Entry::Vacant(e) = all.entry(ino) {
+                    // A task that exits meanwhile: another of the namespace's may serve.
+                    if let Some(s) = NetStats::read(&t.path().join("net"), sockets) {
+                        e.insert(s);
+                    }
+                }
+            }
+        }
+        for (ino, mount) in netns_mounts() {
+            if all.contains_key(&ino) {
+                continue;
+            }
+            let Ok(file) = std::fs::File::open(&mount) else { continue };
+            let read = std::thread::spawn(move || {
+                // SAFETY: setns on a valid namespace fd; it changes the
+                // namespace of this thread only, which ends right after.
+                if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    return None;
+                }
+                NetStats::read(std::path::Path::new("/proc/thread-self/net"), sockets)
+            });
+            if let Ok(Some(s)) = read.join() {
+                all.insert(ino, s);
+            }
+        }
+        AllNetns(all)
+    }
+
+    /// Σ over the namespaces of `after` (read later) but those in
+    /// `exclude` of `f(before, after)`, `before` being the same namespace
+    /// in `self`, or all zeros for one that appeared since (everything it
+    /// counted is then since); and how many of `self`'s namespaces (but
+    /// `exclude`) are gone: what they counted in between is unknown.
+    pub fn others(&self, after: &AllNetns, exclude: &[u64], f: impl Fn(&NetStats, &NetStats) -> u64) -> (u64, usize) {
+        let zero = NetStats::default();
+        let sum = after.0.iter().filter(|(ino, _)| !exclude.contains(ino)).map(|(ino, a)| f(self.0.get(ino).unwrap_or(&zero), a)).sum();
+        let gone = self.0.keys().filter(|ino| !exclude.contains(ino) && !after.0.contains_key(ino)).count();
+        (sum, gone)
+    }
+}
+
+/// The network namespaces mounted in this mount namespace: (inode, path).
+fn netns_mounts() -> Vec<(u64, std::path::PathBuf)> {
+    let unescape = |s: &str| {
+        let mut out = Vec::new();
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            let oct = b.get(i + 1..i + 4).and_then(|d| std::str::from_utf8(d).ok()).and_then(|d| u8::from_str_radix(d, 8).ok());
+            match (b[i], oct) {
+                (b'\\', Some(c)) => {
+                    out.push(c);
+                    i += 4;
+                }
+                (c, _) => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        }
+        std::path::PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out))
+    };
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            if f.get(sep + 1) != Some(&"nsfs") {
+                return None;
+            }
+            let ino = f.get(3)?.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()?;
+            Some((ino, unescape(f.get(4)?)))
+        })
+        .collect()
+}

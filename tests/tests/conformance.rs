@@ -45,6 +45,23 @@ const LIVE: &[&str] = &[
     "node_network_transmit_fifo_total",
 ];
 
+/// Links of the fixture trees that collectors read through (hwmon's class
+/// entries, netclass, cpu and node's bus entries, pcidevice, thermal_zone,
+/// tapestats, bcache, /proc/self): each must be a link to a directory once
+/// the fixtures are materialized, whether they arrived with their links or
+/// with the links flattened into files.
+const NEEDED_LINKS: &[&str] = &[
+    "proc/self",
+    "sys/class/hwmon/hwmon0",
+    "sys/class/net/eth0",
+    "sys/bus/cpu/devices/cpu0",
+    "sys/bus/node/devices/node0",
+    "sys/bus/pci/devices/0000:01:00.0",
+    "sys/class/thermal/thermal_zone0",
+    "sys/class/scsi_tape/st0",
+    "sys/fs/bcache/deaddd54-c735-46d5-868e-f331c5fd7c74/bdev0",
+];
+
 /// node_exporter collectors node-agent does not have yet, with the family
 /// prefixes they own. Their families are not compared, and they are counted
 /// as not matched.
@@ -96,8 +113,14 @@ fn not_implemented(name: &str) -> Option<&'static str> {
 fn matches_node_exporter_e2e_output() {
     let Some(fixtures) = node_agent_tests::conformance_dir() else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
-    let restored = node_agent_tests::materialize(&fixtures, tmp.path()).expect("copy fixtures");
-    assert!(restored > 50, "expected the flattened sysfs links to be restored, got {restored}");
+    let made = node_agent_tests::materialize(&fixtures, tmp.path()).expect("copy fixtures");
+    eprintln!("fixture links: {} copied as links, {} restored from flattened files", made.copied, made.restored);
+    assert!(made.links() > 50, "the fixtures' sysfs links, copied or restored: {made:?}");
+    for link in NEEDED_LINKS {
+        let p = tmp.path().join(link);
+        let is_link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
+        assert!(is_link && p.is_dir(), "{link} is a link to a directory in the materialized fixtures ({made:?})");
+    }
 
     // Labels that carry a path (rapl's `path`) name the fixtures as
     // node_exporter's e2e run saw them: relative, under collector/fixtures.

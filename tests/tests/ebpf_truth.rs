@@ -3,6 +3,15 @@
 //! ground truth (syscalls made, forks/execs run, /proc/diskstats,
 //! /proc/vmstat, the network namespace's /proc/net/snmp).
 //!
+//! They hold on a busy node: where a probe's counter is node-wide, the test
+//! counts exactly what it caused (its own device, cgroup, network
+//! namespace) and bounds everything else with the node's own truth, read
+//! before the probe and after: every other network namespace's counters
+//! (`netns::AllNetns`), every task's schedstat, /proc/vmstat. Lower bounds
+//! are the test's own events less the runs of the program the kernel
+//! skipped (`node_ebpf_program_misses_total`); with nothing else happening
+//! on the node, the bounds meet.
+//!
 //! They need root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN). Outside CI without
 //! root they skip with a message; in CI they must run, and fail when eBPF
 //! cannot load.
@@ -74,6 +83,58 @@ impl Probe {
             .find(|(l, _)| labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
             .map(|(_, v)| v)
             .unwrap_or(0.0)
+    }
+
+    /// Every sample of one scrape: values read together (two calls of
+    /// [`Probe::value`] are two scrapes, with events in between).
+    fn scrape(&self) -> Scrape {
+        Scrape(self.families().into_iter().flat_map(|f| f.samples).map(|s| (s.name, s.labels.into_iter().collect(), s.value)).collect())
+    }
+}
+
+/// The samples of one scrape: (name, labels, value).
+struct Scrape(Vec<(String, BTreeMap<String, String>, f64)>);
+
+impl Scrape {
+    /// The first sample of `name` with `labels` among its labels; 0 when none.
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.0
+            .iter()
+            .find(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
+            .map_or(0.0, |(_, _, v)| *v)
+    }
+
+    /// All samples of `name`, summed (a family over every program).
+    fn sum(&self, name: &str) -> f64 {
+        self.0.iter().filter(|(n, _, _)| n == name).map(|(_, _, v)| v).sum()
+    }
+}
+
+/// An exported delta and the interval the ground truth puts it in.
+struct Within {
+    what: &'static str,
+    got: f64,
+    lower: f64,
+    upper: f64,
+}
+
+impl Within {
+    fn new(what: &'static str, got: f64, lower: f64, upper: f64) -> Within {
+        Within { what, got, lower, upper }
+    }
+
+    fn ok(&self) -> bool {
+        self.got >= self.lower && self.got <= self.upper
+    }
+
+    /// All within; and the line that says so, or what is not.
+    fn all(checks: &[Within]) -> (bool, String) {
+        let line = checks
+            .iter()
+            .map(|c| format!("{} +{} in [{}, {}]{}", c.what, c.got, c.lower, c.upper, if c.ok() { "" } else { " OUT OF BOUNDS" }))
+            .collect::<Vec<_>>()
+            .join(", ");
+        (checks.iter().all(Within::ok), line)
     }
 }
 
@@ -315,8 +376,52 @@ fn process_churn_counted() {
     assert!(f >= K as f64 && e >= K as f64 && x >= K as f64, "forks {f}, execs {e}, exits {x} for k = {K}");
 }
 
+/// Run-queue wait so far (ns) of a task: the second field of its
+/// schedstat, which the scheduler raises when the task gets the CPU.
+fn run_delay(schedstat: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(schedstat).ok()?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The run-queue wait so far of every task of the machine, by thread id.
+fn all_run_delays() -> BTreeMap<u64, u64> {
+    let mut all = BTreeMap::new();
+    for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        for t in std::fs::read_dir(p.path().join("task")).into_iter().flatten().flatten() {
+            if let (Ok(tid), Some(d)) = (t.file_name().to_string_lossy().parse(), run_delay(&t.path().join("schedstat"))) {
+                all.insert(tid, d);
+            }
+        }
+    }
+    all
+}
+
+/// Tasks (processes and threads) created since boot: /proc/stat's `processes`.
+fn forks() -> u64 {
+    std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("processes "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("/proc/stat's processes")
+}
+
 /// Two threads handing a token back and forth through pipes: every hand-off
-/// wakes a blocked thread, which waits on a run queue before running.
+/// wakes a blocked thread, which waits on a run queue before running. The
+/// probe times every wait of the node; the kernel's own account of waits is
+/// each task's schedstat run delay, taken at other points of the same
+/// switches (hence a tolerance of 10 % and 50 ms, as the pod attribution
+/// test has for a pod's tasks). Read before the probe and after, in a
+/// window of W seconds:
+/// - lower bounds: the waits are at least the hand-offs, and the seconds
+///   waited at least the test's two threads' run delays meanwhile;
+/// - upper bound on the seconds waited: every task's run delay rise (all of
+///   it for a task new since), plus W for each task that came or went
+///   within the window without being read at both ends (/proc/stat's forks
+///   meanwhile less the new tasks read, and the tasks gone): such a task
+///   waited at most while it was there. With no other task starting or
+///   exiting, the node's own account of the same waits.
+///
+/// Up to 3 attempts, one within bounds.
 #[test]
 fn runqueue_latency_from_ping_pong() {
     if !can_run() {
@@ -324,39 +429,65 @@ fn runqueue_latency_from_ping_pong() {
     }
     let _turn = serial();
     let p = Probe::new(&["ebpf_runqueue"]);
-    let count0 = p.value("node_ebpf_runqueue_latency_seconds_count", &[]);
-    let sum0 = p.value("node_ebpf_runqueue_latency_seconds_sum", &[]);
+    let (count, sum) = ("node_ebpf_runqueue_latency_seconds_count", "node_ebpf_runqueue_latency_seconds_sum");
     const ROUNDS: usize = 5_000;
-    let (mut a_r, mut a_w) = std::io::pipe().expect("pipe");
-    let (mut b_r, mut b_w) = std::io::pipe().expect("pipe");
-    let start = Instant::now();
-    let t = std::thread::spawn(move || {
-        let mut buf = [0u8; 1];
+    let own_delay = || run_delay(std::path::Path::new("/proc/thread-self/schedstat")).expect("own schedstat");
+    let mut attempts = Vec::new();
+    for attempt in 1..=3 {
+        let window = Instant::now();
+        let forks0 = forks();
+        let all0 = all_run_delays();
+        let s0 = p.scrape();
+        let (mut a_r, mut a_w) = std::io::pipe().expect("pipe");
+        let (mut b_r, mut b_w) = std::io::pipe().expect("pipe");
+        let start = Instant::now();
+        let t = std::thread::spawn(move || {
+            let d0 = own_delay();
+            let mut buf = [0u8; 1];
+            for _ in 0..ROUNDS {
+                a_r.read_exact(&mut buf).expect("read");
+                b_w.write_all(&buf).expect("write");
+            }
+            own_delay() - d0
+        });
+        let d0 = own_delay();
+        let mut buf = [7u8; 1];
         for _ in 0..ROUNDS {
-            a_r.read_exact(&mut buf).expect("read");
-            b_w.write_all(&buf).expect("write");
+            a_w.write_all(&buf).expect("write");
+            b_r.read_exact(&mut buf).expect("read");
         }
-    });
-    let mut buf = [7u8; 1];
-    for _ in 0..ROUNDS {
-        a_w.write_all(&buf).expect("write");
-        b_r.read_exact(&mut buf).expect("read");
+        let mine = own_delay() - d0 + t.join().expect("thread");
+        let wall = start.elapsed().as_secs_f64();
+        // Count, sum and buckets from one scrape.
+        let s1 = p.scrape();
+        let all1 = all_run_delays();
+        let forks1 = forks();
+        let window = window.elapsed().as_secs_f64();
+        let every: u64 = all1.iter().map(|(tid, d)| all0.get(tid).map_or(*d, |b| if d >= b { d - b } else { *d })).sum();
+        let gone = all0.keys().filter(|tid| !all1.contains_key(tid)).count() as u64;
+        let unread = (forks1 - forks0).saturating_sub(all1.keys().filter(|tid| !all0.contains_key(tid)).count() as u64);
+        let (mine, every) = (mine as f64 / 1e9, every as f64 / 1e9);
+        let (waits, waited) = (s1.value(count, &[]) - s0.value(count, &[]), s1.value(sum, &[]) - s0.value(sum, &[]));
+        let (ok, line) = Within::all(&[
+            Within::new("waits", waits, ROUNDS as f64, f64::INFINITY),
+            Within::new("seconds waited", waited, mine * 0.9 - 0.05, every * 1.1 + 0.05 + (gone + unread) as f64 * window),
+        ]);
+        let line = format!(
+            "attempt {attempt}: {ROUNDS} round trips in {wall:.3}s; run delay of the test's threads {mine:.6}s, of every task read at both \
+             ends {every:.6}s; {gone} tasks gone and {unread} started unread in the {window:.3}s window; {line}"
+        );
+        eprintln!("{line}");
+        attempts.push(line);
+        // Buckets are cumulative and end at the count.
+        let buckets: Vec<f64> =
+            s1.0.iter().filter(|(n, _, _)| n == "node_ebpf_runqueue_latency_seconds_bucket").map(|(_, _, v)| *v).collect();
+        assert!(!buckets.is_empty() && buckets.windows(2).all(|w| w[0] <= w[1]), "buckets not cumulative: {buckets:?}");
+        assert_eq!(buckets.last().copied(), Some(s1.value(count, &[])));
+        if ok {
+            return;
+        }
     }
-    t.join().expect("thread");
-    let wall = start.elapsed().as_secs_f64();
-    // Count, sum and buckets from one scrape.
-    let fam = p.families().into_iter().find(|f| f.name == "node_ebpf_runqueue_latency_seconds").expect("histogram");
-    let pick = |suffix: &str| fam.samples.iter().filter(|s| s.name.ends_with(suffix)).map(|s| s.value).collect::<Vec<f64>>();
-    let (count1, sum1, buckets) = (pick("_count")[0], pick("_sum")[0], pick("_bucket"));
-    let count = count1 - count0;
-    let sum = sum1 - sum0;
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    eprintln!("{ROUNDS} round trips in {wall:.3}s: run-queue waits +{count}, waited {sum:.6}s");
-    assert!(count >= ROUNDS as f64, "expected at least {ROUNDS} waits, got {count}");
-    assert!(sum > 0.0 && sum <= (wall + 0.5) * cpus, "waited {sum}s in {wall}s on {cpus} CPUs");
-    // Buckets are cumulative and end at the count.
-    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "buckets not cumulative");
-    assert_eq!(buckets.last().copied(), Some(count1));
+    panic!("no attempt within bounds:\n{}", attempts.join("\n"));
 }
 
 #[test]
@@ -381,21 +512,29 @@ fn block_io_matches_diskstats() {
     assert!(!ptr.is_null());
     // SAFETY: `ptr` points to 4096 bytes we own.
     let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 4096) };
-    let labels = |op: &'static str| [("device", lo.dev.clone()), ("operation", op.to_string())];
-    let count = |op: &'static str| {
-        let l = labels(op);
-        p.value("node_ebpf_block_io_latency_seconds_count", &[("device", l[0].1.as_str()), ("operation", l[1].1.as_str())])
-    };
-    // The raw programs on this kernel (Linux >= 5.11 with BTF): exact. The
-    // classic ones (older kernels) may be skipped while another BPF program
-    // runs on that CPU, which the kernel counts and the agent exports.
+    // The raw programs on this kernel (Linux >= 5.11 with BTF); the
+    // classic ones on older kernels.
     let raw = node_agent::ebpf::kernel::Kernel::get().block_raw().is_ok();
     assert!(raw || std::env::var_os("CI").is_none(), "CI's kernel serves the raw block programs");
     let programs = if raw { ["block_rq_issue_raw", "block_rq_complete_raw"] } else { ["block_rq_issue", "block_rq_complete"] };
-    let misses = || programs.iter().map(|prog| p.value("node_ebpf_program_misses_total", &[("program", prog)])).sum::<f64>();
-    let (r0, w0) = diskstats(&lo.dev);
-    let (cr0, cw0) = (count("read"), count("write"));
-    let missed0 = misses();
+    // (reads, writes, runs the kernel skipped) from one scrape, with
+    // /proc/diskstats's (reads, writes) of the device read right before
+    // and right after it and equal: nothing completed on the device (udev
+    // probing a new loop device, say) between the two readings.
+    let read = || {
+        for _ in 0..50 {
+            let before = diskstats(&lo.dev);
+            let s = p.scrape();
+            if diskstats(&lo.dev) == before {
+                let count = |op| s.value("node_ebpf_block_io_latency_seconds_count", &[("device", lo.dev.as_str()), ("operation", op)]);
+                let misses = programs.iter().map(|prog| s.value("node_ebpf_program_misses_total", &[("program", prog)])).sum::<f64>();
+                return (before, (count("read"), count("write"), misses));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{} never stood still across a scrape", lo.dev);
+    };
+    let ((r0, w0), (cr0, cw0, missed0)) = read();
     const N: u64 = 200;
     for i in 0..N {
         dev.write_all_at(buf, i * 8192).expect("O_DIRECT write");
@@ -405,25 +544,22 @@ fn block_io_matches_diskstats() {
     }
     // SAFETY: allocated above with this layout.
     unsafe { std::alloc::dealloc(ptr, layout) };
-    let (r1, w1) = diskstats(&lo.dev);
-    let (cr, cw) = (count("read") - cr0, count("write") - cw0);
-    let missed = misses() - missed0;
+    let ((r1, w1), (cr1, cw1, missed1)) = read();
+    let (cr, cw, missed) = (cr1 - cr0, cw1 - cw0, missed1 - missed0);
     eprintln!(
-        "{}: diskstats reads +{} writes +{}; eBPF reads +{cr} writes +{cw}; runs the kernel skipped +{missed}",
+        "{}: diskstats reads +{} writes +{}; eBPF reads +{cr} writes +{cw}; runs the kernel skipped +{missed} (raw programs: {raw})",
         lo.dev,
         r1 - r0,
         w1 - w0
     );
     assert!(w1 - w0 >= N && r1 - r0 >= N, "the I/O reached the device");
     let (truth_r, truth_w) = ((r1 - r0) as f64, (w1 - w0) as f64);
-    if raw {
-        assert_eq!((cr, cw, missed), (truth_r, truth_w, 0.0), "raw programs: exactly /proc/diskstats's requests, none skipped");
-    } else {
-        // Exact, but for runs the kernel skipped.
-        assert!(cr <= truth_r && cr + missed >= truth_r, "read requests: eBPF {cr} (+{missed} skipped) vs /proc/diskstats {truth_r}");
-        assert!(cw <= truth_w && cw + missed >= truth_w, "write requests: eBPF {cw} (+{missed} skipped) vs /proc/diskstats {truth_w}");
-        assert!(missed <= 2.0, "skipped runs are rare: {missed}");
-    }
+    // Exact, but for runs of the programs the kernel skipped (another BPF
+    // program running on that CPU): those count every device's requests,
+    // so on a busy node some may have been another device's. With none
+    // skipped, exactly /proc/diskstats's requests.
+    assert!(cr <= truth_r && cr + missed >= truth_r, "read requests: eBPF {cr} (+{missed} skipped) vs /proc/diskstats {truth_r}");
+    assert!(cw <= truth_w && cw + missed >= truth_w, "write requests: eBPF {cw} (+{missed} skipped) vs /proc/diskstats {truth_w}");
 }
 
 /// Upper bound of the memory the kernel charges for all the object's maps
@@ -471,6 +607,22 @@ fn map_memory_and_entries_exported() {
     assert!(max_entries[agent_common::runqueue::TASK_START] <= 32768.0 && max_entries[agent_common::block_io::RQ_START] <= 16384.0);
 }
 
+/// OOM kills of the test's own memory cgroup (`oom_kill` of its
+/// memory.events, or of memory.oom_control in cgroup v1).
+fn cgroup_oom_kills(dir: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(dir.join("memory.events"))
+        .or_else(|_| std::fs::read_to_string(dir.join("memory.oom_control")))
+        .expect("memory.events or memory.oom_control");
+    text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|v| v.trim().parse().ok()).expect("an oom_kill count")
+}
+
+/// A memory hog in a memory cgroup of the test's own, limited to 32 MiB,
+/// is OOM-killed: the cgroup counts exactly one kill. The probe counts
+/// kills node-wide (oom:mark_victim); /proc/vmstat's oom_kill, read before
+/// the probe and after, is every kill of the node meanwhile. So the probe
+/// rose by at least the test's one (less runs the kernel skipped) and at
+/// most /proc/vmstat's rise: exactly 1 when nothing else on the node was
+/// OOM-killed.
 #[test]
 fn oom_kill_counted_once() {
     if !can_run() {
@@ -488,8 +640,9 @@ fn oom_kill_counted_once() {
     std::fs::write(dir.join(limit_file), "33554432").expect("limit memory");
     let _ = std::fs::write(dir.join("memory.swappiness"), "0");
     let _ = std::fs::write(dir.join("memory.swap.max"), "0");
-    let ebpf0 = p.value("node_ebpf_oom_kills_total", &[]);
-    let vm0 = vmstat("oom_kill");
+    let misses = |s: &Scrape| s.sum("node_ebpf_program_misses_total");
+    let (own0, vm0) = (cgroup_oom_kills(&dir), vmstat("oom_kill"));
+    let e0 = p.scrape();
     // `tail` keeps the endless line of /dev/zero in memory until killed.
     let status = std::process::Command::new("/bin/sh")
         .arg("-c")
@@ -499,13 +652,19 @@ fn oom_kill_counted_once() {
     let killed = status.signal_killed();
     // Give the OOM reaper a moment, then compare.
     std::thread::sleep(Duration::from_millis(200));
-    let vm = vmstat("oom_kill") - vm0;
-    let ebpf = p.value("node_ebpf_oom_kills_total", &[]) - ebpf0;
+    let e1 = p.scrape();
+    let (own, vm) = (cgroup_oom_kills(&dir) - own0, vmstat("oom_kill") - vm0);
     let _ = std::fs::remove_dir(&dir);
-    eprintln!("memory hog killed by signal: {killed}; /proc/vmstat oom_kill +{vm}; eBPF +{ebpf}");
+    let ebpf = e1.value("node_ebpf_oom_kills_total", &[]) - e0.value("node_ebpf_oom_kills_total", &[]);
+    let missed = misses(&e1) - misses(&e0);
+    eprintln!("memory hog killed by signal: {killed}; its cgroup's oom_kill +{own}; /proc/vmstat oom_kill +{vm}; eBPF +{ebpf}, program misses +{missed}");
     assert!(killed, "the memory hog was not OOM-killed: {status:?}");
-    assert_eq!(vm, 1, "exactly one OOM kill expected");
-    assert_eq!(ebpf, vm as f64, "eBPF OOM kills vs /proc/vmstat");
+    assert_eq!(own, 1, "exactly one OOM kill in the test's cgroup");
+    assert!(vm >= own, "/proc/vmstat counts the node's kills");
+    assert!(
+        ebpf >= own as f64 - missed && ebpf <= vm as f64,
+        "eBPF OOM kills +{ebpf}: at least the test's {own} (less {missed} skipped runs), at most the node's {vm}"
+    );
 }
 
 trait Killed {
@@ -529,23 +688,6 @@ fn snmp_retrans(path: &std::path::Path) -> Option<u64> {
     let (h, v) = (lines.next()?, lines.next()?);
     let i = h.split_whitespace().position(|f| f == "RetransSegs")?;
     v.split_whitespace().nth(i)?.parse().ok()
-}
-
-/// RetransSegs summed over every network namespace some task is in (the
-/// eBPF counter sees them all).
-fn all_netns_retrans_segs() -> u64 {
-    let mut seen = std::collections::HashSet::new();
-    let mut total = 0;
-    for p in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else { continue };
-        for t in tasks.flatten() {
-            let Ok(ns) = std::fs::read_link(t.path().join("ns/net")) else { continue };
-            if seen.insert(ns) {
-                total += snmp_retrans(&t.path().join("net/snmp")).unwrap_or(0);
-            }
-        }
-    }
-    total
 }
 
 /// Brings `lo` up in the calling thread's network namespace.
@@ -624,12 +766,12 @@ fn retransmit_attempt(p: &Probe) -> (bool, String) {
     // end: their deltas then bound what the probe saw outside the test
     // (a host retransmit between the two first reads would otherwise be
     // in the eBPF delta only).
-    let others0 = all_netns_retrans_segs();
+    let ns0 = node_agent_tests::netns::AllNetns::read(false);
     let ebpf0 = p.value("node_ebpf_tcp_retransmits_total", &[("family", "ipv4")]);
     let misses = || -> f64 { p.samples("node_ebpf_program_misses_total").into_iter().map(|(_, v)| v).sum() };
     let misses0 = misses();
     // A thread of its own in a fresh network namespace.
-    let (ns_delta, ns_fails) = std::thread::spawn(|| {
+    let (ns_delta, ns_fails, own) = std::thread::spawn(|| {
         // SAFETY: moves only this thread into a new network namespace.
         assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare: {}", std::io::Error::last_os_error());
         lo_up();
@@ -650,14 +792,14 @@ fn retransmit_attempt(p: &Probe) -> (bool, String) {
         // Close everything and let the namespace settle before reading it.
         drop((client, server, listener));
         std::thread::sleep(Duration::from_millis(300));
-        (retrans_segs() - before, tcp_ext("TCPRetransFail") - fails_before)
+        (retrans_segs() - before, tcp_ext("TCPRetransFail") - fails_before, node_agent_tests::netns::current_inode())
     })
     .join()
     .expect("netns thread");
     let ebpf = p.value("node_ebpf_tcp_retransmits_total", &[("family", "ipv4")]) - ebpf0;
     let missed = misses() - misses0;
     // Read after the eBPF counter: an upper bound for the other namespaces.
-    let others = all_netns_retrans_segs().saturating_sub(others0);
+    let (others, gone) = ns0.others(&node_agent_tests::netns::AllNetns::read(false), &[own], |b, a| a.since(b, "Tcp:RetransSegs"));
     assert!(ns_delta >= 2, "the dropped segment should have been retransmitted, got {ns_delta}");
     // The probe counts retransmits that went out; RetransSegs also counts
     // those whose transmit then failed (TCPRetransFail); a program run the
@@ -667,7 +809,7 @@ fn retransmit_attempt(p: &Probe) -> (bool, String) {
     (
         ok,
         format!(
-            "RetransSegs in the test namespace +{ns_delta} (TCPRetransFail +{ns_fails}), in all other namespaces +{others}; eBPF ipv4 +{ebpf}, program misses +{missed}: {}",
+            "RetransSegs in the test namespace +{ns_delta} (TCPRetransFail +{ns_fails}), in all other namespaces +{others} ({gone} gone); eBPF ipv4 +{ebpf}, program misses +{missed}: {}",
             if ok { "within bounds" } else { "out of bounds" }
         ),
     )
@@ -694,14 +836,20 @@ fn snmp_udp(field: &str) -> u64 {
 
 /// Packet drops by reason, against what the test makes the kernel drop in
 /// a network namespace of its own: `n` UDP datagrams to a closed port on
-/// loopback raise NO_SOCKET by exactly `n` (and the namespace's `Udp:
-/// NoPorts` by `n`), `m` datagrams to a bound socket whose classic BPF
-/// filter drops everything (`ret #0`) raise SOCKET_FILTER by exactly `m`
-/// (and `Udp: InErrors` by `m`). The counters are host-wide and other
-/// traffic of the machine (a TCP segment or datagram to a closed port
-/// anywhere) may add NO_SOCKET drops in the window: the eBPF truth tests
-/// take turns, and an attempt whose deltas are not exact is retried, up to
-/// 3 attempts in all; each attempt must be exact or the test fails. Also:
+/// loopback are `n` NO_SOCKET drops (the namespace's `Udp: NoPorts` rises
+/// by `n`), `m` datagrams to a bound socket whose classic BPF filter drops
+/// everything (`ret #0`) are `m` SOCKET_FILTER drops (`Udp: InErrors` +`m`).
+/// The probe counts by reason over the whole node, and every other network
+/// namespace's drops of either reason are bounded by that namespace's own
+/// counters, read before the probe's and after: both reasons are given in a
+/// protocol's receive path (TCP, UDP, raw, ICMP, …) to a packet that IP
+/// delivered locally, which IP then counts once (`Ip: InDelivers`, snmp6's
+/// `Ip6InDelivers`), or to a copy IP handed a raw socket, which that socket
+/// counts in its `drops`. So each reason lies in [the test's own − runs of
+/// the program the kernel skipped, the test's own + others' ΔInDelivers +
+/// ΔIp6InDelivers + Δraw drops], and so do both together: exact when
+/// nothing else on the node receives. Up to 3 attempts, one within bounds
+/// (a namespace gone between the readings took its counts with it). Also:
 /// every exported reason is the kernel's own name (the tracepoint format's
 /// `__print_symbolic` list, or `OTHER`), and every name of that list is
 /// the one the agent read from the BTF for the same value.
@@ -716,10 +864,13 @@ fn skb_drops_by_reason_match_what_the_test_sent() {
     let p = Probe::with_flags(&["ebpf_skb_drops"], &["--ebpf.bpf-stats"]);
     let ns = node_agent_tests::netns::Netns::new("drops");
     ns.ip(&["link", "set", "lo", "up"]);
-    let reason = |r: &str| p.value("node_ebpf_skb_drops_total", &[("reason", r)]) as u64;
+    let own = ns.inode();
     let mut attempts = Vec::new();
+    let mut within = false;
     for attempt in 1..=3 {
-        let (no_socket0, filter0) = (reason("NO_SOCKET"), reason("SOCKET_FILTER"));
+        use node_agent_tests::netns::AllNetns;
+        let ns0 = AllNetns::read(true);
+        let e0 = p.scrape();
         let (no_ports, in_errors) = ns.run(|_| {
             use std::net::UdpSocket;
             let (no_ports0, in_errors0) = (snmp_udp("NoPorts"), snmp_udp("InErrors"));
@@ -740,17 +891,32 @@ fn skb_drops_by_reason_match_what_the_test_sent() {
             std::thread::sleep(Duration::from_millis(200));
             (snmp_udp("NoPorts") - no_ports0, snmp_udp("InErrors") - in_errors0)
         });
-        let (no_socket, filter) = (reason("NO_SOCKET") - no_socket0, reason("SOCKET_FILTER") - filter0);
-        eprintln!(
-            "attempt {attempt}: NO_SOCKET +{no_socket} (sent {N}, Udp NoPorts +{no_ports}), SOCKET_FILTER +{filter} (sent {M}, Udp InErrors +{in_errors})"
-        );
+        let e1 = p.scrape();
+        let ns1 = AllNetns::read(true);
         assert_eq!((no_ports, in_errors), (N, M), "the namespace's own counts of what the test sent");
-        attempts.push((no_socket, filter));
-        if (no_socket, filter) == (N, M) {
+        let (others, gone) =
+            ns0.others(&ns1, &[own], |b, a| a.since(b, "Ip:InDelivers") + a.since(b, "Ip6InDelivers") + a.raw_drops_since(b));
+        let reason =
+            |r: &str| e1.value("node_ebpf_skb_drops_total", &[("reason", r)]) - e0.value("node_ebpf_skb_drops_total", &[("reason", r)]);
+        let missed = e1.sum("node_ebpf_program_misses_total") - e0.sum("node_ebpf_program_misses_total");
+        let (n, m, others) = (N as f64, M as f64, others as f64);
+        let (ok, line) = Within::all(&[
+            Within::new("NO_SOCKET", reason("NO_SOCKET"), n - missed, n + others),
+            Within::new("SOCKET_FILTER", reason("SOCKET_FILTER"), m - missed, m + others),
+            Within::new("both", reason("NO_SOCKET") + reason("SOCKET_FILTER"), n + m - missed, n + m + others),
+        ]);
+        let line = format!(
+            "attempt {attempt}: the test sent {N} to a closed port (Udp NoPorts +{no_ports}), {M} to a filtered socket (Udp InErrors +{in_errors}); \
+             other namespaces delivered or raw-dropped {others}, {gone} gone; program misses +{missed}; {line}"
+        );
+        eprintln!("{line}");
+        attempts.push(line);
+        if ok {
+            within = true;
             break;
         }
     }
-    assert_eq!(attempts.last(), Some(&(N, M)), "(NO_SOCKET, SOCKET_FILTER) deltas per attempt: {attempts:?}");
+    assert!(within, "no attempt within bounds:\n{}", attempts.join("\n"));
 
     // The names are the kernel's.
     let kernel = node_agent::ebpf::kernel::Kernel::get();
@@ -773,50 +939,107 @@ fn skb_drops_by_reason_match_what_the_test_sent() {
     eprintln!("skb_kfree_skb: {runs} runs, {secs:.6} s, {:.0} ns per run", secs / runs * 1e9);
 }
 
-/// Loaded BPF programs with one of our program names.
-/// Cumulative count of a histogram's classic bucket `le`.
-fn bucket(p: &Probe, family: &str, le: &str) -> f64 {
-    p.value(&format!("{family}_bucket"), &[("le", le)])
+/// What the tcp_latency probe exported, from one scrape: connects timed,
+/// those in (`lo`, `hi`], RTT samples, those in (`lo`, `hi`], failed
+/// connects, runs of its program the kernel skipped (another BPF program
+/// running on that CPU), connects not timed (its in-flight map full).
+#[derive(Clone, Copy, Debug)]
+struct TcpLat {
+    connects: f64,
+    connects_there: f64,
+    rtts: f64,
+    rtts_there: f64,
+    failures: f64,
+    misses: f64,
+    dropped: f64,
+}
+
+fn tcp_lat(p: &Probe, lo: &str, hi: &str) -> TcpLat {
+    let s = p.scrape();
+    let (connect, rtt) = ("node_ebpf_tcp_connect_latency_seconds", "node_ebpf_tcp_rtt_seconds");
+    let there = |family: &str| s.value(&format!("{family}_bucket"), &[("le", hi)]) - s.value(&format!("{family}_bucket"), &[("le", lo)]);
+    TcpLat {
+        connects: s.value(&format!("{connect}_count"), &[]),
+        connects_there: there(connect),
+        rtts: s.value(&format!("{rtt}_count"), &[]),
+        rtts_there: there(rtt),
+        failures: s.value("node_ebpf_tcp_connect_failures_total", &[]),
+        misses: s.sum("node_ebpf_program_misses_total"),
+        dropped: s.value("node_ebpf_events_dropped_total", &[("probe", "tcp_latency")]),
+    }
+}
+
+/// Waits (up to 10 s) until no TCP socket of `ns` is in ESTABLISHED,
+/// SYN_SENT or SYN_RECV: every handshake of the test's is over, and every
+/// connection has left ESTABLISHED (its last RTT sample).
+fn settle(ns: &node_agent_tests::netns::Netns) {
+    let t = Instant::now();
+    loop {
+        let s =
+            ns.run(|_| node_agent_tests::netns::NetStats::read(std::path::Path::new("/proc/thread-self/net"), true)).expect("own netns");
+        if s.tcp_states[1..=3].iter().all(|n| *n == 0) {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "sockets of {} still open: {:?}", ns.0, s.tcp_states);
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Through a path that holds every packet from `a` to `b` for 20 ms (TUN
 /// devices and a relay of the test's, `netns::DelayLink`), N connects take
 /// 20 ms and a bit: each lands in the classic bucket (2^-6 s, 2^-5 s] =
 /// (15.6 ms, 31.3 ms], and so does the smoothed RTT the connections had when
-/// established; M connects to a closed port fail. Exact deltas, up to 5
-/// attempts since the counters are host-wide and the relay runs in user
-/// space (an attempt where the path itself ran slow does not count).
+/// established and when they left ESTABLISHED (four samples a connection,
+/// two a side); M connects to a closed port fail. The test's own events are
+/// known exactly, and its two namespaces' counters confirm them (a:
+/// ActiveOpens +N+M, AttemptFails +M; b: PassiveOpens +N). The probe's
+/// counters are node-wide, so every other network namespace's events are
+/// bounded by that namespace's own counters, read before the probe's (its
+/// TCP tables after its counters) and after:
+/// - a connect timed or failed leaves SYN_SENT, which it entered either
+///   before the first reading (it is in the SYN_SENT sockets then) or after
+///   (ActiveOpens rose): others' connects + failures <= ΔActiveOpens +
+///   SYN_SENT sockets;
+/// - an RTT sample is taken when a socket enters ESTABLISHED (from SYN_SENT
+///   or SYN_RECV: each open, active or passive, or a handshake under way at
+///   the first reading) and when it leaves (those opens again, or a socket
+///   ESTABLISHED at the first reading): others' samples <= 2 x (ΔActiveOpens
+///   + ΔPassiveOpens + SYN_SENT + SYN_RECV sockets) + ESTABLISHED sockets.
+///
+/// Lower bounds: the test's own, less runs of the program the kernel
+/// skipped and connects the probe could not time (both exported). With no
+/// other TCP on the node, every bound is exact. The buckets: a connect that
+/// user space timed under 31.25 ms is in (15.6, 31.3] ms (the kernel's
+/// interval is inside the user one, and the relay holds every SYN 20 ms);
+/// the RTT samples are counted there only in an attempt whose every connect
+/// was that quick (the path kept its delay). Up to 8 attempts, one of them
+/// complete and within every bound; a namespace that went away between the
+/// readings took its counts with it (the attempt says so).
 #[test]
 fn tcp_connect_latency_and_rtt_through_a_20ms_path() {
     if !can_run() {
         return;
     }
     let _turn = serial();
+    use node_agent_tests::netns::AllNetns;
     const N: usize = 20;
     const M: usize = 5;
     let p = Probe::new(&["ebpf_tcp_latency"]);
     let link = node_agent_tests::netns::DelayLink::new("tcplat", Duration::from_millis(20), Duration::ZERO);
+    let own = [link.a.inode(), link.b.inode()];
     let (lo, hi) = ("0.015625", "0.03125");
-    let connect = "node_ebpf_tcp_connect_latency_seconds";
-    let rtt = "node_ebpf_tcp_rtt_seconds";
     let mut attempts = Vec::new();
-    for attempt in 1..=5 {
-        let read = || {
-            (
-                p.value(&format!("{connect}_count"), &[]),
-                bucket(&p, connect, hi) - bucket(&p, connect, lo),
-                p.value(&format!("{rtt}_count"), &[]),
-                bucket(&p, rtt, hi) - bucket(&p, rtt, lo),
-                p.value("node_ebpf_tcp_connect_failures_total", &[]),
-            )
-        };
-        let before = read();
+    for attempt in 1..=8 {
+        let ns0 = AllNetns::read(true);
+        let e0 = tcp_lat(&p, lo, hi);
         let (tx, rx) = std::sync::mpsc::channel();
         let took: Vec<Duration> = std::thread::scope(|s| {
             s.spawn(|| {
                 link.b.run(|_| {
                     let l = std::net::TcpListener::bind("10.77.0.2:0").expect("bind");
-                    tx.send(l.local_addr().expect("addr").port()).expect("send port");
+                    // A port of b's nothing listens on: connects there are refused (an RST back).
+                    let closed = std::net::TcpListener::bind("10.77.0.2:0").and_then(|c| c.local_addr()).expect("a free port").port();
+                    tx.send((l.local_addr().expect("addr").port(), closed)).expect("send ports");
                     for _ in 0..N {
                         let (mut c, _) = l.accept().expect("accept");
                         let mut b = [0u8; 4];
@@ -825,7 +1048,7 @@ fn tcp_connect_latency_and_rtt_through_a_20ms_path() {
                     }
                 })
             });
-            let port = rx.recv().expect("port");
+            let (port, closed) = rx.recv().expect("ports");
             link.a.run(|_| {
                 let mut took = Vec::new();
                 for _ in 0..N {
@@ -836,8 +1059,6 @@ fn tcp_connect_latency_and_rtt_through_a_20ms_path() {
                     let mut b = [0u8; 4];
                     c.read_exact(&mut b).expect("read the echo");
                 }
-                // A port nothing listens on: refused (an RST back).
-                let closed = std::net::TcpListener::bind("10.77.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
                 for _ in 0..M {
                     assert!(std::net::TcpStream::connect(("10.77.0.2", closed)).is_err(), "nothing listens there");
                 }
@@ -845,43 +1066,61 @@ fn tcp_connect_latency_and_rtt_through_a_20ms_path() {
             })
         });
         // The closes finish a round trip later.
-        std::thread::sleep(Duration::from_millis(200));
-        let after = read();
-        let d = (after.0 - before.0, after.1 - before.1, after.2 - before.2, after.3 - before.3, after.4 - before.4);
-        eprintln!(
-            "attempt {attempt}: connects took {:?}..{:?} (user space); connect latency +{} (+{} in ({lo}, {hi}] s), RTT samples +{} (+{} there), failures +{}",
-            took.iter().min(),
-            took.iter().max(),
-            d.0,
-            d.1,
-            d.2,
-            d.3,
-            d.4
-        );
-        // The relay holds every SYN 20 ms, so no connect is quicker. A
-        // connect that user space saw take 31 ms or more (the relay or this
-        // thread descheduled on a loaded machine) is not known to be in the
-        // bucket: that attempt says nothing, and the next one counts.
+        settle(&link.a);
+        settle(&link.b);
+        let e1 = tcp_lat(&p, lo, hi);
+        let ns1 = AllNetns::read(true);
+
+        // The test's own, in its namespaces' counters.
+        let ns = |all: &AllNetns, i: usize| all.0.get(&own[i]).cloned().expect("the test's namespaces are read");
+        let (a0, a1, b0, b1) = (ns(&ns0, 0), ns(&ns1, 0), ns(&ns0, 1), ns(&ns1, 1));
+        let mine = (a1.since(&a0, "Tcp:ActiveOpens"), a1.since(&a0, "Tcp:AttemptFails"), b1.since(&b0, "Tcp:PassiveOpens"));
+        assert_eq!(mine, ((N + M) as u64, M as u64, N as u64), "(ActiveOpens, AttemptFails) of a and PassiveOpens of b: the test's own");
+        // The relay holds every SYN 20 ms, so no connect is quicker.
         assert!(took.iter().all(|t| *t >= Duration::from_millis(20)), "the path's delay: {took:?}");
-        if took.iter().any(|t| *t >= Duration::from_millis(31)) {
-            eprintln!("attempt {attempt}: the path was slower than 31 ms at least once; trying again");
-            continue;
-        }
-        attempts.push(d);
-        // Every connect of the test timed there; four RTT samples per
-        // connection there (each side when established and when it left
-        // ESTABLISHED); exactly the refused connects failed.
+
+        // Everyone else's.
+        let (opens, gone) = ns0.others(&ns1, &own, |b, a| a.since(b, "Tcp:ActiveOpens") + b.tcp_states[2]);
+        let (samples, _) = ns0.others(&ns1, &own, |b, a| {
+            2 * (a.since(b, "Tcp:ActiveOpens") + a.since(b, "Tcp:PassiveOpens") + b.tcp_states[2] + b.tcp_states[3]) + b.tcp_states[1]
+        });
+        let (opens, samples) = (opens as f64, samples as f64);
+        let (missed, dropped) = (e1.misses - e0.misses, e1.dropped - e0.dropped);
+        let quick = took.iter().filter(|t| **t < Duration::from_micros(31_250)).count() as f64;
+        let complete = quick == N as f64;
         let (n, m) = (N as f64, M as f64);
-        if d == (n, n, 4.0 * n, 4.0 * n, m) {
-            break;
+        let (ok, line) = Within::all(&[
+            Within::new("connects", e1.connects - e0.connects, n - missed - dropped, n + opens),
+            Within::new("connects in (15.6, 31.3] ms", e1.connects_there - e0.connects_there, quick - missed - dropped, n + opens),
+            Within::new("failures", e1.failures - e0.failures, m - missed, m + opens),
+            Within::new(
+                "connects and failures",
+                e1.connects + e1.failures - e0.connects - e0.failures,
+                n + m - missed - dropped,
+                n + m + opens,
+            ),
+            Within::new("RTT samples", e1.rtts - e0.rtts, 4.0 * n - missed, 4.0 * n + samples),
+            Within::new(
+                "RTT samples in (15.6, 31.3] ms",
+                e1.rtts_there - e0.rtts_there,
+                if complete { 4.0 * n - missed } else { 0.0 },
+                4.0 * n + samples,
+            ),
+        ]);
+        let line = format!(
+            "attempt {attempt}: the test's {N} connects took {:?}..{:?} in user space ({quick} under 31.25 ms), {M} refused; \
+             other namespaces: ActiveOpens + SYN_SENT {opens}, RTT samples at most {samples}, {gone} gone; \
+             program misses +{missed}, not timed +{dropped}; {line}",
+            took.iter().min().expect("connects"),
+            took.iter().max().expect("connects"),
+        );
+        eprintln!("{line}");
+        attempts.push(line);
+        if ok && complete {
+            return;
         }
     }
-    let (n, m) = (N as f64, M as f64);
-    assert_eq!(
-        attempts.last().copied(),
-        Some((n, n, 4.0 * n, 4.0 * n, m)),
-        "(connects, connects in 15.6..31.3 ms, RTT samples, RTT samples there, failures) per attempt where the path kept its delay (none: it never did): {attempts:?}"
-    );
+    panic!("no attempt complete and within bounds:\n{}", attempts.join("\n"));
 }
 
 /// The IDs of the programs of this name loaded in the kernel now.
