@@ -158,7 +158,7 @@ fn routes_equal_ip_route_show_table_all() {
          route add default via 10.9.0.254 proto boot\n\
          route add 2001:db8:5::/48 via 2001:db8::2 metric 7\n",
     );
-    let got = a.run(|paths| collect(&mut network_route::Collector::new(network_route::Options {}, paths).expect("collector")));
+    let got = a.run(|paths| collect(&mut network_route::Collector::new(paths)));
 
     let mut want_info = BTreeSet::new();
     let mut want_count: BTreeMap<String, f64> = BTreeMap::new();

@@ -10,22 +10,9 @@ use std::collections::{HashMap, HashSet};
 use netlink_packet_route::link::LinkAttribute;
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteType};
 
-use crate::flags::Flags;
 use crate::netlink::{attr, Route};
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
-
-pub struct Options {}
-
-impl Options {
-    pub fn args() -> Vec<clap::Arg> {
-        vec![]
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {})
-    }
-}
 
 /// One `node_network_route_info` series' labels.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -180,8 +167,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(_o: Options, _p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { route: Route::new() })
+    pub fn new(_p: &Paths) -> Self {
+        Collector { route: Route::new() }
     }
 }
 
@@ -337,7 +324,7 @@ mod tests {
     /// its seven labels.
     #[test]
     fn dumps_this_hosts_routes() {
-        let mut c = Collector::new(Options {}, &crate::testutil::paths(std::path::Path::new("/"))).unwrap();
+        let mut c = Collector::new(&crate::testutil::paths(std::path::Path::new("/")));
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink).expect("route dump");
         for (name, labels, _) in crate::testutil::rows(&sink) {

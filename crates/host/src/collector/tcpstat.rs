@@ -15,9 +15,8 @@ use std::path::PathBuf;
 
 use netlink_packet_sock_diag::{AF_INET, AF_INET6, IPPROTO_TCP};
 
-use crate::flags::Flags;
 use crate::netlink::Channel;
-use crate::{ConfigError, Error, Paths};
+use crate::{Error, Paths};
 use expo::{Kind, Sink};
 
 const FAMILY: &str = "node_tcp_connection_states";
@@ -34,26 +33,14 @@ const TCPF_ALL: u32 = 0xFFF;
 const RX_QUEUED: u8 = 12;
 const TX_QUEUED: u8 = 13;
 
-pub struct Options {}
-
-impl Options {
-    pub fn args() -> Vec<clap::Arg> {
-        vec![]
-    }
-
-    pub fn from_flags(_f: &Flags) -> Result<Self, ConfigError> {
-        Ok(Options {})
-    }
-}
-
 pub struct Collector {
     channel: Channel,
     tcp6: PathBuf,
 }
 
 impl Collector {
-    pub fn new(_o: Options, p: &Paths) -> Result<Self, ConfigError> {
-        Ok(Collector { channel: Channel::sock_diag(), tcp6: p.proc("net/tcp6") })
+    pub fn new(p: &Paths) -> Self {
+        Collector { channel: Channel::sock_diag(), tcp6: p.proc("net/tcp6") }
     }
 
     fn dump(&mut self, family: u8, counts: &mut Counts) -> Result<(), Error> {
@@ -197,7 +184,7 @@ mod tests {
     fn dumps_this_hosts_tcp_sockets() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let paths = crate::Paths { procfs: "/proc".into(), sysfs: "/sys".into(), rootfs: "/".into(), udev_data: "/run/udev/data".into() };
-        let mut c = Collector::new(Options {}, &paths).unwrap();
+        let mut c = Collector::new(&paths);
         let mut sink = Sink::new();
         crate::Collector::update(&mut c, &mut sink).unwrap();
         let fams = sink.families();
