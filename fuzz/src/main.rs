@@ -5,7 +5,7 @@
 //! past AFL++'s timeout is recorded as a hang.
 
 use expo::Format;
-use host::scrape::Selection;
+use runtime::Selection;
 
 fn main() {
     let Some(src) = node_agent_tests::conformance_dir() else {

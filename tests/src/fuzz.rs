@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use expo::Format;
-use host::scrape::{Scraper, Selection};
+use runtime::{Scraper, Selection};
 
 /// A scrape of a mutated tree must finish within this.
 pub const SCRAPE_BOUND: Duration = Duration::from_secs(5);

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use expo::text as expfmt;
 use expo::Format;
-use host::scrape::{Scraper, Selection};
+use runtime::{Scraper, Selection};
 
 /// The probes count events machine-wide: tests take turns so that one
 /// test's events never land in another's window.

@@ -60,7 +60,7 @@ fn the_textfile_seeds_are_in_both_fuzzers_corpus() {
         assert!(afl.contains(&input), "{name} is not among AFL++'s seeds (index {i})");
     }
     // The fuzzed scraper reads them: an accepted seed's series is served.
-    let out = fuzz::scraper(tmp.path()).scrape(&host::scrape::Selection::default(), expo::Format::Text);
+    let out = fuzz::scraper(tmp.path()).scrape(&runtime::Selection::default(), expo::Format::Text);
     let text = String::from_utf8(out).expect("text exposition");
     assert!(text.contains("esc_label_values{"), "the fuzzed scrape does not read the seeds' textfile directory");
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use expo::Format;
-use host::scrape::{Scraper, Selection};
+use runtime::{Scraper, Selection};
 
 const CPUS: usize = 256;
 const MOUNTS: usize = 10_000;

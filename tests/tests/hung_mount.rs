@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use node_agent_tests::fuse::Fuse;
 
 use expo::Format;
-use host::scrape::Selection;
+use runtime::Selection;
 
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)

@@ -119,7 +119,7 @@ impl Server {
         let listeners = rt.block_on(node_agent::server::bind(&["127.0.0.1:0".to_string()])).expect("bind 127.0.0.1:0");
         let addr = listeners[0].local_addr().expect("local address");
         let state = Arc::new(node_agent::server::State {
-            scraper: Arc::new(host::scrape::Scraper::new(vec![("latency", collector)])),
+            scraper: Arc::new(runtime::Scraper::new(vec![("latency", collector)])),
             telemetry_path: "/metrics".into(),
             limit: None,
             web: node_agent::webconfig::Handle::none(),

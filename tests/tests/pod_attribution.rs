@@ -15,10 +15,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use expo::Format;
-use host::scrape::{Scraper, Selection};
 use node_agent_tests::apiserver::Running;
 use node_agent_tests::host::{diskstats, loop_device, root_or_skip, vmstat};
 use node_agent_tests::pods::{api, failing_opens, pod_cgroup, v2_root, PodCgroup, CID_A, NODE, UID_A};
+use runtime::{Scraper, Selection};
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 

@@ -3,7 +3,7 @@
 //! node_exporter reports for it (read from its source and prometheus/procfs
 //! v0.21.1; the reason is given per case). Runs the real scraper in-process.
 
-use host::scrape::Selection;
+use runtime::Selection;
 
 fn success(collector: &str, files: &[(&str, &str)], dirs: &[&str]) -> Option<f64> {
     let dir = tempfile::tempdir().expect("tempdir");

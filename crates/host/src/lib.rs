@@ -1,8 +1,9 @@
 //! node_exporter's host collectors: one module per collector under
 //! [`collector`], named as node_exporter names it (its flag
 //! `--collector.<name>`, its `collector` label and its file name), each with
-//! pure parsers and thin I/O, registered in [`registry`] and run by
-//! [`scrape::Scraper`].
+//! pure parsers and thin I/O, registered in [`registry`]. How they run (the
+//! scrape, its runner threads and deadlines, the memory policy) is the
+//! runtime crate's job, not this one's.
 //!
 //! Shared helpers live in named modules, never in a collector: [`io`]
 //! (kept procfs/sysfs files), [`parse`] (bytes to numbers), [`flags`]
@@ -20,12 +21,10 @@ pub mod dbus;
 pub mod filter;
 pub mod flags;
 pub mod io;
-pub mod memory;
 pub mod netlink;
 pub mod parse;
 pub mod registry;
 pub mod rpc;
-pub mod scrape;
 pub mod sys;
 #[cfg(test)]
 pub mod testutil;

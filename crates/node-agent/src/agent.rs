@@ -25,8 +25,8 @@ pub enum Error {
 
 /// The scraper of the agent's collectors, with the exporter's own metrics
 /// (`process_*`, build info) unless `--web.disable-exporter-metrics`.
-pub fn scraper(collectors: Vec<host::Named>, exporter_metrics: bool) -> host::scrape::Scraper {
-    let b = host::scrape::Scraper::builder(collectors);
+pub fn scraper(collectors: Vec<host::Named>, exporter_metrics: bool) -> runtime::Scraper {
+    let b = runtime::Scraper::builder(collectors);
     if exporter_metrics {
         b.own(Box::new(crate::process::ProcessMetrics::new())).build()
     } else {
@@ -38,8 +38,8 @@ pub fn scraper(collectors: Vec<host::Named>, exporter_metrics: bool) -> host::sc
 /// deadline (`--collector.timeout`) and the exporter's own metrics.
 /// With the exporter's own metrics, the HTTP server's are served too
 /// (`http`: its handler's and its connection admission's counts).
-pub fn scraper_for(cfg: &mut config::ServeConfig, http: crate::httpstats::HttpMetrics) -> host::scrape::Scraper {
-    let b = host::scrape::Scraper::builder(std::mem::take(&mut cfg.collectors)).timeouts(cfg.collector_timeout, host::scrape::DEFAULT_SLOW);
+pub fn scraper_for(cfg: &mut config::ServeConfig, http: crate::httpstats::HttpMetrics) -> runtime::Scraper {
+    let b = runtime::Scraper::builder(std::mem::take(&mut cfg.collectors)).timeouts(cfg.collector_timeout, runtime::DEFAULT_SLOW);
     if !cfg.exporter_metrics {
         return b.build();
     }

@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     // Before any other thread exists.
-    host::memory::limit_arenas();
+    runtime::memory::limit_arenas();
     let m = match node_agent::cmd::command().try_get_matches() {
         Ok(m) => m,
         Err(e) => {

@@ -20,7 +20,7 @@ use crate::admission::{Admission, Closed, Slot, FIRST_BYTE_TIMEOUT};
 use crate::httpstats::{Cause, HandlerStats};
 
 use expo::Format;
-use host::scrape::{Scraper, Selection};
+use runtime::{Scraper, Selection};
 
 /// Server errors.
 #[derive(Debug, thiserror::Error)]
@@ -445,7 +445,7 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
     {
         // After a burst of connections, give their buffers back to the
         // system (every 5 s at most; the scraper trims after overlapping
-        // scrapes itself: host::memory).
+        // scrapes itself: runtime::memory).
         let (m, admission) = (Arc::clone(&memory), Arc::clone(&state.admission));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -453,7 +453,7 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
                 tick.tick().await;
                 let open = admission.open();
                 if m.peak.swap(open, std::sync::atomic::Ordering::Relaxed) >= BURST && open < BURST / 8 {
-                    host::memory::trim();
+                    runtime::memory::trim();
                 }
             }
         });

@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::job::{run, Job, Outcome};
-use super::report::finish;
-use super::{lock, Inner};
+use crate::job::{run, Job, Outcome};
+use crate::report::finish;
+use crate::{lock, Inner};
 
 pub(super) enum Task {
     Run(Arc<Job>),

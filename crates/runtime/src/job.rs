@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use expo::{Format, Sink};
 
-use super::{lock, panic_message, Inner};
-use crate::Error;
+use crate::{lock, panic_message, Inner};
+use host::Error;
 
 /// What one collector did in one scrape.
 // The sink is moved in and out of its collector's slot by value (it keeps

@@ -1,5 +1,9 @@
-//! One scrape: run the selected collectors, time them, and encode their
-//! families with the exporter's own metrics in the requested format.
+//! The runtime layer: how collectors run. One scrape runs the selected
+//! collectors, times them, and encodes their families with the exporter's
+//! own metrics in the requested format; [`memory`] is the process's memory
+//! policy (glibc arenas and trims) and its hooks. `host` holds only the
+//! collectors; the HTTP server asks [`Scraper::start`] for a scrape and
+//! awaits its body.
 //!
 //! Collectors run on the scraper's own runner threads, one after another
 //! while they are quick. A collector that runs longer than `slow` lets the
@@ -26,7 +30,7 @@
 //! Here: the scraper, its collectors' slots and its builder. `job`: one
 //! scrape's state and a runner's loop over its collectors; `pool`: the
 //! runner threads and the supervisor; `report`: the scrape encoded and
-//! handed over, with the memory policy's hook (`crate::memory`).
+//! handed over, with the memory policy's hook; [`memory`]: that policy.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -34,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use expo::{Format, Sink};
 
-use crate::{Collector, Named};
+use host::{Collector, Named};
 
 /// The default deadline of one collector, below Prometheus' default scrape
 /// timeout (10 s) so that a scrape with a stuck collector still answers.
@@ -290,6 +294,7 @@ impl Scrape {
 }
 
 mod job;
+pub mod memory;
 mod pool;
 mod report;
 
@@ -299,8 +304,8 @@ use pool::{Pool, Task};
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Error;
     use expo::Kind;
+    use host::Error;
 
     struct Panics;
     impl Collector for Panics {

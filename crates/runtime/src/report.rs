@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use expo::{Kind, Sink};
 
-use super::job::{Job, Outcome};
-use super::{lock, Inner};
+use crate::job::{Job, Outcome};
+use crate::{lock, Inner};
 
 /// A collector's sink larger than this is not kept for reuse after a scrape.
 const KEEP_SINK_BYTES: usize = 8 << 20;
