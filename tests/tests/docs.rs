@@ -8,14 +8,21 @@
 //!   (`host::catalog`). This test regenerates it in memory and fails when
 //!   the committed file differs; `cargo xtask docs` writes it (it runs
 //!   this test with `NODE_AGENT_DOCS_WRITE=1`).
+//! - `docs/reference/metrics.md` is generated from the host collectors'
+//!   registry (`host::registry::definitions()`): each collector node_exporter's
+//!   end-to-end run enables is built from that command line and run once
+//!   on node_exporter 1.12.1's own fixture trees (../shared, as the
+//!   conformance test does), and every family it writes is listed with its
+//!   type, label names and help; the exporter's own families come from one
+//!   scrape of the agent over HTTP. A collector declares no families ahead
+//!   of a scrape, so what it writes on those fixtures is its reference;
+//!   the eBPF probes' families depend on the kernel and the pods and are
+//!   documented by hand in docs/ebpf.md. Without ../shared (outside CI)
+//!   this file is not checked, with a message.
 //! - `node-agent --help-man` prints the man page clap_mangen renders.
 //! - Every serve flag README.md and docs/ name is one the agent accepts.
-//!
-//! There is no metrics reference to generate: collectors declare no
-//! registry of the families they write (a collector is an `update` into a
-//! sink), so docs/metrics.md stays written by hand.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -27,7 +34,12 @@ fn root() -> PathBuf {
 
 /// The generated files, relative to the repository, with their contents.
 fn generated() -> Vec<(&'static str, String)> {
-    vec![("docs/reference/flags.md", flags_reference())]
+    let mut v = vec![("docs/reference/flags.md", flags_reference())];
+    match node_agent_tests::conformance_dir() {
+        Some(fixtures) => v.push(("docs/reference/metrics.md", metrics_reference(&fixtures))),
+        None => eprintln!("SKIP: docs/reference/metrics.md not checked: it is generated on node_exporter's fixtures"),
+    }
+    v
 }
 
 #[test]
@@ -340,4 +352,144 @@ fn help_man_prints_the_man_page() {
     {
         assert!(man.contains(&format!("\\-\\-{}", flag.replace('-', "\\-"))), "--{flag} is in the man page");
     }
+}
+
+/// One family of the metrics reference.
+struct FamilyRow {
+    kind: &'static str,
+    labels: Vec<String>,
+    help: String,
+}
+
+fn kind_name(k: expo::Kind) -> &'static str {
+    match k {
+        expo::Kind::Counter => "counter",
+        expo::Kind::Gauge => "gauge",
+        expo::Kind::Untyped => "untyped",
+        expo::Kind::Histogram => "histogram",
+    }
+}
+
+/// Label names in the order first seen, across samples.
+fn add_labels(into: &mut Vec<String>, names: impl IntoIterator<Item = String>) {
+    for n in names {
+        if !into.contains(&n) {
+            into.push(n);
+        }
+    }
+}
+
+fn family_table(s: &mut String, families: &BTreeMap<String, FamilyRow>) {
+    s.push_str("| family | type | labels | help |\n|---|---|---|---|\n");
+    for (name, f) in families {
+        let labels = if f.labels.is_empty() { "—".to_string() } else { f.labels.iter().map(|l| code(l)).collect::<Vec<_>>().join(", ") };
+        let _ = writeln!(s, "| {} | {} | {labels} | {} |", code(name), f.kind, prose(&f.help));
+    }
+}
+
+/// docs/reference/metrics.md: every host collector's families as it writes
+/// them on node_exporter's fixtures, and the exporter's own.
+fn metrics_reference(fixtures: &Path) -> String {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    node_agent_tests::materialize(fixtures, tmp.path()).expect("copy the fixtures");
+    let text = std::fs::read_to_string(fixtures.join("e2e-args.txt")).expect("e2e-args.txt");
+    let mut args = vec!["node-agent".to_string(), "--web.listen-address=127.0.0.1:0".to_string()];
+    args.extend(text.lines().filter(|l| !l.trim().is_empty()).map(|l| l.trim().replace("FIXTURES", &tmp.path().display().to_string())));
+    args.extend(node_agent::manifests::agent_only_collectors().iter().map(|c| format!("--no-collector.{c}")));
+    let m = node_agent::cmd::command().try_get_matches_from(&args).expect("node_exporter's e2e command line");
+    let f = host::flags::Flags::new(&m);
+    let paths = host::registry::paths(&f);
+    let defs = host::registry::definitions();
+
+    // Each enabled host collector, run once into a sink of its own.
+    let mut by_collector: BTreeMap<&'static str, BTreeMap<String, FamilyRow>> = BTreeMap::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut foreign = std::collections::BTreeSet::new();
+    let built = host::registry::build(&f, &paths, &defs, &mut ()).expect("the e2e collectors build");
+    for (name, mut collector) in built {
+        let mut sink = expo::Sink::new();
+        // A collector with nothing on these fixtures lists no family.
+        let _ = collector.update(&mut sink);
+        let families = by_collector.entry(name).or_default();
+        for fam in sink.families() {
+            seen.insert(fam.name().to_string());
+            // Families that are the host's data, not the collector's (the
+            // textfile collector's files): named after the table instead.
+            if !fam.name().starts_with("node_") {
+                foreign.insert(name);
+                continue;
+            }
+            let row = families.entry(fam.name().to_string()).or_insert_with(|| FamilyRow {
+                kind: kind_name(fam.kind()),
+                labels: Vec::new(),
+                help: fam.help().to_string(),
+            });
+            for (labels, _) in fam.samples() {
+                add_labels(&mut row.labels, labels.iter().map(|(k, _)| k.to_string()));
+            }
+        }
+    }
+
+    // The exporter's own: what one scrape over HTTP adds to the collectors'.
+    let agent = node_agent::agent::Agent::start(&m).expect("the agent starts on the e2e command line");
+    let (status, body) =
+        node_agent_tests::http_get(agent.addrs[0], "/metrics", std::time::Duration::from_secs(60)).expect("an answer from /metrics");
+    assert_eq!(status, 200, "{body}");
+    let mut own: BTreeMap<String, FamilyRow> = BTreeMap::new();
+    for fam in expo::text::parse(&body).expect("the agent's answer parses") {
+        if seen.contains(&fam.name) {
+            continue;
+        }
+        let mut labels = Vec::new();
+        for sample in &fam.samples {
+            add_labels(&mut labels, sample.labels.iter().map(|(k, _)| k.clone()).filter(|k| k != "le"));
+        }
+        own.insert(fam.name.clone(), FamilyRow { kind: fam.kind.as_str(), labels, help: fam.help.clone().unwrap_or_default() });
+    }
+
+    let mut s = String::new();
+    s.push_str(
+        "<!-- Generated by `cargo xtask docs` from the code (tests/tests/docs.rs); do not edit: \
+         tests/tests/docs.rs fails when this file is stale. -->\n\n",
+    );
+    s.push_str("# Metrics reference\n\n");
+    s.push_str(
+        "Every family the host collectors write, by collector, generated from their registry \
+         (`host::registry::definitions()`): each collector node_exporter 1.12.1's end-to-end \
+         run enables is built from that run's command line and run once on node_exporter's own \
+         fixture trees, and what it writes is listed here (its type, its label names in the \
+         order it writes them, its help). Then the exporter's own families, which one scrape \
+         adds. Label values and which devices appear are the host's. A collector's families \
+         that need hardware or services the fixtures do not have, and the collectors the \
+         end-to-end run leaves off, are in [metrics.md](../metrics.md); the eBPF probes' \
+         families (kernel events, per pod) are in [ebpf.md](../ebpf.md).\n\n",
+    );
+    let on: Vec<&str> = by_collector.keys().copied().collect();
+    let off: Vec<String> = defs.iter().filter(|d| !on.contains(&d.name)).map(|d| code(d.name)).collect();
+    let total: usize = by_collector.values().map(BTreeMap::len).sum();
+    let _ = writeln!(
+        s,
+        "{total} families from {} collectors, and {} of the exporter's own. Not run here (off in \
+         node_exporter's end-to-end run): {}.\n",
+        by_collector.len(),
+        own.len(),
+        off.join(", ")
+    );
+    s.push_str("## Host collectors\n");
+    for (name, families) in &by_collector {
+        let d = defs.iter().find(|d| d.name == *name).expect("a registered collector");
+        let _ = write!(s, "\n### `{name}`\n\n`--collector.{name}`, {} by default.\n\n", if d.enabled_by_default { "on" } else { "off" });
+        if families.is_empty() {
+            s.push_str("No family on node_exporter's fixtures (it reads what they lack): see [metrics.md](../metrics.md).\n");
+            continue;
+        }
+        family_table(&mut s, families);
+        if foreign.contains(name) {
+            s.push_str("\nAnd the families of the files it reads, as they declare them.\n");
+        }
+    }
+    s.push_str("\n## The exporter's own\n\n");
+    s.push_str("Written by the scrape itself, the process and the HTTP server, whatever collectors run (`--web.disable-exporter-metrics` leaves out `process_*`, `promhttp_metric_handler_*`, `node_agent_*` and `node_exporter_build_info`).\n\n");
+    family_table(&mut s, &own);
+    s
 }

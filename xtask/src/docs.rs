@@ -7,6 +7,9 @@
 //!   Its generator is its staleness test, `tests/tests/docs.rs`, which
 //!   writes the file instead of comparing it when `NODE_AGENT_DOCS_WRITE=1`
 //!   (xtask depends on no workspace crate).
+//! - `docs/reference/metrics.md`: every host collector's families, each
+//!   collector run once on node_exporter's fixtures, and the exporter's
+//!   own; the same test writes and checks it.
 //! - `target/man/node-agent.1`: the man page, what `node-agent --help-man`
 //!   prints (clap_mangen); not committed.
 
@@ -16,7 +19,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 /// The generated files under docs/, relative to the repository.
-pub const GENERATED: &[&str] = &["docs/reference/flags.md"];
+pub const GENERATED: &[&str] = &["docs/reference/flags.md", "docs/reference/metrics.md"];
 
 /// Where the man page is written, relative to the repository.
 pub const MAN_PAGE: &str = "target/man/node-agent.1";
