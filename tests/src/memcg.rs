@@ -29,6 +29,15 @@ pub struct Reading {
     /// memory.peak (v2), memory.max_usage_in_bytes (v1): since the cgroup
     /// was made, or since [`MemCg::reset_peak`].
     pub peak: u64,
+    /// What the working set is made of: anonymous memory (memory.stat's
+    /// `anon`, v1's `total_rss`), kernel memory (v2's `kernel`, v1's
+    /// memory.kmem.usage_in_bytes: page tables, sockets, eBPF maps and
+    /// programs, slab) and active file pages (`active_file`,
+    /// `total_active_file`). Their sum is close to the working set, not
+    /// equal: v1's kmem and its page counts are updated in batches.
+    pub anon: u64,
+    pub kernel: u64,
+    pub active_file: u64,
 }
 
 /// A memory cgroup made for one process, removed when dropped (after the
@@ -157,7 +166,22 @@ impl MemCg {
             }
             None => read_u64(&self.dir.join(peak_f)).unwrap_or(0),
         };
-        Ok(Reading { usage, working_set: working_set(self.version, usage, &stat), peak })
+        let (anon, kernel, active_file) = match self.version {
+            Version::V2 => (stat_field(&stat, "anon"), stat_field(&stat, "kernel"), stat_field(&stat, "active_file")),
+            Version::V1 => (
+                stat_field(&stat, "total_rss"),
+                read_u64(&self.dir.join("memory.kmem.usage_in_bytes")).ok(),
+                stat_field(&stat, "total_active_file"),
+            ),
+        };
+        Ok(Reading {
+            usage,
+            working_set: working_set(self.version, usage, &stat),
+            peak,
+            anon: anon.unwrap_or(0),
+            kernel: kernel.unwrap_or(0),
+            active_file: active_file.unwrap_or(0),
+        })
     }
 
     /// Resets the peak to the usage now; false where the kernel cannot

@@ -2,7 +2,10 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     // Before any other thread exists.
-    runtime::memory::limit_arenas();
+    if let Err(e) = runtime::memory::init() {
+        eprintln!("node-agent: {e}");
+        return ExitCode::from(2);
+    }
     let m = match node_agent::cmd::command().try_get_matches() {
         Ok(m) => m,
         Err(e) => {

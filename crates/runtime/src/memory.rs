@@ -16,21 +16,64 @@ use std::time::{Duration, Instant};
 pub const TRIM_INTERVAL: Duration = Duration::from_secs(5);
 
 static TRIMS: AtomicUsize = AtomicUsize::new(0);
+static TRIM_OFF: AtomicBool = AtomicBool::new(false);
 
-/// One malloc arena for the whole process. The scrape path runs on a few
-/// threads, and every further arena keeps its own freed, fragmented memory
-/// resident (after concurrent scrapes, a second arena held 1.3 MB with
-/// 0.6 MB in use); the threads' tcaches take most small allocations without
-/// the arena's lock. Call it first thing in `main`, before other threads.
-pub fn limit_arenas() {
-    // SAFETY: mallopt only tunes the allocator.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
+/// The environment variable that turns tricks of this policy off, a comma
+/// list of `arena` (keep glibc's default arenas) and `trim` (never trim):
+/// for measuring what each does to the working set (`cargo xtask bench`'s
+/// table of them), never needed to run the agent.
+pub const OFF_ENV: &str = "NODE_AGENT_MEMORY_OFF";
+
+/// The tricks of this policy that are off.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Off {
+    pub arena: bool,
+    pub trim: bool,
 }
 
-/// Gives freed heap memory back to the system now.
+/// A word of [`OFF_ENV`] that names no trick.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{OFF_ENV}: unknown trick {0:?} (arena, trim)")]
+pub struct UnknownTrick(pub String);
+
+/// Parses [`OFF_ENV`]'s value.
+pub fn parse_off(s: &str) -> Result<Off, UnknownTrick> {
+    let mut off = Off::default();
+    for word in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match word {
+            "arena" => off.arena = true,
+            "trim" => off.trim = true,
+            w => return Err(UnknownTrick(w.to_string())),
+        }
+    }
+    Ok(off)
+}
+
+/// Sets the policy up: one malloc arena for the whole process, unless
+/// [`OFF_ENV`] says otherwise (a word it does not know is an error). Call it
+/// first thing in `main`, before other threads.
+///
+/// Why one arena: the scrape path runs on a few threads, and every further
+/// arena keeps its own freed, fragmented memory resident (after concurrent
+/// scrapes, a second arena held 1.3 MB with 0.6 MB in use); the threads'
+/// tcaches take most small allocations without the arena's lock.
+pub fn init() -> Result<Off, UnknownTrick> {
+    let off = parse_off(&std::env::var(OFF_ENV).unwrap_or_default())?;
+    TRIM_OFF.store(off.trim, Ordering::Relaxed);
+    if !off.arena {
+        // SAFETY: mallopt only tunes the allocator.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 1);
+        }
+    }
+    Ok(off)
+}
+
+/// Gives freed heap memory back to the system now (unless trims are off).
 pub fn trim() {
+    if TRIM_OFF.load(Ordering::Relaxed) {
+        return;
+    }
     TRIMS.fetch_add(1, Ordering::Relaxed);
     // SAFETY: malloc_trim only releases free memory back to the system.
     unsafe {
@@ -100,6 +143,15 @@ impl Overlap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tricks_turned_off_by_name() {
+        assert_eq!(parse_off(""), Ok(Off::default()));
+        assert_eq!(parse_off("arena"), Ok(Off { arena: true, trim: false }));
+        assert_eq!(parse_off(" trim , arena,"), Ok(Off { arena: true, trim: true }));
+        let e = parse_off("arena,madvise").unwrap_err();
+        assert_eq!(e.to_string(), "NODE_AGENT_MEMORY_OFF: unknown trick \"madvise\" (arena, trim)");
+    }
 
     #[test]
     fn a_lone_scraper_never_trims() {

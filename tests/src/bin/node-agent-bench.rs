@@ -11,6 +11,7 @@
 //!        node-agent-bench --only collectors --agent PATH [--quick] (each collector's CPU per scrape, printed)
 //!        node-agent-bench --only growth --agent PATH [--quick] (cost as the node grows: devices, mounts, pods; printed)
 //!        node-agent-bench --only memory --agent PATH [--quick] (memory the kubelet's way, both side-by-side runs; printed)
+//!        node-agent-bench --only tricks --agent PATH [--quick] (each memory trick of runtime::memory turned off in turn, the working set; printed)
 //!        node-agent-bench --image-only [--out FILE]  (rewrites FILE's Image section alone, from `cargo xtask image`'s record)
 
 use std::collections::BTreeMap;
@@ -47,7 +48,11 @@ fn uncache(bin: &Path) {
 /// node's does ([`node_agent_tests::disk`]); the disk lives as long as the
 /// first of the three.
 fn staged(agent: &Path, ne: &Path) -> Res<(node_agent_tests::disk::Disk, PathBuf, PathBuf)> {
-    let disk = node_agent_tests::disk::Disk::new(128, node_agent_tests::disk::DEFAULT_READAHEAD_KB)?;
+    // Room for both binaries and the file system's own (a debug build of
+    // the agent is over 100 MiB).
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len() >> 20);
+    let mib = (size(agent) + size(ne) + 64).max(128);
+    let disk = node_agent_tests::disk::Disk::new(mib, node_agent_tests::disk::DEFAULT_READAHEAD_KB)?;
     let (a, n) = (disk.stage(agent)?, disk.stage(ne)?);
     Ok((disk, a, n))
 }
@@ -1467,6 +1472,11 @@ fn kubelet_memory_section(quick: bool, f: [&ScrapeFigures; 4]) -> String {
     };
     for (i, when) in ["at start", "after the load", "after idle"].iter().enumerate() {
         row(&format!("working set, {when}"), &|f| f.mem[i].cg.working_set as f64 / MB);
+        if i == 2 {
+            row("of which anonymous (heap, stacks)", &|f| f.mem[i].cg.anon as f64 / MB);
+            row("of which kernel (eBPF maps and programs, page tables, sockets, slab)", &|f| f.mem[i].cg.kernel as f64 / MB);
+            row("of which active file pages (code and data read often)", &|f| f.mem[i].cg.active_file as f64 / MB);
+        }
         row(&format!("cgroup usage, {when}"), &|f| f.mem[i].cg.usage as f64 / MB);
         row(&format!("RSS, {when}"), &|f| f.mem[i].rss as f64 / MB);
     }
@@ -1481,6 +1491,116 @@ fn kubelet_memory_section(quick: bool, f: [&ScrapeFigures; 4]) -> String {
         verdict(ws, 0.50),
         verdict(peak, 0.60)
     );
+    md
+}
+
+/// The memory policy's tricks (`runtime::memory`), each turned off in turn
+/// through `runtime::memory::OFF_ENV`: (what the row is, the variable's value).
+const TRICKS: &[(&str, &str)] = &[
+    ("as shipped: one arena, trims", ""),
+    ("glibc's default arenas (one arena off)", "arena"),
+    ("no trims", "trim"),
+    ("neither", "arena,trim"),
+];
+
+/// One run of the agent with every probe and pod attribution on, some
+/// tricks off: its cgroup's working set after the load and after idle, its
+/// cgroup peak during the load, its RSS after idle (bytes).
+#[derive(Clone, Copy, Default)]
+struct TrickRun {
+    ws_load: u64,
+    ws_idle: u64,
+    anon_idle: u64,
+    peak_load: u64,
+    rss_idle: u64,
+}
+
+fn trick_run(agent_bin: &Path, off: &str, quick: bool) -> Res<TrickRun> {
+    let api = bench_cluster()?;
+    let mut flags: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
+    flags.push(format!("--collector.ebpf_pods.kubeconfig={}", api.kubeconfig.path().display()));
+    flags.push(format!("--collector.ebpf_pods.node-name={BENCH_NODE}"));
+    let mut cg = MemCg::new("tricks").map_err(|e| format!("memory cgroup: {e}"))?;
+    uncache(agent_bin);
+    let (_a, url, pid) = node_agent_tests::start_exporter_prepared(agent_bin, &flags, std::process::Stdio::null(), |c| {
+        c.env(runtime::memory::OFF_ENV, off);
+        cg.join_on_exec(c)
+    })?;
+    wait_for_sample(&url, "node_ebpf_pod_attribution_synced", 1.0)?;
+    let (rounds, per_round, secs) = if quick { (4, 25, 3) } else { (10, 50, 10) };
+    sequential(&[(&url, pid)], 1, 20);
+    cg.reset_peak();
+    sequential(&[(&url, pid)], rounds, per_round);
+    wrk(&url, 4, secs)?;
+    let load = mem_now(&mut cg, pid);
+    std::thread::sleep(Duration::from_secs(settle_secs(quick)));
+    let idle = mem_now(&mut cg, pid);
+    Ok(TrickRun {
+        ws_load: load.cg.working_set,
+        ws_idle: idle.cg.working_set,
+        anon_idle: idle.cg.anon,
+        peak_load: load.cg.peak.max(idle.cg.peak),
+        rss_idle: idle.rss,
+    })
+}
+
+/// Each memory trick's effect on the working set the kubelet sees: the
+/// agent run with each combination turned off, the combinations in turn,
+/// `reps` times over.
+fn trick_runs(agent_bin: &Path, quick: bool) -> Res<Vec<Vec<TrickRun>>> {
+    let reps = if quick { 1 } else { 3 };
+    let mut out = vec![Vec::new(); TRICKS.len()];
+    for _ in 0..reps {
+        for (i, (_, off)) in TRICKS.iter().enumerate() {
+            out[i].push(trick_run(agent_bin, off, quick)?);
+        }
+    }
+    Ok(out)
+}
+
+fn tricks_section(quick: bool, runs: &[Vec<TrickRun>]) -> String {
+    let mut md = String::from(
+        "### Each memory trick, as the kubelet sees it
+
+",
+    );
+    let _ = writeln!(
+        md,
+        "node-agent alone, with every probe and pod attribution on ({BENCH_PODS} pods), in a memory cgroup of its own as above, with the memory policy's tricks (`runtime::memory`) turned off in turn through `{}`; each combination run {}, in turn, each a fresh process: 20 scrapes to warm up, the cgroup's peak reset, {} sequential scrapes, wrk at 4 connections for {} s (overlapping scrapes, what the trims are for), then {} s idle. Median (least–most) of the runs, MB. A trick whose row barely differs from \"neither\" is one the kubelet cannot see.\n",
+        runtime::memory::OFF_ENV,
+        match runs.first().map_or(0, Vec::len) {
+            1 => "once".to_string(),
+            n => format!("{n} times"),
+        },
+        if quick { 100 } else { 500 },
+        if quick { 3 } else { 10 },
+        settle_secs(quick)
+    );
+    let _ = writeln!(
+        md,
+        "| tricks | working set after the load | working set after idle | of it anonymous | cgroup peak during the load | RSS after idle |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|");
+    let cell = |xs: Vec<u64>| {
+        let mut v: Vec<f64> = xs.into_iter().map(|x| x as f64 / MB).collect();
+        v.sort_by(f64::total_cmp);
+        match v.as_slice() {
+            [] => "—".to_string(),
+            [x] => format!("{x:.2}"),
+            _ => format!("{:.2} ({:.2}–{:.2})", v[v.len() / 2], v[0], v[v.len() - 1]),
+        }
+    };
+    for ((name, _), r) in TRICKS.iter().zip(runs) {
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {} | {} | {} | {} |",
+            cell(r.iter().map(|x| x.ws_load).collect()),
+            cell(r.iter().map(|x| x.ws_idle).collect()),
+            cell(r.iter().map(|x| x.anon_idle).collect()),
+            cell(r.iter().map(|x| x.peak_load).collect()),
+            cell(r.iter().map(|x| x.rss_idle).collect())
+        );
+    }
     md
 }
 
@@ -2044,6 +2164,13 @@ fn run() -> Res<()> {
         print!("{}", kubelet_memory_section(quick, [&a, &n, &ae, &ne2]));
         return Ok(());
     }
+    if get("--only").as_deref() == Some("tricks") {
+        let agent = PathBuf::from(get("--agent").ok_or("--agent PATH is required")?);
+        let ne = compare::which("prometheus-node-exporter").ok_or("prometheus-node-exporter is not installed")?;
+        let (_disk, agent, _ne) = staged(&agent, &ne)?;
+        print!("{}", tricks_section(quick, &trick_runs(&agent, quick)?));
+        return Ok(());
+    }
     if get("--only").as_deref() == Some("bpftrace") {
         print!("{}", bpftrace_table(&bpftrace_peers(quick, get("--probe").as_deref())?));
         return Ok(());
@@ -2084,6 +2211,8 @@ fn run() -> Res<()> {
     let (a, n) = scrape_phase(&agent, &ne, false, quick)?;
     eprintln!("bench: scrapes, node-agent with every eBPF probe vs node_exporter");
     let (ae, ne2) = scrape_phase(&agent, &ne, true, quick)?;
+    eprintln!("bench: each memory trick's effect on the working set");
+    let tricks = trick_runs(&agent, quick)?;
     eprintln!("bench: each collector's CPU per scrape");
     let (empty, all, collectors) = collector_costs(&agent, quick)?;
     eprintln!("bench: eBPF per-event costs");
@@ -2152,6 +2281,8 @@ fn run() -> Res<()> {
     let _ = writeln!(md, "\nTargets (issue #34): total CPU per scrape ≤ 0.15× node_exporter's without eBPF: {cpu:.2}× ({}); ≤ 0.20× with every probe and pod attribution: {cpu_e:.2}× ({}). The part node-agent controls, its user time (everything but the kernel generating the files), against node_exporter's total: {user:.2}× without eBPF, {user_e:.2}× with every probe. Memory targets are the kubelet's, in the next section.", verdict(cpu, 0.15), verdict(cpu_e, 0.20));
     let _ = writeln!(md, "\nFamilies differ where only one side has them (node-agent's `node_ebpf_*`, `node_filesystem_mount_info` and newer netstat/softnet fields; node_exporter's `go_*`): see `cargo xtask compare-node-exporter`.\n");
     md.push_str(&kubelet_memory_section(quick, [&a, &n, &ae, &ne2]));
+    md.push('\n');
+    md.push_str(&tricks_section(quick, &tricks));
     md.push('\n');
     let _ = writeln!(md, "## Where a scrape's CPU goes\n");
     let _ = writeln!(md, "{COLLECTOR_COST_METHOD}\n");
