@@ -5,7 +5,9 @@
 //! name, default and help: a [`BoolFlag`], [`StringFlag`] (also read as a
 //! regular expression, or an include/exclude pair through [`filter`]),
 //! [`StringsFlag`] (repeatable), [`DurationFlag`] or [`SignedDurationFlag`]
-//! (Go durations), [`IntFlag`] (any integer type) or [`SizeFlag`] (bytes);
+//! (Go durations), [`IntFlag`] (any integer type), [`SizeFlag`] (bytes),
+//! [`ParsedFlag`] (read by a parser of its own, optionally from an
+//! environment variable too) or [`OptionalFlag`] (no default);
 //! [`Hidden`] keeps one out of `--help`. For example:
 //!
 //! ```text
@@ -22,8 +24,9 @@
 //! that names the flag. No collector holds the command line or writes a
 //! flag's name twice.
 //!
-//! The untyped pieces ([`string_arg`], [`bool_args`], [`Flags::string`],
-//! ...) remain for the binary's own flags, its probes and the registry.
+//! The binary's own flags and its probes' are declared the same way. The
+//! untyped pieces ([`string_arg`], [`bool_args`], [`Flags::string`], ...)
+//! remain for the registry, whose flags are named at run time.
 
 use std::fmt::Display;
 use std::num::NonZeroU64;
@@ -115,6 +118,15 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
         _ => return None,
     };
     n.checked_mul(scale)
+}
+
+/// Parses an integer as kingpin's `Int()` flags are read: as a float, then
+/// truncated (`2.9` is 2, `1e1` is 10). The error says what was given.
+pub fn parse_kingpin_int(s: &str) -> Result<i64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v.trunc() as i64),
+        _ => Err(format!("not a number: {s:?}")),
+    }
 }
 
 /// Parses a Go duration that may be negative (`-2ms`), in nanoseconds.
@@ -281,23 +293,34 @@ pub fn filter(f: &Flags, exclude: &StringFlag, include: &StringFlag) -> Result<D
     Ok(DeviceFilter::new(ex, None))
 }
 
-/// A repeatable string flag (kingpin's `Strings()`), without a default.
+/// A repeatable string flag (kingpin's `Strings()`).
 #[derive(Clone, Copy, Debug)]
 pub struct StringsFlag {
     pub name: &'static str,
     /// What `--help` calls a value (`VALUE`, `DIR`).
     pub value_name: &'static str,
+    /// The values when none is given (none for most); `--help` states them
+    /// at the end of the help, as it does other defaults.
+    pub default: &'static [&'static str],
     pub help: &'static str,
 }
 
 impl StringsFlag {
     pub fn arg(&self) -> Arg {
-        strings_arg(self.name, self.help).value_name(self.value_name)
+        let arg = strings_arg(self.name, self.help).value_name(self.value_name);
+        if self.default.is_empty() {
+            return arg;
+        }
+        arg.help(format!("{} [default: {}]", self.help, self.default.join(" ")))
     }
 
-    /// Every value given, in command-line order.
+    /// Every value given, in command-line order; the default when none is.
     pub fn get(&self, f: &Flags) -> Vec<String> {
-        f.strings(self.name)
+        let given = f.strings(self.name);
+        if given.is_empty() {
+            return self.default.iter().map(|s| s.to_string()).collect();
+        }
+        given
     }
 
     /// Its values parsed by `parse`, whose error is the flag's.
@@ -399,7 +422,75 @@ impl SizeFlag {
     }
 }
 
-one_arg!(StringFlag, StringsFlag, DurationFlag, SignedDurationFlag, SizeFlag);
+/// A flag read by a parser of its own into a `T` (a log level, kingpin's
+/// float-read integer with [`parse_kingpin_int`]), the parser's error
+/// prefixed with the flag. With `env`, the environment variable is read
+/// when the flag is not given (`--help` shows it); as kingpin, an empty
+/// one means the default (templated manifests produce `GOMAXPROCS=""`),
+/// while an empty flag is parsed as given.
+#[derive(Clone, Copy, Debug)]
+pub struct ParsedFlag<T> {
+    pub name: &'static str,
+    /// What `--help` calls a value (`VALUE`, `N`, `DURATION`).
+    pub value_name: &'static str,
+    /// As written on the command line.
+    pub default: &'static str,
+    pub env: Option<&'static str>,
+    pub help: &'static str,
+    pub parse: fn(&str) -> Result<T, String>,
+}
+
+impl<T> ParsedFlag<T> {
+    pub fn arg(&self) -> Arg {
+        let arg = string_arg(self.name, self.default, self.help).value_name(self.value_name);
+        match self.env {
+            Some(var) => arg.env(var),
+            None => arg,
+        }
+    }
+
+    pub fn get(&self, f: &Flags) -> Result<T, ConfigError> {
+        let mut value = f.string(self.name);
+        if value.trim().is_empty() && f.env_given(self.name) {
+            value = self.default.to_string();
+        }
+        (self.parse)(&value).map_err(|msg| self.invalid(msg))
+    }
+
+    /// The error for a bad value of this flag.
+    pub fn invalid(&self, msg: impl Into<String>) -> ConfigError {
+        invalid(self.name, msg)
+    }
+}
+
+impl<T> Flag for ParsedFlag<T> {
+    fn declare(&self) -> Vec<Arg> {
+        vec![self.arg()]
+    }
+}
+
+/// A string flag without a default (`--help` shows none; its help may say
+/// what stands in for it).
+#[derive(Clone, Copy, Debug)]
+pub struct OptionalFlag {
+    pub name: &'static str,
+    /// What `--help` calls a value (`NAME`, `FILE`).
+    pub value_name: &'static str,
+    pub help: &'static str,
+}
+
+impl OptionalFlag {
+    pub fn arg(&self) -> Arg {
+        Arg::new(self.name).long(self.name).value_name(self.value_name).help(self.help)
+    }
+
+    /// Its value; None when not given, or given empty.
+    pub fn get(&self, f: &Flags) -> Option<String> {
+        Some(f.string(self.name)).filter(|s| !s.is_empty())
+    }
+}
+
+one_arg!(StringFlag, StringsFlag, DurationFlag, SignedDurationFlag, SizeFlag, OptionalFlag);
 
 /// A flag kept out of `--help` (a deprecated spelling, a test switch).
 #[derive(Clone, Copy, Debug)]
@@ -432,6 +523,11 @@ impl<'a> Flags<'a> {
     /// Whether `name` was given on the command line (not its default).
     fn given(&self, name: &str) -> bool {
         self.m.try_contains_id(name).unwrap_or(false) && self.m.value_source(name) == Some(ValueSource::CommandLine)
+    }
+
+    /// Whether `name`'s value comes from its environment variable.
+    fn env_given(&self, name: &str) -> bool {
+        self.m.try_contains_id(name).unwrap_or(false) && self.m.value_source(name) == Some(ValueSource::EnvVariable)
     }
 
     /// A kingpin-style boolean pair: `--name` or `--no-name`, else `default`.
@@ -479,7 +575,7 @@ mod tests {
     const INC: StringFlag = StringFlag { name: "a.inc", default: "", help: "" };
     const ON: BoolFlag = BoolFlag { name: "a.on", default: true, help: "on" };
     const OFF: Hidden<BoolFlag> = Hidden(BoolFlag { name: "a.off", default: false, help: "off" });
-    const DIR: StringsFlag = StringsFlag { name: "a.dir", value_name: "DIR", help: "" };
+    const DIR: StringsFlag = StringsFlag { name: "a.dir", value_name: "DIR", default: &[], help: "" };
     const WAIT: DurationFlag = DurationFlag { name: "a.wait", default: "5s", help: "" };
     const SKEW: SignedDurationFlag = SignedDurationFlag { name: "a.skew", default: "-1ms", help: "" };
     const N: IntFlag<u16> = IntFlag { name: "a.n", default: 4, help: "" };
@@ -580,6 +676,72 @@ mod tests {
         assert_eq!(N.invalid("too many").to_string(), "--a.n: too many");
         let m = matches(&["--a.n", " 7 "]);
         assert_eq!(N.get(&Flags::new(&m)).unwrap(), 7);
+    }
+
+    #[test]
+    fn repeatable_flags_with_a_default() {
+        const ADDR: StringsFlag = StringsFlag { name: "a.addr", value_name: "ADDR", default: &[":1"], help: "Where." };
+        let cmd = Command::new("t").no_binary_name(true).args(args(&[&ADDR]));
+        let same = |a: Arg, b: Arg| assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        same(ADDR.arg(), strings_arg("a.addr", "Where. [default: :1]").value_name("ADDR"));
+        let get = |a: &[&str]| ADDR.get(&Flags::new(&cmd.clone().try_get_matches_from(a).unwrap()));
+        assert_eq!(get(&[]), [":1"]);
+        assert_eq!(get(&["--a.addr=:2", "--a.addr", ":3"]), [":2", ":3"], "given values replace the default");
+    }
+
+    #[test]
+    fn parsed_and_optional_flags() {
+        fn level(s: &str) -> Result<u8, String> {
+            s.strip_prefix('L').and_then(|n| n.parse().ok()).ok_or_else(|| format!("unknown level {s:?}"))
+        }
+        const LEVEL: ParsedFlag<u8> = ParsedFlag { name: "a.level", value_name: "VALUE", default: "L1", env: None, help: "", parse: level };
+        const PROCS: ParsedFlag<i64> = ParsedFlag {
+            name: "a.procs",
+            value_name: "N",
+            default: "1",
+            env: Some("NODE_AGENT_HOST_FLAGS_TEST_PROCS"),
+            help: "",
+            parse: parse_kingpin_int,
+        };
+        const NAME: OptionalFlag = OptionalFlag { name: "a.name", value_name: "NAME", help: "Its name." };
+        let same = |a: Arg, b: Arg| assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        same(LEVEL.arg(), string_arg("a.level", "L1", ""));
+        same(PROCS.arg(), string_arg("a.procs", "1", "").value_name("N").env("NODE_AGENT_HOST_FLAGS_TEST_PROCS"));
+        same(NAME.arg(), Arg::new("a.name").long("a.name").value_name("NAME").help("Its name."));
+        // clap reads the environment when the argument is built.
+        let m = |a: &[&str]| Command::new("t").no_binary_name(true).args(args(&[&LEVEL, &PROCS, &NAME])).try_get_matches_from(a).unwrap();
+        let m0 = m(&[]);
+        let f = Flags::new(&m0);
+        assert_eq!((LEVEL.get(&f).unwrap(), PROCS.get(&f).unwrap(), NAME.get(&f)), (1, 1, None));
+        let m1 = m(&["--a.level=L3", "--a.procs=2.9", "--a.name=n"]);
+        let f = Flags::new(&m1);
+        assert_eq!((LEVEL.get(&f).unwrap(), PROCS.get(&f).unwrap(), NAME.get(&f)), (3, 2, Some("n".to_string())));
+        let m2 = m(&["--a.level=loud", "--a.procs=", "--a.name="]);
+        let f = Flags::new(&m2);
+        assert_eq!(LEVEL.get(&f).unwrap_err().to_string(), "--a.level: unknown level \"loud\"");
+        assert_eq!(PROCS.get(&f).unwrap_err().to_string(), "--a.procs: not a number: \"\"", "an empty flag is an error");
+        assert_eq!(NAME.get(&f), None, "given empty is not given");
+        // The environment variable (this test's alone): read when the flag
+        // is not given; empty, it means the default.
+        std::env::set_var("NODE_AGENT_HOST_FLAGS_TEST_PROCS", "1e1");
+        assert_eq!(PROCS.get(&Flags::new(&m(&[]))).unwrap(), 10);
+        assert_eq!(PROCS.get(&Flags::new(&m(&["--a.procs=3"]))).unwrap(), 3);
+        std::env::set_var("NODE_AGENT_HOST_FLAGS_TEST_PROCS", " ");
+        assert_eq!(PROCS.get(&Flags::new(&m(&[]))).unwrap(), 1);
+        std::env::set_var("NODE_AGENT_HOST_FLAGS_TEST_PROCS", "x");
+        assert_eq!(PROCS.get(&Flags::new(&m(&[]))).unwrap_err().to_string(), "--a.procs: not a number: \"x\"");
+        std::env::remove_var("NODE_AGENT_HOST_FLAGS_TEST_PROCS");
+    }
+
+    #[test]
+    fn kingpin_integers_are_read_as_floats() {
+        assert_eq!(parse_kingpin_int("2.9"), Ok(2));
+        assert_eq!(parse_kingpin_int(" 1e1 "), Ok(10));
+        assert_eq!(parse_kingpin_int("-0.5"), Ok(0));
+        assert_eq!(parse_kingpin_int("-3"), Ok(-3));
+        for bad in ["", "x", "inf", "NaN"] {
+            assert_eq!(parse_kingpin_int(bad), Err(format!("not a number: {bad:?}")), "{bad:?}");
+        }
     }
 
     #[test]

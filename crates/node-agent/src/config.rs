@@ -4,7 +4,7 @@
 //! flag set cannot drift from the code) and the eBPF ones.
 
 use clap::{Arg, ArgMatches};
-use host::flags::{self, Flags};
+use host::flags::{self, BoolFlag, DurationFlag, Flag, Flags, Hidden, IntFlag, ParsedFlag, StringFlag, StringsFlag};
 use host::{registry, ConfigError, Named, Paths};
 
 use crate::logging::Format as LogFormat;
@@ -40,85 +40,131 @@ pub struct ServeConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
-    Collector(#[from] ConfigError),
-    #[error("--{flag}: {msg}")]
-    Invalid { flag: &'static str, msg: String },
+    Flag(#[from] ConfigError),
 }
 
 /// The port node-agent serves on, as node_exporter (`--web.listen-address` default).
 pub const DEFAULT_PORT: u16 = 9100;
 
+// The serve flags, in `--help`'s order (the host's paths and
+// `--collector.disable-defaults` come from `host::registry`).
+
+/// Its default listens on [`DEFAULT_PORT`] (a test checks they agree).
+pub const LISTEN_ADDRESS: StringsFlag = StringsFlag {
+    name: "web.listen-address",
+    value_name: "ADDR",
+    default: &[":9100"],
+    help: "Addresses on which to expose metrics and web interface; repeatable.",
+};
+pub const TELEMETRY_PATH: StringFlag =
+    StringFlag { name: "web.telemetry-path", default: "/metrics", help: "Path under which to expose metrics." };
+pub const MAX_REQUESTS: ParsedFlag<i64> = ParsedFlag {
+    name: "web.max-requests",
+    value_name: "VALUE",
+    default: "40",
+    env: None,
+    help: "Maximum number of parallel scrape requests; 0 disables the limit.",
+    parse: flags::parse_kingpin_int,
+};
+pub const MAX_CONNECTIONS: IntFlag<usize> = IntFlag {
+    name: "web.max-connections",
+    default: 1024,
+    help: "Maximum number of open connections (node-agent's own flag); at it, the oldest idle connection is closed to make room, or a new one refused when every connection is busy (one peer holds at most a quarter). At most half the open-file limit.",
+};
+pub const WEB_CONFIG_FILE: StringFlag = StringFlag {
+    name: "web.config.file",
+    default: "",
+    help: "Path to a configuration file that enables TLS or authentication (Prometheus exporter-toolkit format).",
+};
+pub const LOG_LEVEL: ParsedFlag<tracing::Level> = ParsedFlag {
+    name: "log.level",
+    value_name: "VALUE",
+    default: "info",
+    env: None,
+    help: "Only log messages with the given severity or above: debug, info, warn, error.",
+    parse: |s| match s {
+        "debug" => Ok(tracing::Level::DEBUG),
+        "info" => Ok(tracing::Level::INFO),
+        "warn" => Ok(tracing::Level::WARN),
+        "error" => Ok(tracing::Level::ERROR),
+        _ => Err(format!("unknown level {s:?} (debug, info, warn, error)")),
+    },
+};
+pub const LOG_FORMAT: ParsedFlag<LogFormat> = ParsedFlag {
+    name: "log.format",
+    value_name: "VALUE",
+    default: "logfmt",
+    env: None,
+    help: "Output format of log messages: logfmt or json.",
+    parse: |s| match s {
+        "logfmt" => Ok(LogFormat::Logfmt),
+        "json" => Ok(LogFormat::Json),
+        _ => Err(format!("unknown format {s:?} (logfmt, json)")),
+    },
+};
+pub const NODE_EXPORTER_BUILD_INFO: BoolFlag = BoolFlag {
+    name: "compat.node-exporter-build-info",
+    default: true,
+    help: "Also serve node_exporter_build_info (its labels say node-agent: version=\"node-agent-VERSION\", tags=\"node-agent\"), which node-mixin's dashboards list instances by (node-agent's own flag).",
+};
+pub const DISABLE_EXPORTER_METRICS: BoolFlag = BoolFlag {
+    name: "web.disable-exporter-metrics",
+    default: false,
+    help: "Exclude metrics about the exporter itself (process_*, promhttp_metric_handler_*, node_agent_*, node_exporter_build_info).",
+};
+pub const COLLECTOR_TIMEOUT: DurationFlag = DurationFlag {
+    name: "collector.timeout",
+    default: "8s",
+    help: "Deadline of one collector in a scrape (node-agent's own flag): a collector that overruns it reports success 0, the scrape answers without it, and later scrapes skip it until it returns. A Prometheus scrape timeout (X-Prometheus-Scrape-Timeout-Seconds) shortens it.",
+};
+pub const DROP_CAPABILITIES: BoolFlag = BoolFlag {
+    name: "security.drop-capabilities",
+    default: false,
+    help: "Once the eBPF programs are attached, drop every capability but BPF, SYS_PTRACE and DAC_READ_SEARCH, in every thread.",
+};
+/// Read by the probes' [`crate::probes::Context`].
+pub const BPF_STATS: BoolFlag = BoolFlag {
+    name: "ebpf.bpf-stats",
+    default: false,
+    help: "Enable the kernel's BPF run-time statistics while running, for node_ebpf_program_run_seconds_total and node_ebpf_program_runs_total.",
+};
+pub const GOMAXPROCS: ParsedFlag<i64> = ParsedFlag {
+    name: "runtime.gomaxprocs",
+    value_name: "N",
+    default: "1",
+    env: Some("GOMAXPROCS"),
+    help: "The target number of CPUs the agent's async runtime uses (its worker threads, as node_exporter's GOMAXPROCS); 0 or less: one per CPU.",
+    parse: flags::parse_kingpin_int,
+};
+pub const SYSTEMD_SOCKET: BoolFlag = BoolFlag {
+    name: "web.systemd-socket",
+    default: false,
+    help: "Use systemd socket activation listeners instead of port listeners (Linux only).",
+};
+// kingpin's shell completion flags, which node_exporter has: accepted;
+// shell completions are not offered.
+const COMPLETION_HELP: &str = "Accepted for node_exporter compatibility; prints nothing.";
+const COMPLETIONS: [Hidden<BoolFlag>; 3] = [
+    Hidden(BoolFlag { name: "completion-bash", default: false, help: COMPLETION_HELP }),
+    Hidden(BoolFlag { name: "completion-script-bash", default: false, help: COMPLETION_HELP }),
+    Hidden(BoolFlag { name: "completion-script-zsh", default: false, help: COMPLETION_HELP }),
+];
+
 /// The flags of `serve` (also accepted with no subcommand).
 pub fn serve_args() -> Vec<Arg> {
-    let mut v = vec![
-        Arg::new("web.listen-address")
-            .long("web.listen-address")
-            .value_name("ADDR")
-            .action(clap::ArgAction::Append)
-            .help("Addresses on which to expose metrics and web interface; repeatable. [default: :9100]"),
-        flags::string_arg("web.telemetry-path", "/metrics", "Path under which to expose metrics."),
-        flags::string_arg("web.max-requests", "40", "Maximum number of parallel scrape requests; 0 disables the limit."),
-        flags::string_arg(
-            "web.max-connections",
-            "1024",
-            "Maximum number of open connections (node-agent's own flag); at it, the oldest idle connection is closed to make room, or a new one refused when every connection is busy (one peer holds at most a quarter). At most half the open-file limit.",
-        ),
-        flags::string_arg(
-            "web.config.file",
-            "",
-            "Path to a configuration file that enables TLS or authentication (Prometheus exporter-toolkit format).",
-        ),
-        flags::string_arg("log.level", "info", "Only log messages with the given severity or above: debug, info, warn, error."),
-        flags::string_arg("log.format", "logfmt", "Output format of log messages: logfmt or json."),
-    ];
+    let mut v =
+        flags::args(&[&LISTEN_ADDRESS, &TELEMETRY_PATH, &MAX_REQUESTS, &MAX_CONNECTIONS, &WEB_CONFIG_FILE, &LOG_LEVEL, &LOG_FORMAT]);
     v.extend(registry::path_args());
-    v.extend(flags::bool_args(
-        "compat.node-exporter-build-info",
-        true,
-        "Also serve node_exporter_build_info (its labels say node-agent: version=\"node-agent-VERSION\", tags=\"node-agent\"), which node-mixin's dashboards list instances by (node-agent's own flag).",
-    ));
-    v.extend(flags::bool_args(
-        "web.disable-exporter-metrics",
-        false,
-        "Exclude metrics about the exporter itself (process_*, promhttp_metric_handler_*, node_agent_*, node_exporter_build_info).",
-    ));
+    v.extend(flags::args(&[&NODE_EXPORTER_BUILD_INFO, &DISABLE_EXPORTER_METRICS]));
     v.extend(registry::disable_defaults_args());
-    v.push(flags::string_arg(
-        "collector.timeout",
-        "8s",
-        "Deadline of one collector in a scrape (node-agent's own flag): a collector that overruns it reports success 0, the scrape answers without it, and later scrapes skip it until it returns. A Prometheus scrape timeout (X-Prometheus-Scrape-Timeout-Seconds) shortens it.",
-    ));
-    v.extend(flags::bool_args(
-        "security.drop-capabilities",
-        false,
-        "Once the eBPF programs are attached, drop every capability but BPF, SYS_PTRACE and DAC_READ_SEARCH, in every thread.",
-    ));
-    v.extend(flags::bool_args(
-        "ebpf.bpf-stats",
-        false,
-        "Enable the kernel's BPF run-time statistics while running, for node_ebpf_program_run_seconds_total and node_ebpf_program_runs_total.",
-    ));
-    v.push(
-        Arg::new("runtime.gomaxprocs")
-            .long("runtime.gomaxprocs")
-            .value_name("N")
-            .env("GOMAXPROCS")
-            .default_value("1")
-            .help("The target number of CPUs the agent's async runtime uses (its worker threads, as node_exporter's GOMAXPROCS); 0 or less: one per CPU."),
-    );
-    v.extend(flags::bool_args(
-        "web.systemd-socket",
-        false,
-        "Use systemd socket activation listeners instead of port listeners (Linux only).",
-    ));
+    v.extend(flags::args(&[&COLLECTOR_TIMEOUT, &DROP_CAPABILITIES, &BPF_STATS, &GOMAXPROCS, &SYSTEMD_SOCKET]));
     // kingpin's built-ins node_exporter has: the long help is the help
     // here, `--help-man` prints the man page (`cmd::serve` does, before
-    // serving); shell completions are not offered.
+    // serving). Not declarations: clap actions of their own (help, and a
+    // switch without `--no-`).
     v.push(Arg::new("help-long").long("help-long").action(clap::ArgAction::Help).hide(true).help("Generate long help."));
     v.push(Arg::new("help-man").long("help-man").action(clap::ArgAction::SetTrue).hide(true).help("Generate a man page."));
-    for name in ["completion-bash", "completion-script-bash", "completion-script-zsh"] {
-        v.extend(flags::bool_args(name, false, "Accepted for node_exporter compatibility; prints nothing.").map(|a| a.hide(true)));
-    }
+    v.extend(COMPLETIONS.iter().flat_map(Flag::declare));
     v.extend(registry::collector_args(&registry::definitions()));
     v.extend(registry::collector_args(&crate::probes::definitions()));
     let rest = registry::catalog_args(&v);
@@ -129,21 +175,7 @@ pub fn serve_args() -> Vec<Arg> {
 /// `--log.level` and `--log.format`, needed before anything else logs.
 pub fn log_settings(m: &ArgMatches) -> Result<(tracing::Level, LogFormat), Error> {
     let f = Flags::new(m);
-    let lvl = f.string("log.level");
-    let log_level = match lvl.as_str() {
-        "debug" => tracing::Level::DEBUG,
-        "info" => tracing::Level::INFO,
-        "warn" => tracing::Level::WARN,
-        "error" => tracing::Level::ERROR,
-        _ => return Err(Error::Invalid { flag: "log.level", msg: format!("unknown level {lvl:?} (debug, info, warn, error)") }),
-    };
-    let fmt = f.string("log.format");
-    let log_format = match fmt.as_str() {
-        "logfmt" => LogFormat::Logfmt,
-        "json" => LogFormat::Json,
-        _ => return Err(Error::Invalid { flag: "log.format", msg: format!("unknown format {fmt:?} (logfmt, json)") }),
-    };
-    Ok((log_level, log_format))
+    Ok((LOG_LEVEL.get(&f)?, LOG_FORMAT.get(&f)?))
 }
 
 /// Resolves flags into a configuration and builds the enabled collectors:
@@ -161,56 +193,43 @@ pub fn resolve(m: &ArgMatches) -> Result<ServeConfig, Error> {
 pub fn parse(m: &ArgMatches) -> Result<ServeConfig, Error> {
     let f = Flags::new(m);
     let paths = registry::paths(&f);
-    let max = f.string("web.max-requests");
-    let max_requests = kingpin_int(&max)
-        .map(|n| n.max(0) as usize)
-        .ok_or_else(|| Error::Invalid { flag: "web.max-requests", msg: format!("not a number: {max:?}") })?;
-    // kingpin ignores an empty environment variable (templated manifests
-    // produce `GOMAXPROCS=""`): the default holds; an empty flag is an error.
-    let procs = match (f.string("runtime.gomaxprocs"), m.value_source("runtime.gomaxprocs")) {
-        (p, Some(clap::parser::ValueSource::EnvVariable)) if p.trim().is_empty() => "1".to_string(),
-        (p, _) => p,
-    };
-    let gomaxprocs =
-        kingpin_int(&procs).ok_or_else(|| Error::Invalid { flag: "runtime.gomaxprocs", msg: format!("not a number: {procs:?}") })?;
+    let max_requests = MAX_REQUESTS.get(&f)?.max(0) as usize;
+    let gomaxprocs = GOMAXPROCS.get(&f)?;
     let worker_threads = if gomaxprocs >= 1 { gomaxprocs as usize } else { std::thread::available_parallelism().map_or(1, |n| n.get()) };
-    let telemetry_path = f.string("web.telemetry-path");
+    let telemetry_path = TELEMETRY_PATH.get(&f);
     if !telemetry_path.starts_with('/') {
-        return Err(Error::Invalid { flag: "web.telemetry-path", msg: "must start with /".into() });
+        return Err(TELEMETRY_PATH.invalid("must start with /").into());
     }
     let (log_level, log_format) = log_settings(m)?;
-    let mut listen = f.strings("web.listen-address");
-    if listen.is_empty() {
-        listen.push(format!(":{DEFAULT_PORT}"));
-    }
+    let listen = LISTEN_ADDRESS.get(&f);
     for l in &listen {
-        parse_listen(l).map_err(|msg| Error::Invalid { flag: "web.listen-address", msg })?;
+        parse_listen(l).map_err(|msg| LISTEN_ADDRESS.invalid(msg))?;
     }
     registry::warn_unimplemented(&f, &registry::definitions());
-    let max_connections: usize = f.parse("web.max-connections")?;
+    let max_connections = MAX_CONNECTIONS.get(&f)?;
     if max_connections == 0 {
-        return Err(Error::Invalid { flag: "web.max-connections", msg: "must be at least 1".into() });
+        return Err(MAX_CONNECTIONS.invalid("must be at least 1").into());
     }
-    let collector_timeout = f.duration("collector.timeout")?;
+    let collector_timeout = COLLECTOR_TIMEOUT.get(&f)?;
     if collector_timeout.is_zero() {
-        return Err(Error::Invalid { flag: "collector.timeout", msg: "must be above zero".into() });
+        return Err(COLLECTOR_TIMEOUT.invalid("must be above zero").into());
     }
     Ok(ServeConfig {
         listen,
         telemetry_path,
         max_requests,
-        web_config: Some(f.string("web.config.file")).filter(|s| !s.is_empty()).map(std::path::PathBuf::from),
-        exporter_metrics: !f.bool("web.disable-exporter-metrics", false),
-        node_exporter_build_info: f.bool("compat.node-exporter-build-info", true),
+        web_config: Some(WEB_CONFIG_FILE.get(&f)).filter(|s| !s.is_empty()).map(std::path::PathBuf::from),
+        exporter_metrics: !DISABLE_EXPORTER_METRICS.get(&f),
+        node_exporter_build_info: NODE_EXPORTER_BUILD_INFO.get(&f),
         paths,
         collectors: Vec::new(),
         log_level,
         log_format,
-        drop_capabilities: f.bool("security.drop-capabilities", false),
+        drop_capabilities: DROP_CAPABILITIES.get(&f),
         collector_timeout,
         max_connections,
         worker_threads,
-        systemd_socket: f.bool("web.systemd-socket", false),
+        systemd_socket: SYSTEMD_SOCKET.get(&f),
     })
 }
 
@@ -227,12 +246,6 @@ pub fn build_collectors(m: &ArgMatches, paths: &Paths) -> Result<Vec<Named>, Err
     let mut ctx = crate::probes::Context::new(&f, paths, &probes)?;
     collectors.extend(registry::build(&f, paths, &probes, &mut ctx)?);
     Ok(collectors)
-}
-
-/// kingpin's `Int()`: parsed as a float, then truncated (`2.9` is 2).
-pub fn kingpin_int(s: &str) -> Option<i64> {
-    let v: f64 = s.trim().parse().ok()?;
-    v.is_finite().then_some(v.trunc() as i64)
 }
 
 /// Parses a listen address as Go's `net.Listen("tcp", ...)` reads it:
@@ -387,6 +400,11 @@ mod tests {
         assert!(e.contains("--collector.nope"), "{e}");
         let e = resolve_args(&["--collector.cpu.nope=1"]).unwrap_err();
         assert!(e.contains("--collector.cpu.nope"), "{e}");
+    }
+
+    #[test]
+    fn the_listen_default_is_the_default_port() {
+        assert_eq!(LISTEN_ADDRESS.default, [format!(":{DEFAULT_PORT}")]);
     }
 
     #[test]

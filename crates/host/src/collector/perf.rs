@@ -80,12 +80,13 @@ use expo::{Kind, Sink};
 pub const CPUS: StringFlag =
     StringFlag { name: "collector.perf.cpus", default: "", help: "List of CPUs from which perf metrics should be collected" };
 pub const TRACEPOINT: StringsFlag =
-    StringsFlag { name: "collector.perf.tracepoint", value_name: "VALUE", help: "perf tracepoint that should be collected" };
+    StringsFlag { name: "collector.perf.tracepoint", value_name: "VALUE", default: &[], help: "perf tracepoint that should be collected" };
 pub const NO_HW: BoolFlag =
     BoolFlag { name: "collector.perf.disable-hardware-profilers", default: false, help: "disable perf hardware profilers" };
 pub const HW: StringsFlag = StringsFlag {
     name: "collector.perf.hardware-profilers",
     value_name: "VALUE",
+    default: &[],
     help: "perf hardware profilers that should be collected",
 };
 pub const NO_SW: BoolFlag =
@@ -93,12 +94,17 @@ pub const NO_SW: BoolFlag =
 pub const SW: StringsFlag = StringsFlag {
     name: "collector.perf.software-profilers",
     value_name: "VALUE",
+    default: &[],
     help: "perf software profilers that should be collected",
 };
 pub const NO_CACHE: BoolFlag =
     BoolFlag { name: "collector.perf.disable-cache-profilers", default: false, help: "disable perf cache profilers" };
-pub const CACHE: StringsFlag =
-    StringsFlag { name: "collector.perf.cache-profilers", value_name: "VALUE", help: "perf cache profilers that should be collected" };
+pub const CACHE: StringsFlag = StringsFlag {
+    name: "collector.perf.cache-profilers",
+    value_name: "VALUE",
+    default: &[],
+    help: "perf cache profilers that should be collected",
+};
 
 /// The highest CPU number accepted in `--collector.perf.cpus`.
 pub const MAX_CPU: usize = 65535;

@@ -15,9 +15,13 @@ use crate::{ConfigError, Error, Paths};
 use expo::{Kind, Sink};
 
 pub const INCLUDE: StringsFlag =
-    StringsFlag { name: "collector.sysctl.include", value_name: "VALUE", help: "Select sysctl metrics to include" };
-pub const INCLUDE_INFO: StringsFlag =
-    StringsFlag { name: "collector.sysctl.include-info", value_name: "VALUE", help: "Select sysctl metrics to include as info metrics" };
+    StringsFlag { name: "collector.sysctl.include", value_name: "VALUE", default: &[], help: "Select sysctl metrics to include" };
+pub const INCLUDE_INFO: StringsFlag = StringsFlag {
+    name: "collector.sysctl.include-info",
+    value_name: "VALUE",
+    default: &[],
+    help: "Select sysctl metrics to include as info metrics",
+};
 
 const INFO: &str = "node_sysctl_info";
 const INFO_HELP: &str = "sysctl info";

@@ -27,6 +27,7 @@ use expo::{Kind, Sink};
 pub const DIRECTORY: StringsFlag = StringsFlag {
     name: "collector.textfile.directory",
     value_name: "DIR",
+    default: &[],
     help: "Directory to read text files with metrics from (a glob is expanded); repeatable.",
 };
 /// Its default: a textfile of 8 MiB already holds some 100,000 series.

@@ -25,7 +25,7 @@ use agent_common::pods::{
 use agent_common::{runqueue, skb_drops, syscalls, tcp_latency, tcp_retransmits, Program};
 use clap::Arg;
 use expo::{Kind, Sink};
-use host::flags::Flags;
+use host::flags::{self, Flags, OptionalFlag, ParsedFlag};
 use host::{ConfigError, Paths};
 
 use super::Context;
@@ -37,57 +37,60 @@ use crate::pods::cgroup::{self, Cgroup};
 use crate::pods::index::Reason;
 use crate::pods::watch;
 
+pub const NODE_NAME: OptionalFlag = OptionalFlag {
+    name: "collector.ebpf_pods.node-name",
+    value_name: "NAME",
+    help: "This node's name, whose pods are watched [default: $NODE_NAME, else the host name].",
+};
+pub const KUBECONFIG: OptionalFlag = OptionalFlag {
+    name: "collector.ebpf_pods.kubeconfig",
+    value_name: "FILE",
+    help: "Kubeconfig to reach the API server with [default: $KUBECONFIG or ~/.kube/config, else the pod's service account].",
+};
+/// Also read by `pod_cpu_throttling`.
+pub const GRACE_PERIOD: ParsedFlag<Duration> = ParsedFlag {
+    name: "collector.ebpf_pods.grace-period",
+    value_name: "DURATION",
+    default: "5m",
+    env: None,
+    help: "How long a deleted pod's series (and a gone cgroup's counts) are kept, e.g. 30s, 5m, 1h.",
+    parse: parse_duration,
+};
+pub const LIST_TIMEOUT: ParsedFlag<Duration> = ParsedFlag {
+    name: "collector.ebpf_pods.list-timeout",
+    value_name: "DURATION",
+    default: "60s",
+    env: None,
+    help: "How long listing this node's pods may take before it is dropped and retried with backoff, e.g. 30s, 2m.",
+    parse: parse_duration,
+};
+
 pub fn args() -> Vec<Arg> {
-    vec![
-        Arg::new("collector.ebpf_pods.node-name")
-            .long("collector.ebpf_pods.node-name")
-            .value_name("NAME")
-            .help("This node's name, whose pods are watched [default: $NODE_NAME, else the host name]."),
-        Arg::new("collector.ebpf_pods.kubeconfig")
-            .long("collector.ebpf_pods.kubeconfig")
-            .value_name("FILE")
-            .help("Kubeconfig to reach the API server with [default: $KUBECONFIG or ~/.kube/config, else the pod's service account]."),
-        Arg::new("collector.ebpf_pods.grace-period")
-            .long("collector.ebpf_pods.grace-period")
-            .value_name("DURATION")
-            .default_value("5m")
-            .help("How long a deleted pod's series (and a gone cgroup's counts) are kept, e.g. 30s, 5m, 1h."),
-        Arg::new("collector.ebpf_pods.list-timeout")
-            .long("collector.ebpf_pods.list-timeout")
-            .value_name("DURATION")
-            .default_value("60s")
-            .help("How long listing this node's pods may take before it is dropped and retried with backoff, e.g. 30s, 2m."),
-    ]
+    flags::args(&[&NODE_NAME, &KUBECONFIG, &GRACE_PERIOD, &LIST_TIMEOUT])
 }
 
-/// A duration flag's value.
-fn duration(f: &Flags, flag: &str) -> Result<Duration, ConfigError> {
-    let value = f.string(flag);
-    crate::pods::parse_duration(&value)
-        .ok_or_else(|| ConfigError::Invalid { flag: flag.into(), msg: format!("not a duration: {value:?} (e.g. 30s, 5m, 1h)") })
+/// A duration of the pod flags ([`crate::pods::parse_duration`]).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    crate::pods::parse_duration(s).ok_or_else(|| format!("not a duration: {s:?} (e.g. 30s, 5m, 1h)"))
 }
 
 /// Decides before the eBPF object loads whether the pod collectors are
 /// on: they need the Kubernetes API. Logs one line when they are off; a
 /// kubeconfig named by the flag that cannot be read is a start-up error.
 pub fn prepare(f: &Flags, ctx: &mut Context) -> Result<(), ConfigError> {
-    let flag = "collector.ebpf_pods.kubeconfig";
-    let kubeconfig = Some(f.string(flag)).filter(|s| !s.is_empty()).map(PathBuf::from);
+    let kubeconfig = KUBECONFIG.get(f).map(PathBuf::from);
     match watch::source(kubeconfig.as_deref()) {
         Ok(s) => {
-            let node = Some(f.string("collector.ebpf_pods.node-name"))
-                .filter(|n| !n.is_empty())
+            let node = NODE_NAME
+                .get(f)
                 .or_else(|| std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()))
                 .or_else(|| host::sys::uname().ok().map(|u| u.nodename.to_lowercase()))
                 .unwrap_or_default();
-            let settings = watch::Settings {
-                grace: duration(f, "collector.ebpf_pods.grace-period")?,
-                list_timeout: duration(f, "collector.ebpf_pods.list-timeout")?.max(Duration::from_secs(1)),
-            };
+            let settings = watch::Settings { grace: GRACE_PERIOD.get(f)?, list_timeout: LIST_TIMEOUT.get(f)?.max(Duration::from_secs(1)) };
             ctx.pods_source = Some((s, node, settings));
             ctx.attribute = ctx.pods_attribution;
         }
-        Err(e) if kubeconfig.is_some() => return Err(ConfigError::Invalid { flag: flag.into(), msg: e }),
+        Err(e) if kubeconfig.is_some() => return Err(KUBECONFIG.invalid(e)),
         Err(e) => tracing::info!(reason = %e, "pod attribution off: no Kubernetes API to name pods with"),
     }
     Ok(())
@@ -207,7 +210,7 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
 
 /// The collector.
 pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigError> {
-    let grace = duration(f, "collector.ebpf_pods.grace-period")?;
+    let grace = GRACE_PERIOD.get(f)?;
     let Some(pods) = ctx.pods()? else { return Ok(Collector { active: None }) };
     let root = cgroup::v2_root(&p.sysfs);
     if root.is_none() {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use agent_common::syscall_latency::{CONFIG, DROPPED, FAMILIES, FAMILY_NAMES, HIST, MAX_IN_FLIGHT, PROGRAMS, START};
 use clap::Arg;
 use expo::{Kind, Sink};
-use host::flags::{string_arg, Flags};
+use host::flags::{self, DurationFlag, Flags};
 use host::{ConfigError, Paths};
 
 use super::Context;
@@ -28,7 +28,11 @@ use crate::ebpf::kernel::Kernel;
 use crate::ebpf::maps::{self, MapError, NativeSum};
 use crate::ebpf::{map_stats, syscall_families, Globals, Probe};
 
-const SLOW_FLAG: &str = "collector.ebpf_syscall_latency.slow-threshold";
+pub const SLOW_THRESHOLD: DurationFlag = DurationFlag {
+    name: "collector.ebpf_syscall_latency.slow-threshold",
+    default: "100ms",
+    help: "Syscalls taking at least this long count as slow for their pod (node_ebpf_pod_slow_syscalls_total, with ebpf_pods on); 0 counts none.",
+};
 
 /// Classic `le` bounds of the text formats (those of every native
 /// histogram: exact, at powers of two of seconds).
@@ -53,11 +57,7 @@ pub fn start_entries(threads: u64) -> u32 {
 }
 
 pub fn args() -> Vec<Arg> {
-    vec![string_arg(
-        SLOW_FLAG,
-        "100ms",
-        "Syscalls taking at least this long count as slow for their pod (node_ebpf_pod_slow_syscalls_total, with ebpf_pods on); 0 counts none.",
-    )]
+    flags::args(&[&SLOW_THRESHOLD])
 }
 
 pub struct Collector {
@@ -66,7 +66,7 @@ pub struct Collector {
 }
 
 pub fn build(f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
-    let slow = f.duration(SLOW_FLAG)?;
+    let slow = SLOW_THRESHOLD.get(f)?;
     Ok(Box::new(Collector::new(ctx, slow)))
 }
 

@@ -68,7 +68,7 @@ impl Context {
     /// The context for `probes`, from the flags: pod attribution is
     /// decided here, before the object loads, since it changes what loads.
     pub fn new(f: &Flags, paths: &host::Paths, probes: &[Definition<Context>]) -> Result<Context, ConfigError> {
-        let mut ctx = Context::with_object(crate::ebpf::OBJECT, f.bool("ebpf.bpf-stats", false));
+        let mut ctx = Context::with_object(crate::ebpf::OBJECT, crate::config::BPF_STATS.get(f));
         ctx.procfs.clone_from(&paths.procfs);
         ctx.sysfs.clone_from(&paths.sysfs);
         let on = |name: &str| probes.iter().any(|d| d.name == name && host::registry::enabled(f, d));

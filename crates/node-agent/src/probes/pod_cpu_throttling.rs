@@ -171,10 +171,7 @@ pub struct Collector {
 }
 
 pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
-    let flag = "collector.ebpf_pods.grace-period";
-    let value = f.string(flag);
-    let grace = crate::pods::parse_duration(&value)
-        .ok_or_else(|| ConfigError::Invalid { flag: flag.into(), msg: format!("not a duration: {value:?} (e.g. 30s, 5m, 1h)") })?;
+    let grace = super::ebpf_pods::GRACE_PERIOD.get(f)?;
     let Some(pods) = ctx.pods()? else { return Ok(Box::new(Collector { active: None })) };
     let Some((root, version)) = hierarchy(&p.sysfs) else {
         tracing::warn!(sysfs = %p.sysfs.display(), "no cgroup hierarchy with the CPU controller: pod CPU throttling is off");
