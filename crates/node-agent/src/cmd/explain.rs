@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Arg, ArgMatches, Command};
+use clap::{ArgMatches, Command};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -15,11 +15,18 @@ use planner::explain::{self as ex, Cluster};
 
 use super::Error;
 
+// The flags of `explain`.
+#[derive(clap::Args)]
+struct ExplainArgs {
+    #[arg(long = "daemonset", value_name = "NAMESPACE/NAME", default_value = "monitoring/node-agent")]
+    daemonset: String,
+    #[arg(long = "node", value_name = "NAME", help = "Explain this node only.")]
+    node: Option<String>,
+}
+
 pub fn command() -> Command {
-    Command::new("explain")
-        .about("Explain, against a live cluster, why nodes have no agent pod and what would fix it.")
-        .arg(Arg::new("daemonset").long("daemonset").value_name("NAMESPACE/NAME").default_value("monitoring/node-agent"))
-        .arg(Arg::new("node").long("node").value_name("NAME").help("Explain this node only."))
+    let cmd = Command::new("explain").about("Explain, against a live cluster, why nodes have no agent pod and what would fix it.");
+    <ExplainArgs as clap::Args>::augment_args(cmd)
 }
 
 /// Everything `explain` reads, for its error when RBAC forbids a read.
@@ -57,11 +64,10 @@ pub async fn read(client: Client, namespace: &str, name: &str) -> Result<Cluster
 }
 
 pub fn run(m: &ArgMatches) -> Result<ExitCode, Error> {
-    let target = m.get_one::<String>("daemonset").cloned().unwrap_or_default();
+    let ExplainArgs { daemonset: target, node } = super::args(m)?;
     let Some((ns, name)) = target.split_once('/') else {
         return Err(Error::Usage(format!("--daemonset {target:?}: expected NAMESPACE/NAME")));
     };
-    let node = m.get_one::<String>("node").cloned();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Error::Usage(e.to_string()))?;
     let report = rt.block_on(async {
         let client = Client::try_default()

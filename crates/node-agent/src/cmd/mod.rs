@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use clap::{ArgMatches, Command};
+use clap::{ArgMatches, Command, FromArgMatches};
 
 pub mod controller;
 pub mod crd;
@@ -86,14 +86,32 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| Error::Failed(format!("tokio runtime: {e}")))
 }
 
-/// The `--namespace` of a NodeAgent.
-pub(crate) fn namespace_arg() -> clap::Arg {
-    clap::Arg::new("namespace").long("namespace").short('n').value_name("NS").default_value("monitoring").help("The NodeAgent's namespace.")
+/// A subcommand's flags, read from its matches. (The flag structs have `//`
+/// comments: derive makes an Args struct's doc comment the about of the
+/// command it is added to.)
+pub(crate) fn args<T: FromArgMatches>(m: &ArgMatches) -> Result<T, Error> {
+    T::from_arg_matches(m).map_err(|e| Error::Usage(e.to_string()))
 }
 
-/// `--output json|table`.
-pub(crate) fn output_arg() -> clap::Arg {
-    clap::Arg::new("output").long("output").short('o').value_parser(["json", "table"]).default_value("json").help("Output format.")
+// The `--namespace` of a NodeAgent.
+#[derive(clap::Args)]
+pub(crate) struct NamespaceArg {
+    #[arg(long = "namespace", short = 'n', value_name = "NS", default_value = "monitoring", help = "The NodeAgent's namespace.")]
+    pub namespace: String,
+}
+
+// `--output json|table` (value name `output`: derive's default is `OUTPUT`).
+#[derive(clap::Args)]
+pub(crate) struct OutputArg {
+    #[arg(long = "output", short = 'o', value_name = "output", default_value = "json", help = "Output format.")]
+    pub output: Output,
+}
+
+/// The format of `--output`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Output {
+    Json,
+    Table,
 }
 
 /// Reads the one DaemonSet of a file.

@@ -4,32 +4,43 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Arg, ArgMatches, Command};
+use clap::{ArgMatches, Command};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use planner::{input, plan};
 
-use super::{one_daemonset, output_arg, Error};
+use super::{one_daemonset, Error, Output, OutputArg};
 
-pub fn command() -> Command {
-    Command::new("plan")
-        .about("Plan one DaemonSet controller sync from files: per-node decisions, actions, status, revision.")
-        .arg(Arg::new("daemonset").long("daemonset").required(true).value_name("FILE").help("The DaemonSet (YAML or JSON)."))
-        .arg(Arg::new("nodes").long("nodes").required(true).value_name("FILE").help("Nodes: objects, a NodeList, or YAML documents."))
-        .arg(Arg::new("pods").long("pods").value_name("FILE").help("Pods of the DaemonSet (optional)."))
-        .arg(Arg::new("now").long("now").value_name("RFC3339").help("The time of the sync [default: now]."))
-        .arg(
-            Arg::new("revision-hash")
-                .long("revision-hash")
-                .value_name("HASH")
-                .help("The cluster's current revision hash (controller-revision-hash) instead of the computed one."),
-        )
-        .arg(output_arg())
+// The flags of `plan` (files as strings: clap's PathBuf parser would refuse
+// an empty one itself).
+#[derive(clap::Args)]
+struct PlanArgs {
+    #[arg(long = "daemonset", value_name = "FILE", help = "The DaemonSet (YAML or JSON).")]
+    daemonset: String,
+    #[arg(long = "nodes", value_name = "FILE", help = "Nodes: objects, a NodeList, or YAML documents.")]
+    nodes: String,
+    #[arg(long = "pods", value_name = "FILE", help = "Pods of the DaemonSet (optional).")]
+    pods: Option<String>,
+    #[arg(long = "now", value_name = "RFC3339", help = "The time of the sync [default: now].")]
+    now: Option<String>,
+    #[arg(
+        long = "revision-hash",
+        value_name = "HASH",
+        help = "The cluster's current revision hash (controller-revision-hash) instead of the computed one."
+    )]
+    revision_hash: Option<String>,
+    #[command(flatten)]
+    output: OutputArg,
 }
 
-fn now_arg(m: &ArgMatches) -> Result<Timestamp, Error> {
-    match m.get_one::<String>("now") {
+pub fn command() -> Command {
+    let cmd = Command::new("plan").about("Plan one DaemonSet controller sync from files: per-node decisions, actions, status, revision.");
+    <PlanArgs as clap::Args>::augment_args(cmd)
+}
+
+fn now_arg(now: Option<&str>) -> Result<Timestamp, Error> {
+    match now {
         Some(s) => s.parse::<Timestamp>().map_err(|e| Error::Usage(format!("--now {s:?}: {e}"))),
         None => Ok(Timestamp::now()),
     }
@@ -78,19 +89,19 @@ pub fn table(ds: &DaemonSet, p: &plan::Plan) -> String {
 }
 
 pub fn run(m: &ArgMatches) -> Result<ExitCode, Error> {
-    let get = |k: &str| m.get_one::<String>(k).map(PathBuf::from);
+    let a: PlanArgs = super::args(m)?;
     let usage = |e: input::InputError| Error::Usage(e.to_string());
-    let ds_path = get("daemonset").ok_or_else(|| Error::Usage("--daemonset is required".into()))?;
+    let ds_path = PathBuf::from(&a.daemonset);
     let ds = one_daemonset(&ds_path)?;
-    let nodes: Vec<Node> = input::read(&get("nodes").ok_or_else(|| Error::Usage("--nodes is required".into()))?, "Node").map_err(usage)?;
-    let pods: Vec<Pod> = match get("pods") {
-        Some(p) => input::read(&p, "Pod").map_err(usage)?,
+    let nodes: Vec<Node> = input::read(&PathBuf::from(&a.nodes), "Node").map_err(usage)?;
+    let pods: Vec<Pod> = match &a.pods {
+        Some(p) => input::read(&PathBuf::from(p), "Pod").map_err(usage)?,
         None => Vec::new(),
     };
-    let now = now_arg(m)?;
-    let hash = m.get_one::<String>("revision-hash").map(String::as_str);
-    let p = plan::plan(&ds, &nodes, &pods, now, hash).map_err(|e| Error::Usage(format!("{}: {e}", ds_path.display())))?;
-    if m.get_one::<String>("output").map(String::as_str) == Some("table") {
+    let now = now_arg(a.now.as_deref())?;
+    let p =
+        plan::plan(&ds, &nodes, &pods, now, a.revision_hash.as_deref()).map_err(|e| Error::Usage(format!("{}: {e}", ds_path.display())))?;
+    if a.output.output == Output::Table {
         print!("{}", table(&ds, &p));
     } else {
         println!("{}", serde_json::to_string_pretty(&p).map_err(|e| Error::Usage(e.to_string()))?);

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Arg, ArgAction, ArgMatches, Command};
+use clap::{ArgAction, ArgMatches, Command};
 use controller::crd::NodeAgent;
 use controller::report::{history_table, progress, undo_target, Outcome};
 use controller::rollout::revision_template;
@@ -15,44 +15,55 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::{namespace_arg, Error};
+use super::{Error, NamespaceArg};
+
+// NAME and `--namespace`, which every rollout subcommand takes.
+#[derive(clap::Args)]
+struct Target {
+    #[arg(value_name = "NAME")]
+    name: String,
+    #[command(flatten)]
+    namespace: NamespaceArg,
+}
+
+// The flags of `rollout status` besides the target (value name `watch`:
+// derive's default is `WATCH`).
+#[derive(clap::Args)]
+struct StatusArgs {
+    #[arg(long = "watch", short = 'w', value_name = "watch", action = ArgAction::Set, default_value = "true")]
+    watch: bool,
+    #[arg(long = "timeout", value_name = "SECONDS")]
+    timeout: Option<u64>,
+}
+
+// The flags of `rollout undo` besides the target.
+#[derive(clap::Args)]
+struct UndoArgs {
+    #[arg(long = "to-revision", value_name = "N")]
+    to_revision: Option<i64>,
+}
 
 pub fn command() -> Command {
-    let name = || Arg::new("name").required(true).value_name("NAME");
+    let sub = |name: &'static str, about: &'static str| <Target as clap::Args>::augment_args(Command::new(name).about(about));
     Command::new("rollout")
         .about("Manage a NodeAgent's rollout.")
         .subcommand_required(true)
-        .subcommand(
-            Command::new("status")
-                .about("Follow the rollout until it completes (exit 0) or halts (exit 1).")
-                .arg(name())
-                .arg(namespace_arg())
-                .arg(
-                    Arg::new("watch")
-                        .long("watch")
-                        .short('w')
-                        .action(ArgAction::Set)
-                        .default_value("true")
-                        .value_parser(clap::value_parser!(bool)),
-                )
-                .arg(Arg::new("timeout").long("timeout").value_name("SECONDS").value_parser(clap::value_parser!(u64))),
-        )
-        .subcommand(Command::new("history").about("List the recorded revisions.").arg(name()).arg(namespace_arg()))
-        .subcommand(
-            Command::new("undo")
-                .about("Put the template of an earlier revision back (default: the previous one).")
-                .arg(name())
-                .arg(namespace_arg())
-                .arg(Arg::new("to-revision").long("to-revision").value_name("N").value_parser(clap::value_parser!(i64))),
-        )
-        .subcommand(Command::new("pause").about("Stop replacing pods.").arg(name()).arg(namespace_arg()))
-        .subcommand(Command::new("resume").about("Resume a paused or halted rollout.").arg(name()).arg(namespace_arg()))
+        .subcommand(<StatusArgs as clap::Args>::augment_args(sub(
+            "status",
+            "Follow the rollout until it completes (exit 0) or halts (exit 1).",
+        )))
+        .subcommand(sub("history", "List the recorded revisions."))
+        .subcommand(<UndoArgs as clap::Args>::augment_args(sub(
+            "undo",
+            "Put the template of an earlier revision back (default: the previous one).",
+        )))
+        .subcommand(sub("pause", "Stop replacing pods."))
+        .subcommand(sub("resume", "Resume a paused or halted rollout."))
 }
 
 pub fn run(m: &ArgMatches) -> Result<ExitCode, Error> {
     let Some((cmd, sub)) = m.subcommand() else { return Err(Error::Usage("rollout: a subcommand is required".into())) };
-    let name = sub.get_one::<String>("name").cloned().unwrap_or_default();
-    let ns = sub.get_one::<String>("namespace").cloned().unwrap_or_default();
+    let Target { name, namespace: NamespaceArg { namespace: ns } } = super::args(sub)?;
     super::runtime()?.block_on(async move {
         let client = Client::try_default().await?;
         run_with(client, cmd, sub, &ns, &name).await
@@ -69,8 +80,8 @@ pub async fn run_with(client: Client, cmd: &str, sub: &ArgMatches, ns: &str, nam
     let api: Api<NodeAgent> = Api::namespaced(client.clone(), ns);
     match cmd {
         "status" => {
-            let watch = sub.get_one::<bool>("watch").copied().unwrap_or(true);
-            let deadline = sub.get_one::<u64>("timeout").map(|s| tokio::time::Instant::now() + Duration::from_secs(*s));
+            let StatusArgs { watch, timeout } = super::args(sub)?;
+            let deadline = timeout.map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
             let mut last = String::new();
             loop {
                 let a = api.get(name).await?;
@@ -99,10 +110,11 @@ pub async fn run_with(client: Client, cmd: &str, sub: &ArgMatches, ns: &str, nam
             Ok(ExitCode::SUCCESS)
         }
         "undo" => {
+            let UndoArgs { to_revision } = super::args(sub)?;
             let a = api.get(name).await?;
             let revs = revisions(&client, ns, name).await?;
             let update = controller::rollout::template_hash(&a);
-            let target = undo_target(&revs, &update, sub.get_one::<i64>("to-revision").copied()).map_err(Error::Failed)?;
+            let target = undo_target(&revs, &update, to_revision).map_err(Error::Failed)?;
             let template =
                 revision_template(target).ok_or_else(|| Error::Failed(format!("revision {} holds no template", target.revision)))?;
             let patch: json_patch::Patch =
@@ -139,6 +151,33 @@ async fn resume(api: &Api<NodeAgent>, name: &str) -> Result<(), Error> {
         match api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch)).await {
             Err(kube::Error::Api(s)) if s.code == 409 && tries < 5 => tries += 1,
             r => return r.map(|_| ()).map_err(Error::from),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matches(args: &[&str]) -> ArgMatches {
+        let m = command().no_binary_name(true).try_get_matches_from(args).unwrap();
+        m.subcommand().unwrap().1.clone()
+    }
+
+    #[test]
+    fn every_subcommand_reads_its_target_and_flags() {
+        let sub = matches(&["status", "a", "-n", "ns", "--watch", "false", "--timeout", "5"]);
+        let t: Target = super::super::args(&sub).unwrap();
+        assert_eq!((t.name.as_str(), t.namespace.namespace.as_str()), ("a", "ns"));
+        let s: StatusArgs = super::super::args(&sub).unwrap();
+        assert_eq!((s.watch, s.timeout), (false, Some(5)));
+        let s: StatusArgs = super::super::args(&matches(&["status", "a"])).unwrap();
+        assert_eq!((s.watch, s.timeout), (true, None));
+        let u: UndoArgs = super::super::args(&matches(&["undo", "a", "--to-revision", "3"])).unwrap();
+        assert_eq!(u.to_revision, Some(3));
+        for cmd in ["history", "undo", "pause", "resume"] {
+            let t: Target = super::super::args(&matches(&[cmd, "b"])).unwrap();
+            assert_eq!((t.name.as_str(), t.namespace.namespace.as_str()), ("b", "monitoring"), "{cmd}");
         }
     }
 }

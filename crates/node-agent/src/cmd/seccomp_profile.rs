@@ -9,7 +9,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::{Arg, ArgAction, ArgMatches, Command};
+use clap::{ArgMatches, Command};
 
 use super::Error;
 use crate::ebpf::kernel::{self, Call};
@@ -17,18 +17,28 @@ use crate::ebpf::kernel::{self, Call};
 /// The profile, as committed (`cargo xtask seccomp-profile` writes it).
 pub const PROFILE: &str = include_str!("../../../../deploy/seccomp/node-agent.json");
 
+// The flags of `seccomp-profile`.
+#[derive(clap::Args)]
+struct SeccompProfileArgs {
+    #[arg(
+        long = "write",
+        value_name = "FILE",
+        help = "Write the profile to FILE (atomically, creating its directory), e.g. under the kubelet's seccomp directory."
+    )]
+    write: Option<String>,
+    #[arg(
+        long = "check",
+        conflicts_with = "write",
+        help = "Say which of the calls the profile decides about this process's seccomp filter refuses; exit 1 if the eBPF calls are refused."
+    )]
+    check: bool,
+}
+
 pub fn command() -> Command {
-    Command::new("seccomp-profile")
-        .about("Print node-agent's seccomp profile (the runtime default plus bpf and perf_event_open), write it, or check the filter in force.")
-        .arg(
-            Arg::new("write")
-                .long("write")
-                .value_name("FILE")
-                .help("Write the profile to FILE (atomically, creating its directory), e.g. under the kubelet's seccomp directory."),
-        )
-        .arg(Arg::new("check").long("check").action(ArgAction::SetTrue).conflicts_with("write").help(
-            "Say which of the calls the profile decides about this process's seccomp filter refuses; exit 1 if the eBPF calls are refused.",
-        ))
+    let cmd = Command::new("seccomp-profile").about(
+        "Print node-agent's seccomp profile (the runtime default plus bpf and perf_event_open), write it, or check the filter in force.",
+    );
+    <SeccompProfileArgs as clap::Args>::augment_args(cmd)
 }
 
 /// Writes `text` to `path` through a temporary file in the same directory,
@@ -54,12 +64,13 @@ fn add_key_refused() -> bool {
 }
 
 pub fn run(m: &ArgMatches) -> Result<ExitCode, Error> {
-    if let Some(path) = m.get_one::<String>("write") {
+    let a: SeccompProfileArgs = super::args(m)?;
+    if let Some(path) = &a.write {
         write_atomically(Path::new(path), PROFILE).map_err(|e| Error::Failed(format!("writing the seccomp profile to {path}: {e}")))?;
         println!("wrote {path}");
         return Ok(ExitCode::SUCCESS);
     }
-    if m.get_flag("check") {
+    if a.check {
         let mode = std::fs::read_to_string("/proc/thread-self/status").ok().as_deref().and_then(kernel::parse_seccomp_mode);
         let mode = match mode {
             Some(0) => "none",

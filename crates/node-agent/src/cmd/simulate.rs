@@ -4,35 +4,40 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Arg, ArgAction, ArgMatches, Command};
+use clap::{ArgMatches, Command};
 use k8s_openapi::api::core::v1::Node;
 use planner::{builders, simulate};
 
-use super::{one_daemonset, output_arg, Error};
+use super::{one_daemonset, Error, Output, OutputArg};
+
+// The flags of `simulate` (the file as a string: clap's PathBuf parser
+// would refuse an empty one itself).
+#[derive(clap::Args)]
+struct SimulateArgs {
+    #[arg(long = "daemonset", value_name = "FILE")]
+    daemonset: String,
+    #[arg(long = "nodes", value_name = "N")]
+    nodes: usize,
+    #[arg(long = "seed", value_name = "S", default_value = "1")]
+    seed: u64,
+    #[arg(long = "faults", value_name = "pod-failure=RATE", help = "Fail this fraction of new pods, e.g. pod-failure=0.05.")]
+    faults: Option<String>,
+    #[command(flatten)]
+    output: OutputArg,
+}
 
 pub fn command() -> Command {
-    Command::new("simulate")
-        .about("Roll a DaemonSet out over a simulated cluster and check every invariant on the way.")
-        .arg(Arg::new("daemonset").long("daemonset").required(true).value_name("FILE"))
-        .arg(Arg::new("nodes").long("nodes").required(true).value_name("N").value_parser(clap::value_parser!(usize)))
-        .arg(Arg::new("seed").long("seed").value_name("S").default_value("1").value_parser(clap::value_parser!(u64)))
-        .arg(
-            Arg::new("faults")
-                .long("faults")
-                .value_name("pod-failure=RATE")
-                .action(ArgAction::Set)
-                .help("Fail this fraction of new pods, e.g. pod-failure=0.05."),
-        )
-        .arg(output_arg())
+    let cmd = Command::new("simulate").about("Roll a DaemonSet out over a simulated cluster and check every invariant on the way.");
+    <SimulateArgs as clap::Args>::augment_args(cmd)
 }
 
 pub fn run(m: &ArgMatches) -> Result<ExitCode, Error> {
+    let a: SimulateArgs = super::args(m)?;
     let res = (|| -> Result<simulate::Outcome, Error> {
-        let path = PathBuf::from(m.get_one::<String>("daemonset").cloned().unwrap_or_default());
+        let path = PathBuf::from(&a.daemonset);
         let ds = one_daemonset(&path)?;
-        let n = m.get_one::<usize>("nodes").copied().unwrap_or(10);
-        let mut cfg = simulate::Config { seed: m.get_one::<u64>("seed").copied().unwrap_or(1), ..Default::default() };
-        if let Some(f) = m.get_one::<String>("faults") {
+        let mut cfg = simulate::Config { seed: a.seed, ..Default::default() };
+        if let Some(f) = &a.faults {
             let rate = f
                 .strip_prefix("pod-failure=")
                 .and_then(|r| r.parse::<f64>().ok())
@@ -49,7 +54,7 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode, Error> {
                 .get_or_insert_with(Default::default)
                 .insert("node-agent.io/simulated-revision".into(), "previous".into());
         }
-        let nodes: Vec<Node> = (0..n).map(|i| builders::node(&format!("node-{i:05}"), &[], &[])).collect();
+        let nodes: Vec<Node> = (0..a.nodes).map(|i| builders::node(&format!("node-{i:05}"), &[], &[])).collect();
         let mut c = simulate::Cluster::new(ds, &old, nodes, cfg).map_err(|e| Error::Usage(format!("{}: {e}", path.display())))?;
         let out = c.run().map_err(|e| Error::Usage(e.to_string()))?;
         if let Err(e) = simulate::final_state_ok(&c) {
@@ -61,7 +66,7 @@ pub fn run(m: &ArgMatches) -> Result<ExitCode, Error> {
     })();
     match res {
         Ok(out) => {
-            if m.get_one::<String>("output").map(String::as_str) == Some("table") {
+            if a.output.output == Output::Table {
                 println!(
                     "{:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>9}",
                     "T", "CREATED", "DELETED", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE"
