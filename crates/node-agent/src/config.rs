@@ -122,12 +122,6 @@ pub const DROP_CAPABILITIES: BoolFlag = BoolFlag {
     default: false,
     help: "Once the eBPF programs are attached, drop every capability but BPF, SYS_PTRACE and DAC_READ_SEARCH, in every thread.",
 };
-/// Read by the probes' [`crate::probes::Context`].
-pub const BPF_STATS: BoolFlag = BoolFlag {
-    name: "ebpf.bpf-stats",
-    default: false,
-    help: "Enable the kernel's BPF run-time statistics while running, for node_ebpf_program_run_seconds_total and node_ebpf_program_runs_total.",
-};
 pub const GOMAXPROCS: ParsedFlag<i64> = ParsedFlag {
     name: "runtime.gomaxprocs",
     value_name: "N",
@@ -157,7 +151,7 @@ pub fn serve_args() -> Vec<Arg> {
     v.extend(registry::path_args());
     v.extend(flags::args(&[&NODE_EXPORTER_BUILD_INFO, &DISABLE_EXPORTER_METRICS]));
     v.extend(registry::disable_defaults_args());
-    v.extend(flags::args(&[&COLLECTOR_TIMEOUT, &DROP_CAPABILITIES, &BPF_STATS, &GOMAXPROCS, &SYSTEMD_SOCKET]));
+    v.extend(flags::args(&[&COLLECTOR_TIMEOUT, &DROP_CAPABILITIES, &crate::probes::BPF_STATS, &GOMAXPROCS, &SYSTEMD_SOCKET]));
     // kingpin's built-ins node_exporter has: the long help is the help
     // here, `--help-man` prints the man page (`cmd::serve` does, before
     // serving). Not declarations: clap actions of their own (help, and a

@@ -13,12 +13,20 @@
 
 use std::sync::Arc;
 
-use host::flags::Flags;
+use host::flags::{BoolFlag, Flags};
 use host::registry::Definition;
 use host::ConfigError;
 
 use crate::ebpf::kernel::Kernel;
 use crate::ebpf::{Globals, LoadError, Shared};
+
+/// `--ebpf.bpf-stats`, read by [`Context`]; listed among the serve flags by
+/// `config` (declared here so that the probes need nothing from `config`).
+pub const BPF_STATS: BoolFlag = BoolFlag {
+    name: "ebpf.bpf-stats",
+    default: false,
+    help: "Enable the kernel's BPF run-time statistics while running, for node_ebpf_program_run_seconds_total and node_ebpf_program_runs_total.",
+};
 
 pub mod counters;
 pub mod ebpf_block_io;
@@ -68,7 +76,7 @@ impl Context {
     /// The context for `probes`, from the flags: pod attribution is
     /// decided here, before the object loads, since it changes what loads.
     pub fn new(f: &Flags, paths: &host::Paths, probes: &[Definition<Context>]) -> Result<Context, ConfigError> {
-        let mut ctx = Context::with_object(crate::ebpf::OBJECT, crate::config::BPF_STATS.get(f));
+        let mut ctx = Context::with_object(crate::ebpf::OBJECT, BPF_STATS.get(f));
         ctx.procfs.clone_from(&paths.procfs);
         ctx.sysfs.clone_from(&paths.sysfs);
         let on = |name: &str| probes.iter().any(|d| d.name == name && host::registry::enabled(f, d));
