@@ -20,6 +20,7 @@ pub mod skb_drops;
 pub mod syscall_latency;
 pub mod syscalls;
 pub mod tcp_latency;
+pub mod tcp_peers;
 pub mod tcp_retransmits;
 pub mod test_programs;
 
@@ -55,6 +56,10 @@ pub const MAPS: &[&str] = &[
     tcp_latency::HISTS,
     tcp_latency::COUNTERS,
     tcp_latency::STARTS,
+    tcp_peers::SOCKS,
+    tcp_peers::STATS,
+    tcp_peers::LAT,
+    tcp_peers::DROPPED,
     tcp_retransmits::RETRANSMITS,
 ];
 pub const GLOBALS: &[&str] = &[
@@ -65,6 +70,7 @@ pub const GLOBALS: &[&str] = &[
     syscall_latency::FAMILIES,
     syscalls::OFFSETS,
     tcp_latency::OFFSETS,
+    tcp_peers::OFFSETS,
     tcp_retransmits::OFFSETS,
 ];
 pub const PROGRAMS: &[&[Program]] = &[
@@ -82,6 +88,7 @@ pub const PROGRAMS: &[&[Program]] = &[
     &syscall_latency::PROGRAMS,
     &syscalls::PROGRAMS,
     &tcp_latency::PROGRAMS,
+    &tcp_peers::PROGRAMS,
     &tcp_retransmits::PROGRAMS,
     &tcp_retransmits::RAW_PROGRAMS,
 ];

@@ -25,6 +25,7 @@ mod skb_drops;
 mod syscall_latency;
 mod syscalls;
 mod tcp_latency;
+mod tcp_peers;
 mod tcp_retransmits;
 #[cfg(feature = "test-programs")]
 mod test_programs;

@@ -81,6 +81,12 @@ impl Kernel {
         btf_facts().tcp_latency.as_ref().copied().map_err(String::as_str)
     }
 
+    /// Where the TCP peers program reads (attribution off: the caller
+    /// turns it on), from the kernel's BTF: why not, without it.
+    pub fn tcp_peers(&self) -> Result<agent_common::tcp_peers::Offsets, &'static str> {
+        btf_facts().tcp_peers.as_ref().copied().map_err(String::as_str)
+    }
+
     /// How pod attribution goes from a task or socket to its cgroup, from
     /// the kernel's BTF: why not, without it.
     pub fn cgroup_walk(&self) -> Result<CgroupWalk, &'static str> {
@@ -118,6 +124,7 @@ impl Kernel {
 struct BtfFacts {
     drop_reasons: Result<DropReasons, String>,
     tcp_latency: Result<agent_common::tcp_latency::Offsets, String>,
+    tcp_peers: Result<agent_common::tcp_peers::Offsets, String>,
     block_raw: Result<BlockRaw, String>,
     retransmit_raw: Result<u32, String>,
     cgroup_walk: Result<CgroupWalk, String>,
@@ -156,6 +163,7 @@ fn btf_facts() -> &'static BtfFacts {
             Ok(BtfFacts {
                 drop_reasons: drop_reasons(&btf),
                 tcp_latency: tcp_latency(&btf),
+                tcp_peers: tcp_peers(&btf),
                 block_raw: block_raw(&btf),
                 retransmit_raw: retransmit_raw(&btf),
                 cgroup_walk: cgroup_walk(&btf),
@@ -164,6 +172,7 @@ fn btf_facts() -> &'static BtfFacts {
         parsed.unwrap_or_else(|e| BtfFacts {
             drop_reasons: Err(e.clone()),
             tcp_latency: Err(e.clone()),
+            tcp_peers: Err(e.clone()),
             block_raw: Err(e.clone()),
             retransmit_raw: Err(e.clone()),
             cgroup_walk: Err(e),
@@ -268,6 +277,45 @@ pub fn tcp_latency(btf: &crate::ebpf::btf::Btf) -> Result<agent_common::tcp_late
     let sk_protocol = btf.offset("sock", &["sk_protocol"]).map_err(|e| e.to_string())?;
     let srtt_us = btf.offset("tcp_sock", &["srtt_us"]).map_err(|e| e.to_string())?;
     Ok(agent_common::tcp_latency::Offsets { sk_protocol, srtt_us })
+}
+
+/// The TCP peers program's offsets from a parsed BTF, attribution off (the
+/// socket's cgroup offsets are filled in, `attribute` left 0): an error
+/// (the probe's reason to be down) when inet_sock_set_state's arguments
+/// are not `(const struct sock *, int, int)` or a member is missing.
+pub fn tcp_peers(btf: &crate::ebpf::btf::Btf) -> Result<agent_common::tcp_peers::Offsets, String> {
+    let lat = tcp_latency(btf)?;
+    let off = |s: &str, m: &[&str]| btf.offset(s, m).map_err(|e| e.to_string());
+    let common = |m: &str| off("sock", &["__sk_common", m]);
+    let done = btf
+        .enumerators("sock_flags")
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .find(|(n, _)| *n == "SOCK_DONE")
+        .map(|(_, v)| v as u32)
+        .ok_or("no SOCK_DONE in enum sock_flags")?;
+    Ok(agent_common::tcp_peers::Offsets {
+        attribute: 0,
+        sk_protocol: lat.sk_protocol,
+        skc_family: common("skc_family")?,
+        skc_daddr: common("skc_daddr")?,
+        skc_dport: common("skc_dport")?,
+        skc_num: common("skc_num")?,
+        skc_v6_daddr: common("skc_v6_daddr")?,
+        sk_err: off("sock", &["sk_err"])?,
+        sk_err_soft: off("sock", &["sk_err_soft"])?,
+        // `sk_flags` moved into sock_common as `skc_flags` (Linux 6.x).
+        sk_flags: off("sock", &["sk_flags"]).or_else(|_| common("skc_flags"))?,
+        sock_done_bit: done,
+        sock_cgroup: off("sock", &["sk_cgrp_data", "cgroup"]).unwrap_or(0),
+        cgroup_kn: off("cgroup", &["kn"]).unwrap_or(0),
+        kernfs_node_id: off("kernfs_node", &["id"]).unwrap_or(0),
+        bytes_acked: off("tcp_sock", &["bytes_acked"])?,
+        bytes_received: off("tcp_sock", &["bytes_received"])?,
+        total_retrans: off("tcp_sock", &["total_retrans"])?,
+        snd_una: off("tcp_sock", &["snd_una"])?,
+        write_seq: off("tcp_sock", &["write_seq"])?,
+    })
 }
 
 /// The (value, name) pairs of a tracepoint format's `__print_symbolic` list.

@@ -18,6 +18,14 @@ pub struct PodMeta {
     pub container_names: BTreeSet<String>,
     /// When the API server said it was deleted.
     pub deleted: Option<Instant>,
+    /// Its addresses (`status.podIPs`, else `status.podIP`), unless it
+    /// runs in the host's network namespace (`spec.hostNetwork`), where
+    /// they are the node's.
+    pub ips: Vec<std::net::IpAddr>,
+    /// What runs it: a Deployment's name (its ReplicaSet's minus the
+    /// `pod-template-hash`), else the controller's name (StatefulSet,
+    /// DaemonSet, Job...), else the pod's own.
+    pub workload: String,
 }
 
 impl PodMeta {
@@ -43,6 +51,16 @@ impl PodMeta {
                 }
             }
         }
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
+        let mut ips: Vec<std::net::IpAddr> = Vec::new();
+        if let Some(st) = pod.status.as_ref().filter(|_| !host_network) {
+            let all = st.pod_ips.iter().flatten().map(|p| p.ip.as_str()).chain(st.pod_ip.as_deref());
+            for ip in all.filter_map(|ip| ip.parse().ok()) {
+                if !ips.contains(&ip) {
+                    ips.push(ip);
+                }
+            }
+        }
         let container_names =
             pod.spec.iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten())).map(|c| c.name.clone()).collect();
         Some((
@@ -53,9 +71,24 @@ impl PodMeta {
                 containers,
                 container_names,
                 deleted: None,
+                ips,
+                workload: workload(pod),
             },
         ))
     }
+}
+
+/// The workload a pod belongs to ([`PodMeta::workload`]).
+pub fn workload(pod: &Pod) -> String {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let Some(owner) = pod.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true)) else { return name };
+    if owner.kind == "ReplicaSet" {
+        let hash = pod.metadata.labels.as_ref().and_then(|l| l.get("pod-template-hash"));
+        if let Some(deployment) = hash.and_then(|h| owner.name.strip_suffix(h.as_str())).and_then(|n| n.strip_suffix('-')) {
+            return deployment.to_string();
+        }
+    }
+    owner.name.clone()
 }
 
 /// The kubelet's annotation on a static pod's mirror: the static pod's
@@ -285,6 +318,37 @@ pub(crate) mod tests {
             })).collect::<Vec<_>>()}
         }))
         .expect("pod json")
+    }
+
+    #[test]
+    fn addresses_and_workloads() {
+        let with = |extra: serde_json::Value| -> PodMeta {
+            let mut v =
+                serde_json::json!({"metadata": {"uid": "u", "namespace": "n", "name": "web-7d9f8-abcde"}, "spec": {"containers": []}});
+            for (k, x) in extra.as_object().into_iter().flatten() {
+                for (k2, x2) in x.as_object().into_iter().flatten() {
+                    v[k][k2] = x2.clone();
+                }
+            }
+            let pod: Pod = serde_json::from_value(v).expect("pod json");
+            PodMeta::from_pod(&pod).expect("meta").1
+        };
+        let rs = serde_json::json!({"metadata": {
+            "labels": {"pod-template-hash": "7d9f8"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f8", "uid": "r", "controller": true}]
+        }});
+        assert_eq!(with(rs).workload, "web");
+        let sts = serde_json::json!({"metadata": {
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "s", "controller": true}]
+        }});
+        assert_eq!(with(sts).workload, "db");
+        assert_eq!(with(serde_json::json!({})).workload, "web-7d9f8-abcde");
+        let ips = serde_json::json!({"status": {"podIP": "10.1.0.5", "podIPs": [{"ip": "10.1.0.5"}, {"ip": "fd00::5"}]}});
+        let m = with(ips.clone());
+        assert_eq!(m.ips, ["10.1.0.5".parse::<std::net::IpAddr>().unwrap(), "fd00::5".parse().unwrap()]);
+        let mut host = ips;
+        host["spec"] = serde_json::json!({"hostNetwork": true});
+        assert!(with(host).ips.is_empty(), "a host-network pod's addresses are the node's");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod attrib;
 pub mod bound;
 pub mod cgroup;
 pub mod index;
+pub mod peers;
 pub mod watch;
 
 use std::sync::{Arc, Mutex};

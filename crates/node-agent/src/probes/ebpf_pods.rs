@@ -88,6 +88,7 @@ pub fn prepare(f: &Flags, ctx: &mut Context) -> Result<(), ConfigError> {
                 .unwrap_or_default();
             let settings = watch::Settings { grace: GRACE_PERIOD.get(f)?, list_timeout: LIST_TIMEOUT.get(f)?.max(Duration::from_secs(1)) };
             ctx.pods_source = Some((s, node, settings));
+            ctx.kube = true;
             ctx.attribute = ctx.pods_attribution;
         }
         Err(e) if kubeconfig.is_some() => return Err(KUBECONFIG.invalid(e)),

@@ -38,6 +38,7 @@ pub mod ebpf_skb_drops;
 pub mod ebpf_syscall_latency;
 pub mod ebpf_syscalls;
 pub mod ebpf_tcp_latency;
+pub mod ebpf_tcp_peers;
 pub mod ebpf_tcp_retransmits;
 pub mod pod_cpu_throttling;
 pub mod pod_tcp_listen;
@@ -60,6 +61,8 @@ pub struct Context {
     /// node's name (the watch starts when the first collector asks).
     pub pods_source: Option<(crate::pods::watch::Source, String, crate::pods::watch::Settings)>,
     pods_watch: Option<Arc<crate::pods::Watched>>,
+    /// There is a Kubernetes API to name pods with ([`ebpf_pods::prepare`]).
+    pub kube: bool,
     /// `ebpf_pods` is on: it expires deleted pods from the shared index.
     pub pods_attribution: bool,
     /// The events pod attribution serves on this kernel (`agent_common::pods` bits).
@@ -81,7 +84,7 @@ impl Context {
         ctx.sysfs.clone_from(&paths.sysfs);
         let on = |name: &str| probes.iter().any(|d| d.name == name && host::registry::enabled(f, d));
         ctx.pods_attribution = on("ebpf_pods");
-        if ctx.pods_attribution || on("pod_cpu_throttling") || on("pod_tcp_listen") {
+        if ctx.pods_attribution || on("pod_cpu_throttling") || on("pod_tcp_listen") || on("ebpf_tcp_peers") {
             ebpf_pods::prepare(f, &mut ctx)?;
         }
         Ok(ctx)
@@ -96,6 +99,7 @@ impl Context {
             attribute: false,
             pods_source: None,
             pods_watch: None,
+            kube: false,
             pods_attribution: false,
             pod_events: 0,
             procfs: "/proc".into(),
@@ -169,6 +173,7 @@ fn entries() -> Vec<Entry> {
         probe!("ebpf_syscall_latency", ebpf_syscall_latency, globals),
         probe!("ebpf_syscalls", ebpf_syscalls, globals),
         probe!("ebpf_tcp_latency", ebpf_tcp_latency, globals),
+        probe!("ebpf_tcp_peers", ebpf_tcp_peers, globals),
         probe!("ebpf_tcp_retransmits", ebpf_tcp_retransmits, globals),
         probe!("pod_cpu_throttling", pod_cpu_throttling),
         probe!("pod_tcp_listen", pod_tcp_listen),

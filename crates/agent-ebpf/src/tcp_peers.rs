@@ -1,0 +1,232 @@
+//! `ebpf_tcp_peers`: on the raw inet_sock_set_state tracepoint, each TCP
+//! connection counted for the cgroup of its socket and its peer: connects
+//! started (CLOSE to SYN_SENT), their results (SYN_SENT to ESTABLISHED,
+//! with the latency, or to CLOSE, with the reason from `sk_err`),
+//! connections accepted (SYN_RECV to ESTABLISHED), and at close (any state
+//! to CLOSE) the payload bytes and retransmits of its life. The socket
+//! carries the cgroup of the task that made it (an accepted one, the
+//! listener's), so counts go to the right cgroup though state changes run
+//! in softirq.
+
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
+
+use agent_common::native_bucket;
+use agent_common::tcp_peers::{
+    failure, payload, LatKey, Offsets, PeerCounters, PeerKey, SockState, ACCEPTED, AF_INET, AF_INET6, ATTEMPTS, BYTES_RECEIVED,
+    BYTES_SENT, CLOSED, DIR_IN, DIR_OUT, DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, ESTABLISHED_FLAG, LATENCY_NS, MAX_LAT, MAX_PEERS,
+    MAX_SOCKS, NUM_DROPS, RETRANSMITS, TCP_CLOSE, TCP_ESTABLISHED, TCP_SYN_RECV, TCP_SYN_SENT,
+};
+use agent_common::tcp_latency::IPPROTO_TCP;
+use aya_ebpf::{
+    macros::{map, raw_tracepoint},
+    maps::{HashMap, PerCpuArray},
+    programs::RawTracePointContext,
+    Global,
+};
+
+use crate::helpers::{inc, now_ns, read_kernel, BPF_F_NO_PREALLOC};
+
+// SAFETY: the symbol name is unique in the object; user space finds the
+// global by it (EbpfLoader::set_global) and nothing else defines it.
+#[unsafe(no_mangle)]
+static TCP_PEERS_OFFSETS: Global<Offsets> = Global::new(Offsets::DEFAULT);
+
+/// Connections followed, by socket. An entry is made when a connect starts
+/// or a connection is accepted, and removed when the socket closes (every
+/// socket ends in CLOSE). Not preallocated, as the two maps below: their
+/// memory follows the connections and peers there are.
+#[map]
+static TCP_PEER_SOCKS: HashMap<u64, SockState> = HashMap::with_max_entries(MAX_SOCKS, BPF_F_NO_PREALLOC);
+#[map]
+static TCP_PEER_STATS: HashMap<PeerKey, PeerCounters> = HashMap::with_max_entries(MAX_PEERS, BPF_F_NO_PREALLOC);
+#[map]
+static TCP_PEER_LAT: HashMap<LatKey, u64> = HashMap::with_max_entries(MAX_LAT, BPF_F_NO_PREALLOC);
+#[map]
+static TCP_PEER_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_DROPS, 0);
+
+/// Zeroed counters in read-only data, to create map entries with.
+static ZERO: PeerCounters = PeerCounters::ZERO;
+
+/// The counters of `peer`, made first if need be (BPF_NOEXIST: another CPU
+/// may make them meanwhile).
+#[inline(always)]
+fn counters(peer: &PeerKey) -> Option<*mut PeerCounters> {
+    if let Some(p) = TCP_PEER_STATS.get_ptr_mut(peer) {
+        return Some(p);
+    }
+    let _ = TCP_PEER_STATS.insert(peer, ZERO, 1);
+    let p = TCP_PEER_STATS.get_ptr_mut(peer);
+    if p.is_none() {
+        inc(&TCP_PEER_DROPPED, DROP_STATS);
+    }
+    p
+}
+
+/// Adds to word `w` of `p`, atomically (every CPU adds to the same entry).
+#[inline(always)]
+fn add(p: *mut PeerCounters, w: usize, v: u64) {
+    if w < agent_common::tcp_peers::NUM_WORDS {
+        // SAFETY: `p` points to a map value of NUM_WORDS aligned u64 words; `w` is in range.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>((p as *mut u64).add(w), v) };
+    }
+}
+
+/// The socket's peer: its cgroup v2 id (0 without attribution), remote
+/// address, and `port` (the remote one out, the local one in).
+#[inline(always)]
+fn peer_of(sk: u64, off: &Offsets, dir: u8) -> Option<PeerKey> {
+    let family: u16 = read_kernel(sk, off.skc_family)?;
+    let mut addr = [0u8; 16];
+    if family == AF_INET {
+        let v4: [u8; 4] = read_kernel(sk, off.skc_daddr)?;
+        addr[10] = 0xff;
+        addr[11] = 0xff;
+        addr[12] = v4[0];
+        addr[13] = v4[1];
+        addr[14] = v4[2];
+        addr[15] = v4[3];
+    } else if family == AF_INET6 {
+        addr = read_kernel(sk, off.skc_v6_daddr)?;
+    } else {
+        return None;
+    }
+    let port = if dir == DIR_OUT {
+        // skc_dport is in network order, skc_num in host order.
+        u16::from_be(read_kernel::<u16>(sk, off.skc_dport)?)
+    } else {
+        read_kernel::<u16>(sk, off.skc_num)?
+    };
+    let mut cgroup = 0;
+    if off.attribute != 0 {
+        let cg: u64 = read_kernel(sk, off.sock_cgroup).unwrap_or(0);
+        let kn: u64 = read_kernel(cg, off.cgroup_kn).unwrap_or(0);
+        cgroup = read_kernel(kn, off.kernfs_node_id).unwrap_or(0);
+    }
+    Some(PeerKey { cgroup, addr, port, dir, pad: [0; 5] })
+}
+
+/// Follows a connection from now.
+#[inline(always)]
+fn follow(sk: u64, st: SockState) {
+    if TCP_PEER_SOCKS.insert(sk, st, 0).is_err() {
+        inc(&TCP_PEER_DROPPED, DROP_SOCKS);
+    }
+}
+
+/// The counters a connection starts from when established.
+#[inline(always)]
+fn baseline(sk: u64, off: &Offsets, st: &mut SockState) {
+    st.base_acked = read_kernel(sk, off.bytes_acked).unwrap_or(0);
+    st.base_received = read_kernel(sk, off.bytes_received).unwrap_or(0);
+    st.base_retrans = read_kernel(sk, off.total_retrans).unwrap_or(0);
+    st.flags |= ESTABLISHED_FLAG;
+}
+
+#[inline(always)]
+fn latency(peer: &PeerKey, ns: u64) {
+    let key = LatKey { peer: *peer, slot: native_bucket(ns.max(1)) as u32, pad: 0 };
+    if let Some(p) = TCP_PEER_LAT.get_ptr_mut(key) {
+        // SAFETY: a map value of one u64; every CPU adds to it, atomically.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1) };
+        return;
+    }
+    // BPF_NOEXIST: if another CPU made it meanwhile, add to theirs.
+    if TCP_PEER_LAT.insert(key, 1, 1).is_err() {
+        match TCP_PEER_LAT.get_ptr_mut(key) {
+            // SAFETY: as above.
+            Some(p) => unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1);
+            },
+            None => inc(&TCP_PEER_DROPPED, DROP_LAT),
+        }
+    }
+}
+
+/// A followed connection closes: its payload and retransmits, from its
+/// baseline.
+#[inline(always)]
+fn closed(sk: u64, off: &Offsets, old: i32, st: &SockState) {
+    let Some(c) = counters(&st.peer) else { return };
+    add(c, CLOSED, 1);
+    let acked: u64 = read_kernel(sk, off.bytes_acked).unwrap_or(0);
+    let received: u64 = read_kernel(sk, off.bytes_received).unwrap_or(0);
+    let retrans: u32 = read_kernel(sk, off.total_retrans).unwrap_or(0);
+    let snd_una: u32 = read_kernel(sk, off.snd_una).unwrap_or(0);
+    let write_seq: u32 = read_kernel(sk, off.write_seq).unwrap_or(1);
+    let flags: u64 = read_kernel(sk, off.sk_flags).unwrap_or(0);
+    let peer_fin = (flags >> (off.sock_done_bit & 63)) & 1 == 1;
+    let (sent, got) =
+        payload(acked.saturating_sub(st.base_acked), received.saturating_sub(st.base_received), old, snd_una == write_seq, peer_fin);
+    add(c, BYTES_SENT, sent);
+    add(c, BYTES_RECEIVED, got);
+    add(c, RETRANSMITS, retrans.saturating_sub(st.base_retrans) as u64);
+}
+
+fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
+    // TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)
+    let sk: u64 = ctx.arg(0);
+    let old = ctx.arg::<u64>(1) as i32;
+    let new = ctx.arg::<u64>(2) as i32;
+    let off = TCP_PEERS_OFFSETS.load();
+    let proto: u16 = read_kernel(sk, off.sk_protocol).ok_or(0)?;
+    if proto != IPPROTO_TCP {
+        return Ok(());
+    }
+    if new == TCP_SYN_SENT {
+        // connect(): the destination is set before SYN_SENT.
+        let peer = peer_of(sk, &off, DIR_OUT).ok_or(0)?;
+        if let Some(c) = counters(&peer) {
+            add(c, ATTEMPTS, 1);
+        }
+        follow(sk, SockState { peer, start_ns: now_ns(), ..SockState::default() });
+        return Ok(());
+    }
+    if old == TCP_SYN_RECV && new == TCP_ESTABLISHED {
+        let peer = peer_of(sk, &off, DIR_IN).ok_or(0)?;
+        if let Some(c) = counters(&peer) {
+            add(c, ACCEPTED, 1);
+        }
+        let mut st = SockState { peer, ..SockState::default() };
+        baseline(sk, &off, &mut st);
+        follow(sk, st);
+        return Ok(());
+    }
+    if new != TCP_ESTABLISHED && new != TCP_CLOSE {
+        return Ok(());
+    }
+    let Some(p) = TCP_PEER_SOCKS.get_ptr_mut(sk) else { return Ok(()) };
+    // SAFETY: the entry is this socket's: its state changes are serialised
+    // by the socket lock, so nothing else writes it meanwhile.
+    let mut st = unsafe { *p };
+    if old == TCP_SYN_SENT && new == TCP_ESTABLISHED {
+        let ns = now_ns().saturating_sub(st.start_ns);
+        if let Some(c) = counters(&st.peer) {
+            add(c, ESTABLISHED, 1);
+            add(c, LATENCY_NS, ns);
+        }
+        latency(&st.peer, ns);
+        baseline(sk, &off, &mut st);
+        // SAFETY: as above.
+        unsafe { *p = st };
+        return Ok(());
+    }
+    if new == TCP_CLOSE {
+        if old == TCP_SYN_SENT {
+            let err: i32 = read_kernel(sk, off.sk_err).unwrap_or(0);
+            let soft: i32 = read_kernel(sk, off.sk_err_soft).unwrap_or(0);
+            if let Some(c) = counters(&st.peer) {
+                add(c, failure(err, soft), 1);
+            }
+        } else if st.flags & ESTABLISHED_FLAG != 0 {
+            closed(sk, &off, old, &st);
+        }
+        let _ = TCP_PEER_SOCKS.remove(sk);
+    }
+    Ok(())
+}
+
+#[raw_tracepoint(tracepoint = "inet_sock_set_state")]
+pub fn tcp_peers_set_state(ctx: RawTracePointContext) -> i32 {
+    let _ = try_set_state(&ctx);
+    0
+}

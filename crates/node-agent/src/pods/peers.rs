@@ -1,0 +1,441 @@
+//! From per-(cgroup, peer) kernel counters to bounded per-pod, per-peer
+//! series (`ebpf_tcp_peers`). Pure: the caller passes the map entries, who
+//! owns each cgroup and what each address is.
+//!
+//! - **Counters stay counters** while the kernel's map stays small: an
+//!   entry unchanged over a whole scrape interval is folded into user
+//!   space and deleted from the kernel (a busy peer's entry stays; an event
+//!   racing the delete of an entry idle that long is the only loss).
+//! - **A peer's name is decided once**, when its entry first appears: a pod
+//!   of this node by address (`pod`, `namespace/workload`), loopback
+//!   (`local`), else `external` (the address). An address reused by
+//!   another pod later does not rename counts already made.
+//! - **At most `max_peers` series per pod** (and for the host), per
+//!   direction: peers are admitted as they first appear, the busiest first
+//!   (bytes) when several appear in one pass, while there is room; every
+//!   later one is summed into `peer_kind="other"`, for the pod's life. So no
+//!   series ever goes backwards, and a pod talking to a million addresses
+//!   has `max_peers + 1` series per direction, and user space keeps at most
+//!   `max_peers` folded peers per pod (plus what the kernel holds).
+//! - **Owners**: a cgroup's pod is decided once; a cgroup whose owner is
+//!   not known within the grace period, and a pod gone from the index
+//!   (deleted more than the grace period ago), take their counts and
+//!   kernel entries with them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey, BYTES_RECEIVED, BYTES_SENT, NUM_WORDS};
+
+/// A pod by namespace and name; both empty for the host.
+pub type Owner = (String, String);
+
+/// What a peer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// A pod of this node, by its address.
+    Pod,
+    /// A loopback address.
+    Local,
+    /// Anything else.
+    External,
+    /// The peers beyond the bound, summed.
+    Other,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Pod => "pod",
+            Kind::Local => "local",
+            Kind::External => "external",
+            Kind::Other => "other",
+        }
+    }
+}
+
+/// A series' peer labels: direction, kind, name, port (none for `other`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Label {
+    pub dir: u8,
+    pub kind: Kind,
+    pub peer: String,
+    pub port: Option<u16>,
+}
+
+impl Label {
+    fn other(dir: u8) -> Label {
+        Label { dir, kind: Kind::Other, peer: String::new(), port: None }
+    }
+}
+
+/// One peer's counts: the kernel's words and its connect latency's native
+/// buckets (slot to count).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub words: [u64; NUM_WORDS],
+    pub lat: BTreeMap<u32, u64>,
+}
+
+impl Counts {
+    pub fn add(&mut self, o: &Counts) {
+        for (a, b) in self.words.iter_mut().zip(o.words) {
+            *a = a.wrapping_add(b);
+        }
+        for (slot, n) in &o.lat {
+            let v = self.lat.entry(*slot).or_default();
+            *v = v.wrapping_add(*n);
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.words[BYTES_SENT].wrapping_add(self.words[BYTES_RECEIVED])
+    }
+
+    fn is_zero(&self) -> bool {
+        self.words.iter().all(|w| *w == 0) && self.lat.is_empty()
+    }
+}
+
+/// The address of a kernel key (IPv4-mapped addresses as IPv4).
+pub fn address(raw: [u8; 16]) -> IpAddr {
+    let v6 = std::net::Ipv6Addr::from(raw);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// Names an address: `pods` maps this node's pod addresses to
+/// `namespace/workload`.
+pub fn name(addr: IpAddr, pods: &HashMap<IpAddr, String>) -> (Kind, String) {
+    if let Some(p) = pods.get(&addr) {
+        return (Kind::Pod, p.clone());
+    }
+    if addr.is_loopback() {
+        return (Kind::Local, addr.to_string());
+    }
+    (Kind::External, addr.to_string())
+}
+
+#[derive(Debug)]
+struct Entry {
+    label: Label,
+    /// Counts folded out of the kernel (entries deleted there).
+    folded: Counts,
+    /// The kernel entry's counts at the last pass.
+    live: Counts,
+}
+
+/// The state kept between scrapes.
+#[derive(Debug)]
+pub struct Peers {
+    entries: HashMap<PeerKey, Entry>,
+    /// Folded counts of peers beyond the bound, by cgroup and direction.
+    other: HashMap<(u64, u8), Counts>,
+    admitted: HashMap<Owner, BTreeSet<Label>>,
+    owners: HashMap<u64, Owner>,
+    pending: HashMap<u64, Instant>,
+    /// The most peers with series of their own, per pod and direction.
+    pub max_peers: usize,
+    /// How long a cgroup may stay without an owner.
+    pub grace: Duration,
+}
+
+/// The result of one pass.
+#[derive(Debug, Default)]
+pub struct Pass {
+    /// Per pod and peer label, the counts so far.
+    pub series: BTreeMap<(Owner, Label), Counts>,
+    /// Kernel entries to delete: folded, or their cgroup's counts dropped.
+    pub delete: Vec<PeerKey>,
+    pub delete_lat: Vec<LatKey>,
+    /// Peers with counts of their own in user space, and cgroups whose
+    /// owner is not known yet.
+    pub tracked: usize,
+    pub pending: usize,
+}
+
+/// Who owns a cgroup, as far as the caller can tell now.
+pub enum Resolution {
+    Owner(Owner),
+    /// Not known yet (a pod not listed yet, a cgroup not walked yet).
+    Pending,
+}
+
+impl Peers {
+    pub fn new(max_peers: usize, grace: Duration) -> Peers {
+        Peers {
+            entries: HashMap::new(),
+            other: HashMap::new(),
+            admitted: HashMap::new(),
+            owners: HashMap::new(),
+            pending: HashMap::new(),
+            max_peers,
+            grace,
+        }
+    }
+
+    /// One pass over the kernel's entries. `resolve` names a cgroup's owner
+    /// (called for cgroups not decided yet), `alive` says whether a decided
+    /// owner is still there, `pods` names pod addresses.
+    pub fn update(
+        &mut self,
+        stats: &[(PeerKey, PeerCounters)],
+        lat: &[(LatKey, u64)],
+        mut resolve: impl FnMut(u64) -> Resolution,
+        alive: impl Fn(&Owner) -> bool,
+        pods: &HashMap<IpAddr, String>,
+        now: Instant,
+    ) -> Pass {
+        let mut pass = Pass::default();
+        // The kernel's counts now, by peer.
+        let mut live: HashMap<PeerKey, Counts> = HashMap::new();
+        for (k, c) in stats {
+            live.entry(*k).or_default().words = c.words;
+        }
+        let mut lat_keys: HashMap<PeerKey, Vec<LatKey>> = HashMap::new();
+        for (k, n) in lat {
+            live.entry(k.peer).or_default().lat.insert(k.slot, *n);
+            lat_keys.entry(k.peer).or_default().push(*k);
+        }
+        // Owners gone: their cgroups' counts and kernel entries go.
+        let gone: BTreeSet<u64> = self.owners.iter().filter(|(_, o)| !alive(o)).map(|(cg, _)| *cg).collect();
+        for cg in &gone {
+            self.owners.remove(cg);
+        }
+        self.admitted.retain(|o, _| alive(o));
+        self.other.retain(|(cg, _), _| !gone.contains(cg));
+        // Owners of new cgroups.
+        let cgroups: BTreeSet<u64> = live.keys().chain(self.entries.keys()).map(|k| k.cgroup).filter(|cg| !gone.contains(cg)).collect();
+        let mut dropped: BTreeSet<u64> = gone;
+        for cg in cgroups {
+            if self.owners.contains_key(&cg) {
+                continue;
+            }
+            match resolve(cg) {
+                Resolution::Owner(o) => {
+                    self.pending.remove(&cg);
+                    self.owners.insert(cg, o);
+                }
+                Resolution::Pending => {
+                    let since = *self.pending.entry(cg).or_insert(now);
+                    if now.duration_since(since) >= self.grace {
+                        self.pending.remove(&cg);
+                        dropped.insert(cg);
+                    }
+                }
+            }
+        }
+        self.pending.retain(|cg, _| !dropped.contains(cg));
+        pass.pending = self.pending.len();
+        // Fold the kernel's counts in.
+        for (k, c) in live {
+            if dropped.contains(&k.cgroup) {
+                pass.delete.push(k);
+                pass.delete_lat.extend(lat_keys.remove(&k).unwrap_or_default());
+                continue;
+            }
+            let e = self.entries.entry(k).or_insert_with(|| {
+                let (kind, peer) = name(address(k.addr), pods);
+                Entry { label: Label { dir: k.dir, kind, peer, port: Some(k.port) }, folded: Counts::default(), live: Counts::default() }
+            });
+            if e.live == c {
+                // Unchanged for a whole interval: out of the kernel.
+                e.folded.add(&c);
+                e.live = Counts::default();
+                pass.delete.push(k);
+                pass.delete_lat.extend(lat_keys.remove(&k).unwrap_or_default());
+            } else {
+                e.live = c;
+            }
+        }
+        self.entries.retain(|k, _| !dropped.contains(&k.cgroup));
+        // Admit new peers, the busiest first, while there is room.
+        let mut fresh: BTreeMap<(Owner, u8), Vec<(u64, Label)>> = BTreeMap::new();
+        for (k, e) in &self.entries {
+            let Some(o) = self.owners.get(&k.cgroup) else { continue };
+            let set = self.admitted.get(o);
+            if set.is_some_and(|s| s.contains(&e.label)) {
+                continue;
+            }
+            let mut total = e.folded.clone();
+            total.add(&e.live);
+            fresh.entry((o.clone(), k.dir)).or_default().push((total.bytes(), e.label.clone()));
+        }
+        for ((o, dir), mut labels) in fresh {
+            labels.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            let set = self.admitted.entry(o).or_default();
+            for (_, l) in labels {
+                if set.iter().filter(|x| x.dir == dir).count() >= self.max_peers {
+                    break;
+                }
+                set.insert(l);
+            }
+        }
+        // Peers left out, and out of the kernel: into their cgroup's other.
+        let admitted = &self.admitted;
+        let owners = &self.owners;
+        let other = &mut self.other;
+        self.entries.retain(|k, e| {
+            let Some(o) = owners.get(&k.cgroup) else { return true };
+            if admitted.get(o).is_some_and(|s| s.contains(&e.label)) || !e.live.is_zero() {
+                return true;
+            }
+            other.entry((k.cgroup, k.dir)).or_default().add(&e.folded);
+            false
+        });
+        // The series.
+        for (k, e) in &self.entries {
+            let Some(o) = self.owners.get(&k.cgroup) else { continue };
+            let label = if self.admitted.get(o).is_some_and(|s| s.contains(&e.label)) { e.label.clone() } else { Label::other(k.dir) };
+            let s = pass.series.entry((o.clone(), label)).or_default();
+            s.add(&e.folded);
+            s.add(&e.live);
+        }
+        for ((cg, dir), c) in &self.other {
+            if let Some(o) = self.owners.get(cg) {
+                pass.series.entry((o.clone(), Label::other(*dir))).or_default().add(c);
+            }
+        }
+        pass.tracked = self.entries.len();
+        pass
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_common::tcp_peers::{ATTEMPTS, DIR_IN, DIR_OUT, ESTABLISHED};
+
+    fn key(cgroup: u64, ip: [u8; 4], port: u16, dir: u8) -> PeerKey {
+        let mut addr = [0u8; 16];
+        addr[10] = 0xff;
+        addr[11] = 0xff;
+        addr[12..].copy_from_slice(&ip);
+        PeerKey { cgroup, addr, port, dir, pad: [0; 5] }
+    }
+
+    fn counters(attempts: u64, bytes: u64) -> PeerCounters {
+        let mut c = PeerCounters::ZERO;
+        c.words[ATTEMPTS] = attempts;
+        c.words[ESTABLISHED] = attempts;
+        c.words[BYTES_SENT] = bytes;
+        c
+    }
+
+    fn web() -> Owner {
+        ("web".into(), "web-0".into())
+    }
+
+    fn resolve(cg: u64) -> Resolution {
+        match cg {
+            1 => Resolution::Owner(web()),
+            0 => Resolution::Owner(Owner::default()),
+            _ => Resolution::Pending,
+        }
+    }
+
+    fn attempts(p: &Pass, kind: Kind, peer: &str) -> u64 {
+        p.series.iter().filter(|((o, l), _)| *o == web() && l.kind == kind && l.peer == peer).map(|(_, c)| c.words[ATTEMPTS]).sum()
+    }
+
+    #[test]
+    fn names_addresses() {
+        let pods: HashMap<IpAddr, String> = [("10.1.0.5".parse().unwrap(), "db/pg".to_string())].into();
+        assert_eq!(address(key(0, [10, 1, 0, 5], 0, 0).addr), "10.1.0.5".parse::<IpAddr>().unwrap());
+        assert_eq!(name("10.1.0.5".parse().unwrap(), &pods), (Kind::Pod, "db/pg".into()));
+        assert_eq!(name("127.0.0.1".parse().unwrap(), &pods), (Kind::Local, "127.0.0.1".into()));
+        assert_eq!(name("::1".parse().unwrap(), &pods), (Kind::Local, "::1".into()));
+        assert_eq!(name("8.8.8.8".parse().unwrap(), &pods), (Kind::External, "8.8.8.8".into()));
+    }
+
+    #[test]
+    fn idle_entries_leave_the_kernel_and_counts_never_go_back() {
+        let mut p = Peers::new(20, Duration::from_secs(300));
+        let t = Instant::now();
+        let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
+        let pods = HashMap::new();
+        let a = p.update(&[(k, counters(3, 30))], &[], resolve, |_| true, &pods, t);
+        assert!(a.delete.is_empty());
+        assert_eq!(attempts(&a, Kind::External, "10.0.0.1"), 3);
+        // Unchanged a whole interval: deleted from the kernel, still counted.
+        let b = p.update(&[(k, counters(3, 30))], &[], resolve, |_| true, &pods, t);
+        assert_eq!(b.delete, vec![k]);
+        assert_eq!(attempts(&b, Kind::External, "10.0.0.1"), 3);
+        // Gone from the kernel; then made again from zero by new connects.
+        let c = p.update(&[], &[], resolve, |_| true, &pods, t);
+        assert_eq!(attempts(&c, Kind::External, "10.0.0.1"), 3);
+        let d = p.update(&[(k, counters(2, 20))], &[], resolve, |_| true, &pods, t);
+        assert_eq!(attempts(&d, Kind::External, "10.0.0.1"), 5);
+    }
+
+    #[test]
+    fn a_thousand_peers_make_max_plus_one_series_that_never_decrease() {
+        let mut p = Peers::new(20, Duration::from_secs(300));
+        let t = Instant::now();
+        let pods = HashMap::new();
+        let stats: Vec<_> =
+            (0..1000u32).map(|i| (key(1, [10, 78, (i >> 8) as u8, i as u8], 80, DIR_OUT), counters(1, u64::from(i)))).collect();
+        let a = p.update(&stats, &[], resolve, |_| true, &pods, t);
+        let out: Vec<_> = a.series.keys().filter(|(o, l)| *o == web() && l.dir == DIR_OUT).collect();
+        assert_eq!(out.len(), 21);
+        let total: u64 = a.series.iter().filter(|((o, _), _)| *o == web()).map(|(_, c)| c.words[ATTEMPTS]).sum();
+        assert_eq!(total, 1000);
+        // The busiest 20 (bytes 980..999) have their own series.
+        assert_eq!(attempts(&a, Kind::External, "10.78.3.231"), 1);
+        assert_eq!(attempts(&a, Kind::Other, ""), 980);
+        // Idle: out of the kernel, and the others out of user space too.
+        let b = p.update(&stats, &[], resolve, |_| true, &pods, t);
+        assert_eq!(b.delete.len(), 1000);
+        let c = p.update(&[], &[], resolve, |_| true, &pods, t);
+        assert_eq!(c.tracked, 20);
+        assert_eq!(attempts(&c, Kind::Other, ""), 980);
+        // A new peer now goes to other; the admitted keep theirs.
+        let d = p.update(&[(key(1, [10, 99, 0, 1], 80, DIR_OUT), counters(1, 1_000_000))], &[], resolve, |_| true, &pods, t);
+        assert_eq!(attempts(&d, Kind::Other, ""), 981);
+        assert_eq!(attempts(&d, Kind::External, "10.78.3.231"), 1);
+    }
+
+    #[test]
+    fn directions_have_their_own_bound() {
+        let mut p = Peers::new(1, Duration::from_secs(300));
+        let pods = HashMap::new();
+        let stats = [(key(1, [10, 0, 0, 1], 80, DIR_OUT), counters(1, 1)), (key(1, [10, 0, 0, 2], 8080, DIR_IN), counters(1, 1))];
+        let a = p.update(&stats, &[], resolve, |_| true, &pods, Instant::now());
+        assert!(a.series.keys().all(|(_, l)| l.kind == Kind::External), "{:?}", a.series.keys());
+    }
+
+    #[test]
+    fn pending_cgroups_wait_then_go_and_gone_pods_take_their_counts() {
+        let mut p = Peers::new(20, Duration::from_secs(10));
+        let pods = HashMap::new();
+        let t = Instant::now();
+        let k = key(7, [10, 0, 0, 1], 80, DIR_OUT);
+        let a = p.update(&[(k, counters(1, 1))], &[], resolve, |_| true, &pods, t);
+        assert_eq!((a.series.len(), a.pending, a.delete.len()), (0, 1, 0));
+        let b = p.update(&[(k, counters(1, 1))], &[], resolve, |_| true, &pods, t + Duration::from_secs(10));
+        assert_eq!((b.series.len(), b.pending, b.delete), (0, 0, vec![k]));
+        let k1 = key(1, [10, 0, 0, 1], 80, DIR_OUT);
+        let c = p.update(&[(k1, counters(1, 1))], &[], resolve, |_| true, &pods, t);
+        assert_eq!(c.series.len(), 1);
+        let d = p.update(&[(k1, counters(2, 1))], &[], resolve, |o| *o != web(), &pods, t);
+        assert_eq!((d.series.len(), d.delete), (0, vec![k1]));
+    }
+
+    #[test]
+    fn latency_buckets_fold_with_their_peer() {
+        let mut p = Peers::new(20, Duration::from_secs(300));
+        let pods = HashMap::new();
+        let t = Instant::now();
+        let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
+        let lat = [(LatKey { peer: k, slot: 300, pad: 0 }, 2)];
+        p.update(&[(k, counters(2, 2))], &lat, resolve, |_| true, &pods, t);
+        let b = p.update(&[(k, counters(2, 2))], &lat, resolve, |_| true, &pods, t);
+        assert_eq!(b.delete_lat, vec![lat[0].0]);
+        let c = p.update(&[], &[], resolve, |_| true, &pods, t);
+        let (_, counts) = c.series.iter().next().expect("a series");
+        assert_eq!(counts.lat.get(&300), Some(&2));
+    }
+}

@@ -1,0 +1,306 @@
+//! `ebpf_tcp_peers`: TCP by pod and peer, from one program on the raw
+//! inet_sock_set_state tracepoint: connects started, their results
+//! (established, refused, timed out, unreachable, reset, aborted, other) and
+//! latency (native histogram, schema 3), connections accepted by local
+//! port, connections open, and the payload bytes and retransmits of each
+//! connection, counted when it closes.
+//!
+//! The peer is named in user space (`pods::peers`): a pod of this node by
+//! its address (`peer_kind="pod"`, `peer="namespace/workload"`), loopback
+//! (`local`), else `external` (the address). Out, `port` is the remote port;
+//! in, the local (listening) one, and the peer the client's address.
+//!
+//! Cardinality: per pod (and for the host, `namespace=""`), per direction,
+//! at most `--collector.ebpf_tcp_peers.max-peers` peers (default 20) with
+//! series of their own, the rest summed into `peer_kind="other"`: with 250
+//! pods and the default, at most 250 × 2 × 21 = 10,500 label sets, each
+//! in 9 counter families and one gauge, and the out ones in one histogram.
+//! Series go with their pod (after the pod attribution grace period).
+//! Connections open before the agent started are not counted, nor their
+//! bytes (there is no event to find them by). Bytes of a connection are
+//! counted when it closes: a connection open for hours shows its bytes then.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_common::tcp_peers::{
+    LatKey, Offsets, PeerCounters, PeerKey, ABORTED, ACCEPTED, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT, CLOSED, DIR_IN, DROPPED, DROP_LAT,
+    DROP_SOCKS, DROP_STATS, ESTABLISHED, LAT, LATENCY_NS, OFFSETS, OTHER, PROGRAMS, REFUSED, RESET, RETRANSMITS, STATS, TIMEOUT,
+    UNREACHABLE,
+};
+use agent_common::NATIVE_OFFSET;
+use clap::Arg;
+use expo::{Kind, Sink};
+use host::flags::{self, Flags, ParsedFlag};
+use host::{ConfigError, Paths};
+
+use super::Context;
+use crate::ebpf::kernel::Kernel;
+use crate::ebpf::maps::{self, MapError, NativeSum};
+use crate::ebpf::{Globals, Probe};
+use crate::pods::cgroup::{self, Cgroup};
+use crate::pods::peers::{Counts, Label, Owner, Peers, Resolution};
+
+pub const MAX_PEERS: ParsedFlag<usize> = ParsedFlag {
+    name: "collector.ebpf_tcp_peers.max-peers",
+    value_name: "N",
+    default: "20",
+    env: None,
+    help: "Peers with series of their own per pod and direction; later ones are summed into peer_kind=\"other\".",
+    parse: parse_max,
+};
+
+fn parse_max(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=1000).contains(&n) => Ok(n),
+        _ => Err(format!("not a number of peers from 1 to 1000: {s:?}")),
+    }
+}
+
+pub fn args() -> Vec<Arg> {
+    flags::args(&[&MAX_PEERS])
+}
+
+/// The offsets, from the kernel's BTF; sockets are attributed to their
+/// cgroup when the pods are known (a Kubernetes API) and the BTF has the
+/// socket's cgroup.
+pub fn globals(k: &Kernel, ctx: &mut Context, g: &mut Globals) {
+    let mut o = k.tcp_peers().unwrap_or(Offsets::DEFAULT);
+    if ctx.kube && o.sock_cgroup != 0 && o.cgroup_kn != 0 && o.kernfs_node_id != 0 {
+        o.attribute = 1;
+    }
+    g.set(OFFSETS, &o);
+}
+
+struct Active {
+    probe: Probe,
+    pods: Option<Arc<crate::pods::Watched>>,
+    root: Option<PathBuf>,
+    cgroups: HashMap<u64, Cgroup>,
+    walked: Option<Instant>,
+    peers: Peers,
+}
+
+pub struct Collector {
+    active: Active,
+}
+
+pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
+    let max = MAX_PEERS.get(f)?;
+    let grace = super::ebpf_pods::GRACE_PERIOD.get(f)?;
+    let k = Kernel::get();
+    let pods = if ctx.kube { ctx.pods()? } else { None };
+    let probe = match k.tcp_peers() {
+        Ok(_) if !k.at_least(5, 6) => Probe::down(&PROGRAMS, "sock.sk_protocol is a bitfield before Linux 5.6"),
+        Ok(_) => Probe::attach(ctx.ebpf(), &PROGRAMS),
+        Err(why) => Probe::down(&PROGRAMS, why),
+    };
+    let root = pods.as_ref().and_then(|_| cgroup::v2_root(&p.sysfs));
+    Ok(Box::new(Collector { active: Active { probe, pods, root, cgroups: HashMap::new(), walked: None, peers: Peers::new(max, grace) } }))
+}
+
+/// The kernel's entries, and the events it could not record.
+type Read = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>, [u64; 3]);
+
+fn read(ebpf: &aya::Ebpf) -> Result<Read, MapError> {
+    let stats: aya::maps::HashMap<_, PeerKey, PeerCounters> =
+        aya::maps::HashMap::try_from(ebpf.map(STATS).ok_or(MapError::Missing(STATS))?)
+            .map_err(|source| MapError::Map { map: STATS, source })?;
+    let lat: aya::maps::HashMap<_, LatKey, u64> =
+        aya::maps::HashMap::try_from(ebpf.map(LAT).ok_or(MapError::Missing(LAT))?).map_err(|source| MapError::Map { map: LAT, source })?;
+    let drops =
+        [maps::counter(ebpf, DROPPED, DROP_SOCKS)?, maps::counter(ebpf, DROPPED, DROP_STATS)?, maps::counter(ebpf, DROPPED, DROP_LAT)?];
+    Ok((stats.iter().filter_map(Result::ok).collect(), lat.iter().filter_map(Result::ok).collect(), drops))
+}
+
+fn delete(ebpf: &mut aya::Ebpf, keys: &[PeerKey], lat_keys: &[LatKey]) -> Result<(), MapError> {
+    if !keys.is_empty() {
+        let mut m: aya::maps::HashMap<_, PeerKey, PeerCounters> =
+            aya::maps::HashMap::try_from(ebpf.map_mut(STATS).ok_or(MapError::Missing(STATS))?)
+                .map_err(|source| MapError::Map { map: STATS, source })?;
+        for k in keys {
+            let _ = m.remove(k);
+        }
+    }
+    if !lat_keys.is_empty() {
+        let mut m: aya::maps::HashMap<_, LatKey, u64> = aya::maps::HashMap::try_from(ebpf.map_mut(LAT).ok_or(MapError::Missing(LAT))?)
+            .map_err(|source| MapError::Map { map: LAT, source })?;
+        for k in lat_keys {
+            let _ = m.remove(k);
+        }
+    }
+    Ok(())
+}
+
+impl host::Collector for Collector {
+    fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
+        let a = &mut self.active;
+        a.probe.self_metrics(sink);
+        let Some(shared) = a.probe.shared.clone() else { return Ok(()) };
+        let (stats, lat, drops) = read(&*shared.lock().ok_or(MapError::Poisoned)?)?;
+        let now = Instant::now();
+        // A cgroup not seen before calls for a walk (at most one a second).
+        if let Some(root) = &a.root {
+            let unknown = stats.iter().any(|(k, _)| k.cgroup != 0 && !a.cgroups.contains_key(&k.cgroup));
+            if a.walked.is_none_or(|w| now.duration_since(w) >= Duration::from_secs(if unknown { 1 } else { 10 })) {
+                a.cgroups = cgroup::walk(root);
+                a.walked = Some(now);
+            }
+        }
+        let pass = match &a.pods {
+            Some(w) => {
+                let idx = w.lock();
+                let grace = a.peers.grace;
+                let mut by_ip: HashMap<IpAddr, String> = HashMap::new();
+                let mut live: std::collections::HashSet<Owner> = std::collections::HashSet::new();
+                for (_, m) in idx.live(now, grace) {
+                    for ip in &m.ips {
+                        by_ip.insert(*ip, format!("{}/{}", m.namespace, m.workload));
+                    }
+                    live.insert((m.namespace.clone(), m.name.clone()));
+                }
+                let cgroups = &a.cgroups;
+                let resolve = |cg: u64| match cgroups.get(&cg) {
+                    _ if cg == 0 => Resolution::Owner(Owner::default()),
+                    Some(Cgroup { pod: None, .. }) => Resolution::Owner(Owner::default()),
+                    Some(Cgroup { pod: Some(r), .. }) => match idx.get(&r.uid) {
+                        Some((_, m)) => Resolution::Owner((m.namespace.clone(), m.name.clone())),
+                        None => Resolution::Pending,
+                    },
+                    None => Resolution::Pending,
+                };
+                a.peers.update(&stats, &lat, resolve, |o| o.0.is_empty() || live.contains(o), &by_ip, now)
+            }
+            None => a.peers.update(&stats, &lat, |_| Resolution::Owner(Owner::default()), |_| true, &HashMap::new(), now),
+        };
+        delete(&mut *shared.lock().ok_or(MapError::Poisoned)?, &pass.delete, &pass.delete_lat)?;
+        emit(sink, &pass.series);
+        sink.family(
+            "node_ebpf_tcp_peers_tracked",
+            "Peers ebpf_tcp_peers keeps counts of in user space, and cgroups whose pod is not known yet.",
+            Kind::Gauge,
+        )
+        .sample(&[("what", "peers")], pass.tracked as f64)
+        .sample(&[("what", "pending_cgroups")], pass.pending as f64);
+        sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
+            .sample(&[("probe", "tcp_peers")], drops.iter().sum::<u64>() as f64);
+        Ok(())
+    }
+}
+
+/// The series' labels.
+fn labels<'a>(o: &'a Owner, l: &'a Label, port: &'a str) -> [(&'static str, &'a str); 6] {
+    [
+        ("namespace", &o.0),
+        ("pod", &o.1),
+        ("direction", if l.dir == DIR_IN { "in" } else { "out" }),
+        ("peer_kind", l.kind.label()),
+        ("peer", &l.peer),
+        ("port", port),
+    ]
+}
+
+fn emit(sink: &mut Sink, series: &BTreeMap<(Owner, Label), Counts>) {
+    let ports: Vec<String> = series.keys().map(|(_, l)| l.port.map(|p| p.to_string()).unwrap_or_default()).collect();
+    let rows: Vec<(&Owner, &Label, &str, &Counts)> = series.iter().zip(&ports).map(|(((o, l), c), p)| (o, l, p.as_str(), c)).collect();
+    let out = || rows.iter().filter(|r| r.1.dir != DIR_IN);
+    let mut f = sink.family(
+        "node_ebpf_pod_tcp_peer_connect_attempts_total",
+        "TCP connects the pod's sockets started to the peer (SYN sent).",
+        Kind::Counter,
+    );
+    for (o, l, p, c) in out() {
+        f.sample(&labels(o, l, p), c.words[ATTEMPTS] as f64);
+    }
+    let mut f = sink.family(
+        "node_ebpf_pod_tcp_peer_connects_total",
+        "TCP connects of the pod's sockets to the peer, by result: established, refused (reset answered the SYN), timeout, \
+         unreachable (ICMP), reset, aborted (closed by the application while connecting), other.",
+        Kind::Counter,
+    );
+    for (o, l, p, c) in out() {
+        for (result, w) in [
+            ("established", ESTABLISHED),
+            ("refused", REFUSED),
+            ("timeout", TIMEOUT),
+            ("unreachable", UNREACHABLE),
+            ("reset", RESET),
+            ("aborted", ABORTED),
+            ("other", OTHER),
+        ] {
+            let mut ls = labels(o, l, p).to_vec();
+            ls.push(("result", result));
+            f.sample(&ls, c.words[w] as f64);
+        }
+    }
+    let mut f = sink.family(
+        "node_ebpf_pod_tcp_peer_connect_latency_seconds",
+        "Time the pod's TCP connects to the peer took from SYN sent to established (native buckets of schema 3).",
+        Kind::Histogram,
+    );
+    for (o, l, p, c) in out() {
+        let h = NativeSum {
+            zero: 0,
+            buckets: c.lat.iter().map(|(slot, n)| (*slot as i32 + NATIVE_OFFSET, *n)).collect(),
+            sum: c.words[LATENCY_NS] as f64 / 1e9,
+            count: c.words[ESTABLISHED],
+        };
+        h.write(&mut f, &labels(o, l, p));
+    }
+    let mut f = sink.family(
+        "node_ebpf_pod_tcp_peer_accepted_total",
+        "TCP connections the pod's listening sockets accepted from the peer, by local port.",
+        Kind::Counter,
+    );
+    for (o, l, p, c) in rows.iter().filter(|r| r.1.dir == DIR_IN) {
+        f.sample(&labels(o, l, p), c.words[ACCEPTED] as f64);
+    }
+    let mut f = sink.family(
+        "node_ebpf_pod_tcp_peer_connections",
+        "TCP connections of the pod with the peer open now (established or accepted since the agent started, not closed).",
+        Kind::Gauge,
+    );
+    for (o, l, p, c) in &rows {
+        let opened = c.words[ESTABLISHED].wrapping_add(c.words[ACCEPTED]);
+        f.sample(&labels(o, l, p), opened.saturating_sub(c.words[CLOSED]) as f64);
+    }
+    for (name, help, w) in [
+        (
+            "node_ebpf_pod_tcp_peer_sent_bytes_total",
+            "Payload bytes the pod sent the peer and the peer acknowledged, counted when the connection closes.",
+            BYTES_SENT,
+        ),
+        (
+            "node_ebpf_pod_tcp_peer_received_bytes_total",
+            "Payload bytes the pod received from the peer, counted when the connection closes.",
+            BYTES_RECEIVED,
+        ),
+        (
+            "node_ebpf_pod_tcp_peer_retransmits_total",
+            "TCP segments the pod retransmitted to the peer, counted when the connection closes.",
+            RETRANSMITS,
+        ),
+        ("node_ebpf_pod_tcp_peer_closed_total", "TCP connections of the pod with the peer that closed after being established.", CLOSED),
+    ] {
+        let mut f = sink.family(name, help, Kind::Counter);
+        for (o, l, p, c) in &rows {
+            f.sample(&labels(o, l, p), c.words[w] as f64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_peers_is_bounded() {
+        assert_eq!(parse_max("20"), Ok(20));
+        assert!(parse_max("0").is_err());
+        assert!(parse_max("1001").is_err());
+        assert!(parse_max("x").is_err());
+    }
+}
