@@ -1,0 +1,367 @@
+//! `ebpf_tcp_peers` truth test (#36): two pods of this node, their cgroups
+//! made by the test with kubelet-style paths, served with their addresses
+//! by an in-memory API server over HTTP; both run in one network namespace
+//! of the test's own, pod A's address 10.77.0.1 and pod B's 10.77.0.2, and
+//! 10.78.0.0/22 routed to loopback (any address of it is local). Pod A's
+//! client connects to B's servers, to a closed port of B, and to 1,000
+//! distinct addresses of 10.78.0.0/22, which B's server also answers.
+//!
+//! The agent's counts for the two pods (only the test's own cgroups, so
+//! exact on a busy node) are checked against what the client and the
+//! server counted themselves: connects, refusals, bytes written and read
+//! each way, connections accepted, and the bound on peers per pod.
+//!
+//! Root only (CAP_BPF, cgroups, network namespaces); outside CI without
+//! root it skips with a message, in CI it must run.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use expo::Format;
+use node_agent_tests::apiserver::{pod, Api, Running};
+use node_agent_tests::host::root_or_skip;
+use node_agent_tests::netns::Netns;
+use node_agent_tests::pods::{pod_cgroup, CID_A, CID_B, NODE, UID_A, UID_B};
+use runtime::{Scraper, Selection};
+
+/// Pod B: answers every connection on 10.77.0.2:8080 and on port 9090 of
+/// any address with 100 bytes once the client has shut down its side,
+/// having read everything. Prints "ready", then, when stdin closes, the
+/// bytes it read and the connections it accepted, per port.
+const SERVER: &str = r#"
+import socket, sys, threading
+counts = {8080: [0, 0], 9090: [0, 0]}
+def serve(l, port):
+    while True:
+        c, _ = l.accept()
+        n = 0
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            n += len(d)
+        c.sendall(b"r" * 100)
+        c.close()
+        counts[port][0] += 1
+        counts[port][1] += n
+for addr, port in (("10.77.0.2", 8080), ("0.0.0.0", 9090)):
+    l = socket.socket()
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind((addr, port))
+    l.listen(512)
+    threading.Thread(target=serve, args=(l, port), daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()
+print(counts[8080][0], counts[8080][1], counts[9090][0], counts[9090][1], flush=True)
+"#;
+
+/// Pod A, phase given by argv[1]: "pods" makes 7 connects to B's 8080
+/// (writing 1000 + i bytes each, reading B's answer) and 4 to B's closed
+/// port 8081; "fail" makes 3 connects to 10.79.0.1 (no neighbour answers:
+/// unreachable), 2 to 10.80.0.1 with one SYN retry (nothing answers: timed
+/// out) and 5 non-blocking ones to 10.80.0.1 closed at once (aborted);
+/// "crowd" makes one connect to each of 1,000 addresses of
+/// 10.78.0.0/22 on port 9090 (10 bytes each). Every connect from
+/// 10.77.0.1. Prints: connects made, refused, bytes written, bytes read.
+const CLIENT: &str = r#"
+import socket, sys
+made = refused = wrote = read = 0
+def one(addr, port, payload):
+    global made, refused, wrote, read
+    s = socket.socket()
+    s.bind(("10.77.0.1", 0))
+    made += 1
+    try:
+        s.connect((addr, port))
+    except ConnectionRefusedError:
+        refused += 1
+        s.close()
+        return
+    s.sendall(payload)
+    wrote += len(payload)
+    s.shutdown(socket.SHUT_WR)
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        read += len(d)
+    s.close()
+def failing(addr, syncnt, wait):
+    global made
+    s = socket.socket()
+    s.bind(("10.77.0.1", 0))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_SYNCNT, syncnt)
+    made += 1
+    if wait:
+        try:
+            s.connect((addr, 80))
+        except OSError:
+            pass
+    else:
+        s.setblocking(False)
+        try:
+            s.connect((addr, 80))
+        except BlockingIOError:
+            pass
+    s.close()
+if sys.argv[1] == "fail":
+    for i in range(3):
+        failing("10.79.0.1", 1, True)
+    for i in range(2):
+        failing("10.80.0.1", 1, True)
+    for i in range(5):
+        failing("10.80.0.1", 1, False)
+elif sys.argv[1] == "pods":
+    for i in range(7):
+        one("10.77.0.2", 8080, b"w" * (1000 + i))
+    for i in range(4):
+        one("10.77.0.2", 8081, b"")
+else:
+    for i in range(1000):
+        one("10.78.%d.%d" % (i >> 8, i & 255), 9090, b"c" * 10)
+print(made, refused, wrote, read, flush=True)
+"#;
+
+fn api() -> std::sync::Arc<Api> {
+    let api = std::sync::Arc::new(Api::new());
+    {
+        let mut st = api.state.lock().expect("state");
+        for (uid, ns, name, c, cid, ip) in
+            [(UID_A, "web", "web-0", "app", CID_A, "10.77.0.1"), (UID_B, "db", "db-0", "pg", CID_B, "10.77.0.2")]
+        {
+            let mut p = pod(uid, ns, name, NODE, c, cid);
+            p["status"]["podIP"] = ip.into();
+            p["status"]["podIPs"] = serde_json::json!([{ "ip": ip }]);
+            api.put(&mut st, "pods", ns, name, p, false);
+        }
+    }
+    api
+}
+
+struct Agent {
+    scraper: Scraper,
+}
+
+impl Agent {
+    fn new(c: &Running) -> Agent {
+        let args = vec![
+            "node-agent".to_string(),
+            "--collector.disable-defaults".into(),
+            "--collector.ebpf_pods".into(),
+            "--collector.ebpf_tcp_peers".into(),
+            "--collector.ebpf_tcp_peers.max-peers=5".into(),
+            format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
+            format!("--collector.ebpf_pods.node-name={NODE}"),
+        ];
+        let m = node_agent::cmd::command().try_get_matches_from(args).expect("flags");
+        let cfg = node_agent::config::resolve(&m).expect("config");
+        let a = Agent { scraper: node_agent::agent::scraper(cfg.collectors, false) };
+        let up = a.samples("node_ebpf_program_up");
+        assert!(
+            up.iter().any(|(l, v)| l.get("program").map(String::as_str) == Some("tcp_peers_set_state") && *v == 1.0),
+            "tcp_peers_set_state is not up: {up:?}"
+        );
+        let t = Instant::now();
+        while a.samples("node_ebpf_pod_attribution_synced").first().map(|s| s.1) != Some(1.0) {
+            assert!(t.elapsed() < Duration::from_secs(20), "the pods of {NODE} were never listed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        a
+    }
+
+    fn samples(&self, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        let text = String::from_utf8(self.scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8");
+        for c in ["ebpf_pods", "ebpf_tcp_peers"] {
+            assert!(text.contains(&format!("node_scrape_collector_success{{collector=\"{c}\"}} 1")), "{c} failed:\n{text}");
+        }
+        node_agent_tests::samples(&text, name)
+    }
+
+    /// The pod's series of `name`, by (direction, peer_kind, peer, port[, result]).
+    fn pod(&self, name: &str, ns: &str, pod: &str) -> BTreeMap<String, f64> {
+        self.samples(name)
+            .into_iter()
+            .filter(|(l, _)| l.get("namespace").map(String::as_str) == Some(ns) && l.get("pod").map(String::as_str) == Some(pod))
+            .map(|(l, v)| {
+                let g = |k: &str| l.get(k).cloned().unwrap_or_default();
+                let mut key = format!("{} {} {} {}", g("direction"), g("peer_kind"), g("peer"), g("port"));
+                if let Some(r) = l.get("result") {
+                    key.push(' ');
+                    key.push_str(r);
+                }
+                (key, v)
+            })
+            .collect()
+    }
+}
+
+/// Runs the client's phase in pod A's cgroup and the namespace; its counts.
+fn client(a: &node_agent_tests::pods::PodCgroup, ns: &Netns, script: &std::path::Path, phase: &str) -> [f64; 4] {
+    let out = a
+        .command(&format!("ip netns exec {} python3 {} {phase}", ns.0, script.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("client");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "client {phase} failed: {text} {}", String::from_utf8_lossy(&out.stderr));
+    let v: Vec<f64> = text.split_whitespace().map(|x| x.parse().expect("a count")).collect();
+    [v[0], v[1], v[2], v[3]]
+}
+
+/// The tests share pods A and B's cgroups: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn connects_bytes_and_peers_are_the_pods_own() {
+    if !root_or_skip("the TCP peers truth test") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = Netns::new("peers");
+    // 10.79.0.0/24 and 10.80.0.0/24 through a veth pair where nothing
+    // answers: 10.79.0.1's neighbour never resolves (one probe, 100 ms), so
+    // the kernel answers the SYN with an ICMP host unreachable; 10.80.0.1
+    // has a made-up neighbour, so its SYNs go unanswered.
+    ns.batch(
+        "link set lo up\naddr add 10.77.0.1/32 dev lo\naddr add 10.77.0.2/32 dev lo\nroute add local 10.78.0.0/22 dev lo\n\
+         link add v0 type veth peer name v1\nlink set v1 up\nlink set v0 up\nroute add 10.79.0.0/24 dev v0\n\
+         route add 10.80.0.0/24 dev v0\nneigh add 10.80.0.1 lladdr 02:00:00:00:00:01 dev v0 nud permanent\n\
+         ntable change name arp_cache dev v0 ucast_probes 1 mcast_probes 1 retrans 100\n",
+    );
+    let cluster = Running::start(api()).expect("API server");
+    let agent = Agent::new(&cluster);
+    let (a, b) = (pod_cgroup('A', None), pod_cgroup('B', None));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server_py, client_py) = (dir.path().join("server.py"), dir.path().join("client.py"));
+    std::fs::write(&server_py, SERVER).expect("server script");
+    std::fs::write(&client_py, CLIENT).expect("client script");
+    let mut server = b
+        .command(&format!("ip netns exec {} python3 {}", ns.0, server_py.display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("server");
+    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+
+    // Phase 1: B's pod, by its address.
+    let [made, refused, wrote, read] = client(&a, &ns, &client_py, "pods");
+    assert_eq!((made, refused, read), (11.0, 4.0, 700.0), "the client's own counts");
+    std::thread::sleep(Duration::from_millis(200));
+    let out = |name: &str| agent.pod(name, "web", "web-0");
+    let attempts = out("node_ebpf_pod_tcp_peer_connect_attempts_total");
+    let connects = out("node_ebpf_pod_tcp_peer_connects_total");
+    eprintln!("phase 1, web-0: attempts {attempts:?}\nconnects {connects:?}");
+    assert_eq!(attempts.get("out pod db/db-0 8080"), Some(&7.0));
+    assert_eq!(attempts.get("out pod db/db-0 8081"), Some(&4.0));
+    assert_eq!(connects.get("out pod db/db-0 8080 established"), Some(&7.0));
+    assert_eq!(connects.get("out pod db/db-0 8081 refused"), Some(&4.0));
+    assert_eq!(connects.get("out pod db/db-0 8081 established"), Some(&0.0));
+    assert_eq!(out("node_ebpf_pod_tcp_peer_sent_bytes_total").get("out pod db/db-0 8080"), Some(&wrote), "bytes A wrote");
+    assert_eq!(out("node_ebpf_pod_tcp_peer_received_bytes_total").get("out pod db/db-0 8080"), Some(&read), "bytes A read");
+    assert_eq!(out("node_ebpf_pod_tcp_peer_closed_total").get("out pod db/db-0 8080"), Some(&7.0));
+    assert_eq!(out("node_ebpf_pod_tcp_peer_connections").get("out pod db/db-0 8080"), Some(&0.0));
+    let lat_count = agent
+        .samples("node_ebpf_pod_tcp_peer_connect_latency_seconds_count")
+        .into_iter()
+        .find(|(l, _)| l.get("pod").map(String::as_str) == Some("web-0") && l.get("port").map(String::as_str) == Some("8080"))
+        .map(|s| s.1);
+    assert_eq!(lat_count, Some(7.0), "one latency per established connect");
+    // B's side: accepted from A's pod, the same bytes mirrored.
+    let b_in = |name: &str| agent.pod(name, "db", "db-0").get("in pod web/web-0 8080").copied();
+    assert_eq!(b_in("node_ebpf_pod_tcp_peer_accepted_total"), Some(7.0));
+    assert_eq!(b_in("node_ebpf_pod_tcp_peer_received_bytes_total"), Some(wrote), "bytes B read");
+    assert_eq!(b_in("node_ebpf_pod_tcp_peer_sent_bytes_total"), Some(read), "bytes B wrote");
+
+    // Phase 2: connects that fail, by reason.
+    let [made_f, ..] = client(&a, &ns, &client_py, "fail");
+    assert_eq!(made_f, 10.0);
+    std::thread::sleep(Duration::from_millis(200));
+    let connects = out("node_ebpf_pod_tcp_peer_connects_total");
+    eprintln!("phase 2, web-0: connects {:?}", connects.iter().filter(|(_, v)| **v > 0.0).collect::<Vec<_>>());
+    assert_eq!(connects.get("out external 10.79.0.1 80 unreachable"), Some(&3.0));
+    assert_eq!(connects.get("out external 10.80.0.1 80 timeout"), Some(&2.0));
+    assert_eq!(connects.get("out external 10.80.0.1 80 aborted"), Some(&5.0));
+    assert_eq!(out("node_ebpf_pod_tcp_peer_connect_attempts_total").get("out external 10.80.0.1 80"), Some(&7.0));
+
+    // Phase 3: 1,000 distinct peers; 5 series per pod and direction at most.
+    let [made2, refused2, wrote2, read2] = client(&a, &ns, &client_py, "crowd");
+    assert_eq!((made2, refused2, wrote2, read2), (1000.0, 0.0, 10_000.0, 100_000.0), "the client's own counts");
+    std::thread::sleep(Duration::from_millis(200));
+    let attempts = out("node_ebpf_pod_tcp_peer_connect_attempts_total");
+    eprintln!("phase 3, web-0: attempts {attempts:?}");
+    assert!(attempts.len() <= 6, "{} out series for web-0 with max-peers 5: {attempts:?}", attempts.len());
+    assert!(attempts.keys().any(|k| k.starts_with("out other")), "no other series: {attempts:?}");
+    assert_eq!(attempts.values().sum::<f64>(), 1021.0, "every connect, in some series");
+    assert_eq!(attempts.get("out pod db/db-0 8080"), Some(&7.0), "an admitted peer keeps its series");
+    let sent: f64 = out("node_ebpf_pod_tcp_peer_sent_bytes_total").iter().filter(|(k, _)| k.starts_with("out ")).map(|(_, v)| v).sum();
+    assert_eq!(sent, wrote + wrote2, "bytes A wrote, over its out series");
+    let b_accepted = agent.pod("node_ebpf_pod_tcp_peer_accepted_total", "db", "db-0");
+    assert_eq!(b_accepted.get("in pod web/web-0 9090"), Some(&1000.0), "{b_accepted:?}");
+
+    // The server's own counts agree.
+    drop(server.stdin.take());
+    let line = lines.next().and_then(Result::ok).unwrap_or_default();
+    let _ = server.wait();
+    let v: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    assert_eq!(v, vec![7.0, wrote, 1000.0, wrote2], "the server's counts: {line}");
+    let _ = std::io::stdout().flush();
+}
+
+/// Pod A in namespace a connects to pod B in namespace b through a path
+/// that holds every packet from a to b for 20 ms (`netns::DelayLink`): each
+/// connect takes 20 ms and a bit, so none is in a latency bucket at or
+/// below 15.6 ms, and every one the client itself timed under 31.25 ms is
+/// in (15.6, 31.3] ms (the kernel's interval is inside the client's).
+#[test]
+fn connect_latency_is_the_paths() {
+    if !root_or_skip("the TCP peers truth test") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const N: usize = 6;
+    let link = node_agent_tests::netns::DelayLink::new("peerlat", Duration::from_millis(20), Duration::ZERO);
+    let cluster = Running::start(api()).expect("API server");
+    let agent = Agent::new(&cluster);
+    let (a, b) = (pod_cgroup('A', None), pod_cgroup('B', None));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server_py, client_py) = (dir.path().join("server.py"), dir.path().join("client.py"));
+    std::fs::write(&server_py, format!("import socket\nl = socket.socket()\nl.bind(('10.77.0.2', 0))\nl.listen(16)\nprint(l.getsockname()[1], flush=True)\nfor _ in range({N}):\n    l.accept()[0].close()\n")).expect("server script");
+    std::fs::write(
+        &client_py,
+        format!("import socket, sys, time\nfor _ in range({N}):\n    t = time.monotonic()\n    c = socket.create_connection(('10.77.0.2', int(sys.argv[1])))\n    print(int((time.monotonic() - t) * 1e6))\n    c.close()\n"),
+    )
+    .expect("client script");
+    let mut server =
+        b.command(&format!("ip netns exec {} python3 {}", link.b.0, server_py.display())).stdout(Stdio::piped()).spawn().expect("server");
+    let port = BufReader::new(server.stdout.take().expect("stdout")).lines().next().and_then(Result::ok).unwrap_or_default();
+    let out = a.command(&format!("ip netns exec {} python3 {} {port}", link.a.0, client_py.display())).output().expect("client");
+    assert!(out.status.success(), "client: {}", String::from_utf8_lossy(&out.stderr));
+    let _ = server.wait();
+    let took: Vec<Duration> =
+        String::from_utf8_lossy(&out.stdout).split_whitespace().map(|us| Duration::from_micros(us.parse().expect("µs"))).collect();
+    assert_eq!(took.len(), N);
+    std::thread::sleep(Duration::from_millis(100));
+    let quick = took.iter().filter(|d| **d < Duration::from_micros(31_250)).count();
+    let bucket = |le: &str| -> f64 {
+        agent
+            .samples("node_ebpf_pod_tcp_peer_connect_latency_seconds_bucket")
+            .into_iter()
+            .filter(|(l, _)| {
+                l.get("pod").map(String::as_str) == Some("web-0")
+                    && l.get("peer").map(String::as_str) == Some("db/db-0")
+                    && l.get("le").map(String::as_str) == Some(le)
+            })
+            .map(|s| s.1)
+            .sum()
+    };
+    let (below, upto, all) = (bucket("0.015625"), bucket("0.03125"), bucket("+Inf"));
+    eprintln!("client timed {took:?}; web-0 to db/db-0: {below} at or below 15.6 ms, {upto} at or below 31.3 ms, {all} in all");
+    assert_eq!(all, N as f64, "one latency per connect");
+    assert_eq!(below, 0.0, "no connect beat the path's 20 ms");
+    assert!(upto - below >= quick as f64, "{quick} connects the client timed under 31.25 ms, {} in (15.6, 31.3] ms", upto - below);
+}
