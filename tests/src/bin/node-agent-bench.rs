@@ -765,6 +765,9 @@ fn attach_programs(
 ) -> Res<(std::sync::Arc<node_agent::ebpf::Shared>, node_agent::ebpf::Probe)> {
     let mut ctx = node_agent::probes::Context::with_object(node_agent_tests::TEST_OBJECT, stats);
     ctx.attribute = pods;
+    // ebpf_tcp_peers reads each socket's cgroup, as on a node with a
+    // Kubernetes API (nothing else reads this).
+    ctx.kube = true;
     let shared = ctx.ebpf().map_err(|e| e.to_string())?;
     if pods && ctx.pod_events != agent_common::pods::ALL {
         return Err(format!("pod attribution serves only events {:#x} here", ctx.pod_events));
@@ -1245,6 +1248,28 @@ fn bpftrace_peers(quick: bool, probe: Option<&str>) -> Res<Vec<PeerRow>> {
                          delete(@start[args->skaddr]); } \
                        else if ((args->oldstate == 3 && args->newstate == 1) || args->oldstate == 1) { \
                          @rtt = hist((((struct tcp_sock *)args->skaddr)->srtt_us >> 3) * 1000); } }"
+                .into(),
+            tracepoints: 1,
+            check: None,
+            events: c,
+            rounds_x: 1,
+            work: Box::new(move || tcp_connect_loop(c)),
+        },
+        PeerCase {
+            probe: "ebpf_tcp_peers",
+            event: "TCP connect + accept + close (loopback)",
+            programs: &agent_common::tcp_peers::PROGRAMS,
+            bpftrace: "tracepoint:sock:inet_sock_set_state /args->protocol == 6/ { \
+                       $sk = (struct sock *)args->skaddr; $d = $sk->__sk_common.skc_daddr; \
+                       if (args->newstate == 2) { @start[args->skaddr] = nsecs; @attempts[cgroup, $d, args->dport] = count(); } \
+                       else if (args->oldstate == 2) { \
+                         if (args->newstate == 1) { @lat[cgroup, $d, args->dport] = hist(nsecs - @start[args->skaddr]); @open[args->skaddr] = 1; } \
+                         else if (args->newstate == 7) { @failed[cgroup, $d, args->dport, $sk->sk_err] = count(); } \
+                         delete(@start[args->skaddr]); } \
+                       else if (args->oldstate == 3 && args->newstate == 1) { @accepted[cgroup, $d, args->sport] = count(); @open[args->skaddr] = 1; } \
+                       else if (args->newstate == 7 && @open[args->skaddr]) { $tp = (struct tcp_sock *)args->skaddr; \
+                         @sent[cgroup, $d, args->dport] = sum($tp->bytes_acked); @rcvd[cgroup, $d, args->dport] = sum($tp->bytes_received); \
+                         @closed[cgroup, $d, args->dport] = count(); delete(@open[args->skaddr]); } }"
                 .into(),
             tracepoints: 1,
             check: None,

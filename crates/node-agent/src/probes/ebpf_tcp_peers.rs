@@ -162,9 +162,10 @@ impl host::Collector for Collector {
                     }
                     live.insert((m.namespace.clone(), m.name.clone()));
                 }
-                let cgroups = &a.cgroups;
+                let (cgroups, no_v2) = (&a.cgroups, a.root.is_none());
                 let resolve = |cg: u64| match cgroups.get(&cg) {
-                    _ if cg == 0 => Resolution::Owner(Owner::default()),
+                    // No cgroup v2 hierarchy to name anything with: all the host's.
+                    _ if cg == 0 || no_v2 => Resolution::Owner(Owner::default()),
                     Some(Cgroup { pod: None, .. }) => Resolution::Owner(Owner::default()),
                     Some(Cgroup { pod: Some(r), .. }) => match idx.get(&r.uid) {
                         Some((_, m)) => Resolution::Owner((m.namespace.clone(), m.name.clone())),
