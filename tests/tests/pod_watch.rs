@@ -207,7 +207,7 @@ fn deleted_pods_are_forgotten_on_a_timer_without_a_scrape() {
     let c = Running::start(api()).expect("API server");
     let source = node_agent::pods::watch::source(Some(c.kubeconfig.path())).expect("kubeconfig");
     let settings = node_agent::pods::watch::Settings { grace: Duration::from_secs(1), list_timeout: Duration::from_secs(60) };
-    let w = node_agent::pods::Watched::start(source, NODE.to_string(), settings).expect("watch");
+    let w = node_agent::pods::Watched::start(source, NODE.to_string(), settings, false).expect("watch");
     let t = Instant::now();
     while !w.lock().synced {
         assert!(t.elapsed() < Duration::from_secs(20), "never listed");

@@ -62,7 +62,8 @@ print(counts[8080][0], counts[8080][1], counts[9090][0], counts[9090][1], flush=
 /// port 8081; "fail" makes 3 connects to 10.79.0.1 (no neighbour answers:
 /// unreachable), 2 to 10.80.0.1 with one SYN retry (nothing answers: timed
 /// out) and 5 non-blocking ones to 10.80.0.1 closed at once (aborted);
-/// "crowd" makes one connect to each of 1,000 addresses of
+/// "service" makes 3 connects to the Service db/pg's ClusterIP
+/// 10.96.7.7, port 9090 (20 bytes each); "crowd" makes one connect to each of 1,000 addresses of
 /// 10.78.0.0/22 on port 9090 (10 bytes each). Every connect from
 /// 10.77.0.1. Prints: connects made, refused, bytes written, bytes read.
 const CLIENT: &str = r#"
@@ -113,6 +114,9 @@ if sys.argv[1] == "fail":
         failing("10.80.0.1", 1, True)
     for i in range(5):
         failing("10.80.0.1", 1, False)
+elif sys.argv[1] == "service":
+    for i in range(3):
+        one("10.96.7.7", 9090, b"s" * 20)
 elif sys.argv[1] == "pods":
     for i in range(7):
         one("10.77.0.2", 8080, b"w" * (1000 + i))
@@ -136,6 +140,12 @@ fn api() -> std::sync::Arc<Api> {
             p["status"]["podIPs"] = serde_json::json!([{ "ip": ip }]);
             api.put(&mut st, "pods", ns, name, p, false);
         }
+        let svc = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "pg", "namespace": "db", "uid": "5e7c0000-0000-4000-8000-000000000001"},
+            "spec": {"clusterIP": "10.96.7.7", "clusterIPs": ["10.96.7.7"], "ports": [{"port": 9090, "protocol": "TCP"}]}
+        });
+        api.put(&mut st, "services", "db", "pg", svc, false);
     }
     api
 }
@@ -164,8 +174,14 @@ impl Agent {
             "tcp_peers_set_state is not up: {up:?}"
         );
         let t = Instant::now();
-        while a.samples("node_ebpf_pod_attribution_synced").first().map(|s| s.1) != Some(1.0) {
-            assert!(t.elapsed() < Duration::from_secs(20), "the pods of {NODE} were never listed");
+        let services = || {
+            a.samples("node_ebpf_tcp_peers_tracked")
+                .into_iter()
+                .find(|(l, _)| l.get("what").map(String::as_str) == Some("services"))
+                .map(|s| s.1)
+        };
+        while a.samples("node_ebpf_pod_attribution_synced").first().map(|s| s.1) != Some(1.0) || services() != Some(1.0) {
+            assert!(t.elapsed() < Duration::from_secs(20), "the pods of {NODE} and the Services were never listed");
             std::thread::sleep(Duration::from_millis(50));
         }
         a
@@ -221,12 +237,13 @@ fn connects_bytes_and_peers_are_the_pods_own() {
     }
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let ns = Netns::new("peers");
-    // 10.79.0.0/24 and 10.80.0.0/24 through a veth pair where nothing
+    // The Service's ClusterIP on loopback (as kube-proxy's IPVS mode puts
+    // ClusterIPs on a local device); 10.79.0.0/24 and 10.80.0.0/24 through a veth pair where nothing
     // answers: 10.79.0.1's neighbour never resolves (one probe, 100 ms), so
     // the kernel answers the SYN with an ICMP host unreachable; 10.80.0.1
     // has a made-up neighbour, so its SYNs go unanswered.
     ns.batch(
-        "link set lo up\naddr add 10.77.0.1/32 dev lo\naddr add 10.77.0.2/32 dev lo\nroute add local 10.78.0.0/22 dev lo\n\
+        "link set lo up\naddr add 10.77.0.1/32 dev lo\naddr add 10.77.0.2/32 dev lo\naddr add 10.96.7.7/32 dev lo\nroute add local 10.78.0.0/22 dev lo\n\
          link add v0 type veth peer name v1\nlink set v1 up\nlink set v0 up\nroute add 10.79.0.0/24 dev v0\n\
          route add 10.80.0.0/24 dev v0\nneigh add 10.80.0.1 lladdr 02:00:00:00:00:01 dev v0 nud permanent\n\
          ntable change name arp_cache dev v0 ucast_probes 1 mcast_probes 1 retrans 100\n",
@@ -288,27 +305,36 @@ fn connects_bytes_and_peers_are_the_pods_own() {
     assert_eq!(connects.get("out external 10.80.0.1 80 aborted"), Some(&5.0));
     assert_eq!(out("node_ebpf_pod_tcp_peer_connect_attempts_total").get("out external 10.80.0.1 80"), Some(&7.0));
 
-    // Phase 3: 1,000 distinct peers; 5 series per pod and direction at most.
+    // Phase 3: a Service, by its ClusterIP.
+    let [made_s, _, wrote_s, read_s] = client(&a, &ns, &client_py, "service");
+    assert_eq!((made_s, wrote_s, read_s), (3.0, 60.0, 300.0), "the client's own counts");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(out("node_ebpf_pod_tcp_peer_connect_attempts_total").get("out service db/pg 9090"), Some(&3.0));
+    assert_eq!(out("node_ebpf_pod_tcp_peer_sent_bytes_total").get("out service db/pg 9090"), Some(&60.0));
+    assert_eq!(out("node_ebpf_pod_tcp_peer_received_bytes_total").get("out service db/pg 9090"), Some(&300.0));
+
+    // Phase 4: 1,000 distinct peers; 5 series per pod and direction at most.
     let [made2, refused2, wrote2, read2] = client(&a, &ns, &client_py, "crowd");
     assert_eq!((made2, refused2, wrote2, read2), (1000.0, 0.0, 10_000.0, 100_000.0), "the client's own counts");
     std::thread::sleep(Duration::from_millis(200));
     let attempts = out("node_ebpf_pod_tcp_peer_connect_attempts_total");
-    eprintln!("phase 3, web-0: attempts {attempts:?}");
+    eprintln!("phase 4, web-0: attempts {attempts:?}");
     assert!(attempts.len() <= 6, "{} out series for web-0 with max-peers 5: {attempts:?}", attempts.len());
     assert!(attempts.keys().any(|k| k.starts_with("out other")), "no other series: {attempts:?}");
-    assert_eq!(attempts.values().sum::<f64>(), 1021.0, "every connect, in some series");
+    assert_eq!(attempts.values().sum::<f64>(), 1024.0, "every connect, in some series");
+    assert_eq!(attempts.get("out other  "), Some(&1000.0), "five peers admitted before: the crowd is other");
     assert_eq!(attempts.get("out pod db/db-0 8080"), Some(&7.0), "an admitted peer keeps its series");
     let sent: f64 = out("node_ebpf_pod_tcp_peer_sent_bytes_total").iter().filter(|(k, _)| k.starts_with("out ")).map(|(_, v)| v).sum();
-    assert_eq!(sent, wrote + wrote2, "bytes A wrote, over its out series");
+    assert_eq!(sent, wrote + wrote_s + wrote2, "bytes A wrote, over its out series");
     let b_accepted = agent.pod("node_ebpf_pod_tcp_peer_accepted_total", "db", "db-0");
-    assert_eq!(b_accepted.get("in pod web/web-0 9090"), Some(&1000.0), "{b_accepted:?}");
+    assert_eq!(b_accepted.get("in pod web/web-0 9090"), Some(&1003.0), "{b_accepted:?}");
 
     // The server's own counts agree.
     drop(server.stdin.take());
     let line = lines.next().and_then(Result::ok).unwrap_or_default();
     let _ = server.wait();
     let v: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    assert_eq!(v, vec![7.0, wrote, 1000.0, wrote2], "the server's counts: {line}");
+    assert_eq!(v, vec![7.0, wrote, 1003.0, wrote_s + wrote2], "the server's counts: {line}");
     let _ = std::io::stdout().flush();
 }
 

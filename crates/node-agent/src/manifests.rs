@@ -96,8 +96,9 @@ fn agent_rbac() -> String {
     format!(
         r#"{HEADER}# The agent's identity. Pod attribution (ebpf_pods: naming the pods on its
 # node) lists and watches the pods of its node (spec.nodeName field
-# selector); explain reads nodes. Exactly get/list/watch on pods and nodes,
-# nothing else.
+# selector); ebpf_tcp_peers lists and watches Services (a peer's ClusterIP
+# names its Service); explain reads nodes. Exactly get/list/watch on pods,
+# services and nodes, nothing else.
 apiVersion: v1
 kind: ServiceAccount
 metadata:
@@ -110,7 +111,7 @@ metadata:
   name: node-agent
 rules:
   - apiGroups: [""]
-    resources: [pods, nodes]
+    resources: [pods, services, nodes]
     verbs: [get, list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1

@@ -12,6 +12,7 @@ pub mod bound;
 pub mod cgroup;
 pub mod index;
 pub mod peers;
+pub mod services;
 pub mod watch;
 
 use std::sync::{Arc, Mutex};
@@ -23,16 +24,20 @@ use index::PodIndex;
 /// the collectors that name pods.
 pub struct Watched {
     pub index: Arc<Mutex<PodIndex>>,
+    /// The cluster's Services, when watched (for `ebpf_tcp_peers`).
+    pub services: Option<Arc<Mutex<services::ServiceIndex>>>,
     pub node: String,
     _watch: watch::Watch,
 }
 
 impl Watched {
-    /// Starts watching the pods of `node`.
-    pub fn start(source: watch::Source, node: String, settings: watch::Settings) -> std::io::Result<Watched> {
+    /// Starts watching the pods of `node`, and the cluster's Services when
+    /// `services`.
+    pub fn start(source: watch::Source, node: String, settings: watch::Settings, services: bool) -> std::io::Result<Watched> {
         let index = Arc::new(Mutex::new(PodIndex::default()));
-        let w = watch::spawn(source, node.clone(), Arc::clone(&index), settings)?;
-        Ok(Watched { index, node, _watch: w })
+        let services = services.then(|| Arc::new(Mutex::new(services::ServiceIndex::default())));
+        let w = watch::spawn(source, node.clone(), Arc::clone(&index), services.clone(), settings)?;
+        Ok(Watched { index, services, node, _watch: w })
     }
 
     /// The index, locked (a poisoned lock still holds a usable index).

@@ -34,6 +34,8 @@ pub type Owner = (String, String);
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
+    /// A Service, by its ClusterIP.
+    Service,
     /// A pod of this node, by its address.
     Pod,
     /// A loopback address.
@@ -47,6 +49,7 @@ pub enum Kind {
 impl Kind {
     pub fn label(self) -> &'static str {
         match self {
+            Kind::Service => "service",
             Kind::Pod => "pod",
             Kind::Local => "local",
             Kind::External => "external",
@@ -107,9 +110,12 @@ pub fn address(raw: [u8; 16]) -> IpAddr {
     }
 }
 
-/// Names an address: `pods` maps this node's pod addresses to
-/// `namespace/workload`.
-pub fn name(addr: IpAddr, pods: &HashMap<IpAddr, String>) -> (Kind, String) {
+/// Names an address: a Service by ClusterIP (`services`), else `pods` maps
+/// this node's pod addresses to `namespace/workload`.
+pub fn name(addr: IpAddr, services: Option<&super::services::ServiceIndex>, pods: &HashMap<IpAddr, String>) -> (Kind, String) {
+    if let Some(s) = services.and_then(|s| s.get(&addr)) {
+        return (Kind::Service, s.to_string());
+    }
     if let Some(p) = pods.get(&addr) {
         return (Kind::Pod, p.clone());
     }
@@ -179,14 +185,14 @@ impl Peers {
 
     /// One pass over the kernel's entries. `resolve` names a cgroup's owner
     /// (called for cgroups not decided yet), `alive` says whether a decided
-    /// owner is still there, `pods` names pod addresses.
+    /// owner is still there, `name` names a peer's address ([`name`]).
     pub fn update(
         &mut self,
         stats: &[(PeerKey, PeerCounters)],
         lat: &[(LatKey, u64)],
         mut resolve: impl FnMut(u64) -> Resolution,
         alive: impl Fn(&Owner) -> bool,
-        pods: &HashMap<IpAddr, String>,
+        name: impl Fn(IpAddr) -> (Kind, String),
         now: Instant,
     ) -> Pass {
         let mut pass = Pass::default();
@@ -238,7 +244,7 @@ impl Peers {
                 continue;
             }
             let e = self.entries.entry(k).or_insert_with(|| {
-                let (kind, peer) = name(address(k.addr), pods);
+                let (kind, peer) = name(address(k.addr));
                 Entry { label: Label { dir: k.dir, kind, peer, port: Some(k.port) }, folded: Counts::default(), live: Counts::default() }
             });
             if e.live == c {
@@ -343,12 +349,17 @@ mod tests {
 
     #[test]
     fn names_addresses() {
-        let pods: HashMap<IpAddr, String> = [("10.1.0.5".parse().unwrap(), "db/pg".to_string())].into();
+        let pods: HashMap<IpAddr, String> = [("10.1.0.5".parse().expect("address"), "db/pg".to_string())].into();
         assert_eq!(address(key(0, [10, 1, 0, 5], 0, 0).addr), "10.1.0.5".parse::<IpAddr>().unwrap());
-        assert_eq!(name("10.1.0.5".parse().unwrap(), &pods), (Kind::Pod, "db/pg".into()));
-        assert_eq!(name("127.0.0.1".parse().unwrap(), &pods), (Kind::Local, "127.0.0.1".into()));
-        assert_eq!(name("::1".parse().unwrap(), &pods), (Kind::Local, "::1".into()));
-        assert_eq!(name("8.8.8.8".parse().unwrap(), &pods), (Kind::External, "8.8.8.8".into()));
+        let mut services = super::super::services::ServiceIndex::default();
+        let svc = serde_json::json!({"metadata": {"uid": "s", "namespace": "web", "name": "front"}, "spec": {"clusterIP": "10.96.0.10"}});
+        services.apply(&serde_json::from_value(svc).expect("service"));
+        let n = |a: &str| name(a.parse().expect("address"), Some(&services), &pods);
+        assert_eq!(n("10.96.0.10"), (Kind::Service, "web/front".into()));
+        assert_eq!(n("10.1.0.5"), (Kind::Pod, "db/pg".into()));
+        assert_eq!(n("127.0.0.1"), (Kind::Local, "127.0.0.1".into()));
+        assert_eq!(n("::1"), (Kind::Local, "::1".into()));
+        assert_eq!(n("8.8.8.8"), (Kind::External, "8.8.8.8".into()));
     }
 
     #[test]
@@ -356,18 +367,18 @@ mod tests {
         let mut p = Peers::new(20, Duration::from_secs(300));
         let t = Instant::now();
         let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
-        let pods = HashMap::new();
-        let a = p.update(&[(k, counters(3, 30))], &[], resolve, |_| true, &pods, t);
+        let pods = |a: IpAddr| name(a, None, &HashMap::new());
+        let a = p.update(&[(k, counters(3, 30))], &[], resolve, |_| true, pods, t);
         assert!(a.delete.is_empty());
         assert_eq!(attempts(&a, Kind::External, "10.0.0.1"), 3);
         // Unchanged a whole interval: deleted from the kernel, still counted.
-        let b = p.update(&[(k, counters(3, 30))], &[], resolve, |_| true, &pods, t);
+        let b = p.update(&[(k, counters(3, 30))], &[], resolve, |_| true, pods, t);
         assert_eq!(b.delete, vec![k]);
         assert_eq!(attempts(&b, Kind::External, "10.0.0.1"), 3);
         // Gone from the kernel; then made again from zero by new connects.
-        let c = p.update(&[], &[], resolve, |_| true, &pods, t);
+        let c = p.update(&[], &[], resolve, |_| true, pods, t);
         assert_eq!(attempts(&c, Kind::External, "10.0.0.1"), 3);
-        let d = p.update(&[(k, counters(2, 20))], &[], resolve, |_| true, &pods, t);
+        let d = p.update(&[(k, counters(2, 20))], &[], resolve, |_| true, pods, t);
         assert_eq!(attempts(&d, Kind::External, "10.0.0.1"), 5);
     }
 
@@ -375,10 +386,10 @@ mod tests {
     fn a_thousand_peers_make_max_plus_one_series_that_never_decrease() {
         let mut p = Peers::new(20, Duration::from_secs(300));
         let t = Instant::now();
-        let pods = HashMap::new();
+        let pods = |a: IpAddr| name(a, None, &HashMap::new());
         let stats: Vec<_> =
             (0..1000u32).map(|i| (key(1, [10, 78, (i >> 8) as u8, i as u8], 80, DIR_OUT), counters(1, u64::from(i)))).collect();
-        let a = p.update(&stats, &[], resolve, |_| true, &pods, t);
+        let a = p.update(&stats, &[], resolve, |_| true, pods, t);
         let out: Vec<_> = a.series.keys().filter(|(o, l)| *o == web() && l.dir == DIR_OUT).collect();
         assert_eq!(out.len(), 21);
         let total: u64 = a.series.iter().filter(|((o, _), _)| *o == web()).map(|(_, c)| c.words[ATTEMPTS]).sum();
@@ -387,13 +398,13 @@ mod tests {
         assert_eq!(attempts(&a, Kind::External, "10.78.3.231"), 1);
         assert_eq!(attempts(&a, Kind::Other, ""), 980);
         // Idle: out of the kernel, and the others out of user space too.
-        let b = p.update(&stats, &[], resolve, |_| true, &pods, t);
+        let b = p.update(&stats, &[], resolve, |_| true, pods, t);
         assert_eq!(b.delete.len(), 1000);
-        let c = p.update(&[], &[], resolve, |_| true, &pods, t);
+        let c = p.update(&[], &[], resolve, |_| true, pods, t);
         assert_eq!(c.tracked, 20);
         assert_eq!(attempts(&c, Kind::Other, ""), 980);
         // A new peer now goes to other; the admitted keep theirs.
-        let d = p.update(&[(key(1, [10, 99, 0, 1], 80, DIR_OUT), counters(1, 1_000_000))], &[], resolve, |_| true, &pods, t);
+        let d = p.update(&[(key(1, [10, 99, 0, 1], 80, DIR_OUT), counters(1, 1_000_000))], &[], resolve, |_| true, pods, t);
         assert_eq!(attempts(&d, Kind::Other, ""), 981);
         assert_eq!(attempts(&d, Kind::External, "10.78.3.231"), 1);
     }
@@ -401,40 +412,40 @@ mod tests {
     #[test]
     fn directions_have_their_own_bound() {
         let mut p = Peers::new(1, Duration::from_secs(300));
-        let pods = HashMap::new();
+        let pods = |a: IpAddr| name(a, None, &HashMap::new());
         let stats = [(key(1, [10, 0, 0, 1], 80, DIR_OUT), counters(1, 1)), (key(1, [10, 0, 0, 2], 8080, DIR_IN), counters(1, 1))];
-        let a = p.update(&stats, &[], resolve, |_| true, &pods, Instant::now());
+        let a = p.update(&stats, &[], resolve, |_| true, pods, Instant::now());
         assert!(a.series.keys().all(|(_, l)| l.kind == Kind::External), "{:?}", a.series.keys());
     }
 
     #[test]
     fn pending_cgroups_wait_then_go_and_gone_pods_take_their_counts() {
         let mut p = Peers::new(20, Duration::from_secs(10));
-        let pods = HashMap::new();
+        let pods = |a: IpAddr| name(a, None, &HashMap::new());
         let t = Instant::now();
         let k = key(7, [10, 0, 0, 1], 80, DIR_OUT);
-        let a = p.update(&[(k, counters(1, 1))], &[], resolve, |_| true, &pods, t);
+        let a = p.update(&[(k, counters(1, 1))], &[], resolve, |_| true, pods, t);
         assert_eq!((a.series.len(), a.pending, a.delete.len()), (0, 1, 0));
-        let b = p.update(&[(k, counters(1, 1))], &[], resolve, |_| true, &pods, t + Duration::from_secs(10));
+        let b = p.update(&[(k, counters(1, 1))], &[], resolve, |_| true, pods, t + Duration::from_secs(10));
         assert_eq!((b.series.len(), b.pending, b.delete), (0, 0, vec![k]));
         let k1 = key(1, [10, 0, 0, 1], 80, DIR_OUT);
-        let c = p.update(&[(k1, counters(1, 1))], &[], resolve, |_| true, &pods, t);
+        let c = p.update(&[(k1, counters(1, 1))], &[], resolve, |_| true, pods, t);
         assert_eq!(c.series.len(), 1);
-        let d = p.update(&[(k1, counters(2, 1))], &[], resolve, |o| *o != web(), &pods, t);
+        let d = p.update(&[(k1, counters(2, 1))], &[], resolve, |o| *o != web(), pods, t);
         assert_eq!((d.series.len(), d.delete), (0, vec![k1]));
     }
 
     #[test]
     fn latency_buckets_fold_with_their_peer() {
         let mut p = Peers::new(20, Duration::from_secs(300));
-        let pods = HashMap::new();
+        let pods = |a: IpAddr| name(a, None, &HashMap::new());
         let t = Instant::now();
         let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
         let lat = [(LatKey { peer: k, slot: 300, pad: 0 }, 2)];
-        p.update(&[(k, counters(2, 2))], &lat, resolve, |_| true, &pods, t);
-        let b = p.update(&[(k, counters(2, 2))], &lat, resolve, |_| true, &pods, t);
+        p.update(&[(k, counters(2, 2))], &lat, resolve, |_| true, pods, t);
+        let b = p.update(&[(k, counters(2, 2))], &lat, resolve, |_| true, pods, t);
         assert_eq!(b.delete_lat, vec![lat[0].0]);
-        let c = p.update(&[], &[], resolve, |_| true, &pods, t);
+        let c = p.update(&[], &[], resolve, |_| true, pods, t);
         let (_, counts) = c.series.iter().next().expect("a series");
         assert_eq!(counts.lat.get(&300), Some(&2));
     }

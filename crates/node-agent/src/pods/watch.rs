@@ -13,6 +13,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Config};
 
 use super::index::{PodIndex, Reason};
+use super::services::ServiceIndex;
 
 /// Where the API server's address and credentials come from, found without
 /// network I/O (so start-up can decide at once whether attribution is on).
@@ -54,8 +55,62 @@ impl Drop for Watch {
     }
 }
 
-fn lock(index: &Mutex<PodIndex>) -> std::sync::MutexGuard<'_, PodIndex> {
+fn lock<S>(index: &Mutex<S>) -> std::sync::MutexGuard<'_, S> {
     index.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a watch fills: the pods of this node ([`PodIndex`]), or the
+/// cluster's Services (`services::ServiceIndex`).
+pub trait Store: Send + 'static {
+    type Object: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static;
+    /// What is watched, for the log: "pods", "services"; and what a list
+    /// holds: "pods of this node".
+    const WHAT: &'static str;
+    const LISTED: &'static str;
+    /// A full list begins (at start, or again after the watch expired).
+    fn begin_list(&mut self);
+    fn apply(&mut self, o: &Self::Object);
+    fn delete(&mut self, o: &Self::Object, now: Instant);
+    /// The full list is in: objects missing from it were deleted meanwhile.
+    fn end_list(&mut self, now: Instant);
+    /// Forgets what was deleted at least `grace` ago.
+    fn expire(&mut self, now: Instant, grace: Duration);
+    fn reason_mut(&mut self) -> &mut Reason;
+    fn synced(&self) -> bool;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Store for PodIndex {
+    type Object = Pod;
+    const WHAT: &'static str = "pods";
+    const LISTED: &'static str = "pods of this node";
+    fn begin_list(&mut self) {
+        PodIndex::begin_list(self);
+    }
+    fn apply(&mut self, o: &Pod) {
+        PodIndex::apply(self, o);
+    }
+    fn delete(&mut self, o: &Pod, now: Instant) {
+        PodIndex::delete(self, o, now);
+    }
+    fn end_list(&mut self, now: Instant) {
+        PodIndex::end_list(self, now);
+    }
+    fn expire(&mut self, now: Instant, grace: Duration) {
+        PodIndex::expire(self, now, grace);
+    }
+    fn reason_mut(&mut self) -> &mut Reason {
+        &mut self.reason
+    }
+    fn synced(&self) -> bool {
+        self.synced
+    }
+    fn len(&self) -> usize {
+        PodIndex::len(self)
+    }
 }
 
 /// How the watch runs.
@@ -156,16 +211,16 @@ impl Logged {
 }
 
 /// One failure: the reason, the log line (once per kind), the backoff.
-fn failed(index: &Mutex<PodIndex>, logged: &mut Logged, backoff: &mut Backoff, node: &str, r: Reason, err: &str) -> Duration {
-    lock(index).reason = r;
+fn failed<S: Store>(index: &Mutex<S>, logged: &mut Logged, backoff: &mut Backoff, node: &str, r: Reason, err: &str) -> Duration {
+    *lock(index).reason_mut() = r;
     let delay = backoff.failed(Instant::now());
     // Up to a quarter more, from the clock's nanoseconds.
     let ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     let delay = delay.mul_f64(1.0 + f64::from(ns % 1000) / 4000.0);
     if logged.failure(r) {
-        tracing::warn!(node = %node, reason = r.label(), err = %err, retry_in = ?delay, "pod attribution: watching pods failed; retrying with backoff");
+        tracing::warn!(node = %node, reason = r.label(), err = %err, retry_in = ?delay, "pod attribution: watching {} failed; retrying with backoff", S::WHAT);
     } else {
-        tracing::debug!(reason = r.label(), err = %err, retry_in = ?delay, "pod attribution: watch still failing");
+        tracing::debug!(what = S::WHAT, reason = r.label(), err = %err, retry_in = ?delay, "pod attribution: watch still failing");
     }
     delay
 }
@@ -190,10 +245,27 @@ async fn client(source: Source) -> Option<Client> {
     }
 }
 
-async fn run(source: Source, node: String, index: Arc<Mutex<PodIndex>>, settings: Settings) {
+async fn run(source: Source, node: String, index: Arc<Mutex<PodIndex>>, services: Option<Arc<Mutex<ServiceIndex>>>, settings: Settings) {
     let Some(client) = client(source).await else { return };
-    let api: Api<Pod> = Api::all(client);
-    let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node}")).page_size(super::bound::LIST_PAGE);
+    let pods = watch(
+        Api::all(client.clone()),
+        watcher::Config::default().fields(&format!("spec.nodeName={node}")).page_size(super::bound::LIST_PAGE),
+        &node,
+        index,
+        settings,
+    );
+    match services {
+        Some(s) => {
+            let services = watch(Api::all(client), watcher::Config::default().page_size(super::bound::LIST_PAGE), &node, s, settings);
+            tokio::join!(pods, services);
+        }
+        None => pods.await,
+    }
+}
+
+/// Watches `api` into `index`, for ever: lists with a deadline, retries
+/// with backoff, and keeps the store's reason.
+async fn watch<S: Store>(api: Api<S::Object>, cfg: watcher::Config, node: &str, index: Arc<Mutex<S>>, settings: Settings) {
     let mut backoff = Backoff::default();
     let mut logged = Logged::default();
     let mut tick = tokio::time::interval(TICK);
@@ -217,11 +289,11 @@ async fn run(source: Source, node: String, index: Arc<Mutex<PodIndex>>, settings
                     let now = Instant::now();
                     let mut idx = lock(&index);
                     idx.expire(now, settings.grace);
-                    if idx.synced && listing.is_none() && backoff.recovered(now) {
-                        idx.reason = Reason::Synced;
+                    if idx.synced() && listing.is_none() && backoff.recovered(now) {
+                        *idx.reason_mut() = Reason::Synced;
                         drop(idx);
                         if logged.recovered() {
-                            tracing::info!(node = %node, "pod attribution: watching pods again");
+                            tracing::info!(node = %node, "pod attribution: watching {} again", S::WHAT);
                         }
                     }
                     continue;
@@ -230,10 +302,10 @@ async fn run(source: Source, node: String, index: Arc<Mutex<PodIndex>>, settings
             match ev {
                 // The list did not complete in time: start over.
                 None => {
-                    let err = format!("the pod list did not complete within {:?}", settings.list_timeout);
-                    break failed(&index, &mut logged, &mut backoff, &node, Reason::ListTimeout, &err);
+                    let err = format!("the {} list did not complete within {:?}", S::WHAT, settings.list_timeout);
+                    break failed(&index, &mut logged, &mut backoff, node, Reason::ListTimeout, &err);
                 }
-                Some(None) => break failed(&index, &mut logged, &mut backoff, &node, Reason::WatchFailed, "the watch ended"),
+                Some(None) => break failed(&index, &mut logged, &mut backoff, node, Reason::WatchFailed, "the watch ended"),
                 Some(Some(Ok(ev))) => {
                     let mut idx = lock(&index);
                     match ev {
@@ -241,18 +313,18 @@ async fn run(source: Source, node: String, index: Arc<Mutex<PodIndex>>, settings
                             listing = Some(tokio::time::Instant::now());
                             idx.begin_list();
                             // A failure's reason stays until the list is in.
-                            if !idx.reason.failed() {
-                                idx.reason = Reason::Listing;
+                            if !idx.reason_mut().failed() {
+                                *idx.reason_mut() = Reason::Listing;
                             }
                         }
                         Event::InitApply(p) | Event::Apply(p) => idx.apply(&p),
                         Event::Delete(p) => idx.delete(&p, Instant::now()),
                         Event::InitDone => {
                             listing = None;
-                            let first = !idx.synced;
+                            let first = !idx.synced();
                             idx.end_list(Instant::now());
                             if first {
-                                tracing::info!(node = %node, pods = idx.len(), "pod attribution: pods of this node listed");
+                                tracing::info!(node = %node, count = idx.len(), "pod attribution: {} listed", S::LISTED);
                                 logged.recovered();
                             }
                         }
@@ -260,7 +332,7 @@ async fn run(source: Source, node: String, index: Arc<Mutex<PodIndex>>, settings
                 }
                 Some(Some(Err(e))) => {
                     let r = classify(&e);
-                    let delay = failed(&index, &mut logged, &mut backoff, &node, r, &e.to_string());
+                    let delay = failed(&index, &mut logged, &mut backoff, node, r, &e.to_string());
                     // The watcher goes on from where it failed (a failed list
                     // lists again): a list in progress gets its whole time
                     // again after the wait, so the wait is not taken for a
@@ -277,7 +349,7 @@ async fn run(source: Source, node: String, index: Arc<Mutex<PodIndex>>, settings
 
 /// Forgets expired pods while the watch waits out a backoff (the loop's
 /// own tick runs only while it polls the watch).
-async fn expire_while(index: &Mutex<PodIndex>, grace: Duration, wait: Duration) {
+async fn expire_while<S: Store>(index: &Mutex<S>, grace: Duration, wait: Duration) {
     let end = tokio::time::Instant::now() + wait;
     while tokio::time::Instant::now() < end {
         tokio::time::sleep_until(end.min(tokio::time::Instant::now() + TICK)).await;
@@ -285,15 +357,22 @@ async fn expire_while(index: &Mutex<PodIndex>, grace: Duration, wait: Duration) 
     }
 }
 
-/// Starts watching the pods of `node` into `index`.
-pub fn spawn(source: Source, node: String, index: Arc<Mutex<PodIndex>>, settings: Settings) -> std::io::Result<Watch> {
+/// Starts watching the pods of `node` into `index`, and the cluster's
+/// Services into `services` when given, on one thread.
+pub fn spawn(
+    source: Source,
+    node: String,
+    index: Arc<Mutex<PodIndex>>,
+    services: Option<Arc<Mutex<ServiceIndex>>>,
+    settings: Settings,
+) -> std::io::Result<Watch> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let thread = std::thread::Builder::new().name("pod-watch".into()).spawn(move || {
         rt.block_on(async move {
             tokio::select! {
                 _ = rx => {}
-                _ = run(source, node, index, settings) => {}
+                _ = run(source, node, index, services, settings) => {}
             }
         });
     })?;

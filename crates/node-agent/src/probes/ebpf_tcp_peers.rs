@@ -42,7 +42,7 @@ use crate::ebpf::kernel::Kernel;
 use crate::ebpf::maps::{self, MapError, NativeSum};
 use crate::ebpf::{Globals, Probe};
 use crate::pods::cgroup::{self, Cgroup};
-use crate::pods::peers::{Counts, Label, Owner, Peers, Resolution};
+use crate::pods::peers::{self, Counts, Label, Owner, Peers, Resolution};
 
 pub const MAX_PEERS: ParsedFlag<usize> = ParsedFlag {
     name: "collector.ebpf_tcp_peers.max-peers",
@@ -150,6 +150,7 @@ impl host::Collector for Collector {
                 a.walked = Some(now);
             }
         }
+        let services = a.pods.as_ref().and_then(|w| w.services.as_ref()).map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len());
         let pass = match &a.pods {
             Some(w) => {
                 let idx = w.lock();
@@ -173,19 +174,25 @@ impl host::Collector for Collector {
                     },
                     None => Resolution::Pending,
                 };
-                a.peers.update(&stats, &lat, resolve, |o| o.0.is_empty() || live.contains(o), &by_ip, now)
+                let services = w.services.as_ref().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()));
+                let name = |addr: IpAddr| peers::name(addr, services.as_deref(), &by_ip);
+                a.peers.update(&stats, &lat, resolve, |o| o.0.is_empty() || live.contains(o), name, now)
             }
-            None => a.peers.update(&stats, &lat, |_| Resolution::Owner(Owner::default()), |_| true, &HashMap::new(), now),
+            None => {
+                let name = |addr: IpAddr| peers::name(addr, None, &HashMap::new());
+                a.peers.update(&stats, &lat, |_| Resolution::Owner(Owner::default()), |_| true, name, now)
+            }
         };
         delete(&mut *shared.lock().ok_or(MapError::Poisoned)?, &pass.delete, &pass.delete_lat)?;
         emit(sink, &pass.series);
         sink.family(
             "node_ebpf_tcp_peers_tracked",
-            "Peers ebpf_tcp_peers keeps counts of in user space, and cgroups whose pod is not known yet.",
+            "Peers ebpf_tcp_peers keeps counts of in user space, cgroups whose pod is not known yet, and Services known by ClusterIP.",
             Kind::Gauge,
         )
         .sample(&[("what", "peers")], pass.tracked as f64)
-        .sample(&[("what", "pending_cgroups")], pass.pending as f64);
+        .sample(&[("what", "pending_cgroups")], pass.pending as f64)
+        .sample(&[("what", "services")], services.unwrap_or(0) as f64);
         sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
             .sample(&[("probe", "tcp_peers")], drops.iter().sum::<u64>() as f64);
         Ok(())

@@ -63,6 +63,8 @@ pub struct Context {
     pods_watch: Option<Arc<crate::pods::Watched>>,
     /// There is a Kubernetes API to name pods with ([`ebpf_pods::prepare`]).
     pub kube: bool,
+    /// `ebpf_tcp_peers` is on: the watch names Services too.
+    pub services: bool,
     /// `ebpf_pods` is on: it expires deleted pods from the shared index.
     pub pods_attribution: bool,
     /// The events pod attribution serves on this kernel (`agent_common::pods` bits).
@@ -84,6 +86,7 @@ impl Context {
         ctx.sysfs.clone_from(&paths.sysfs);
         let on = |name: &str| probes.iter().any(|d| d.name == name && host::registry::enabled(f, d));
         ctx.pods_attribution = on("ebpf_pods");
+        ctx.services = on("ebpf_tcp_peers");
         if ctx.pods_attribution || on("pod_cpu_throttling") || on("pod_tcp_listen") || on("ebpf_tcp_peers") {
             ebpf_pods::prepare(f, &mut ctx)?;
         }
@@ -100,6 +103,7 @@ impl Context {
             pods_source: None,
             pods_watch: None,
             kube: false,
+            services: false,
             pods_attribution: false,
             pod_events: 0,
             procfs: "/proc".into(),
@@ -115,7 +119,7 @@ impl Context {
             return Ok(Some(Arc::clone(w)));
         }
         let Some((source, node, settings)) = self.pods_source.take() else { return Ok(None) };
-        let w = crate::pods::Watched::start(source, node, settings)
+        let w = crate::pods::Watched::start(source, node, settings, self.services)
             .map_err(|e| ConfigError::Invalid { flag: "collector.ebpf_pods".into(), msg: format!("starting the pod watch: {e}") })?;
         let w = Arc::new(w);
         self.pods_watch = Some(Arc::clone(&w));
