@@ -580,14 +580,40 @@ impl Api {
     }
 
     pub fn list(&self, resource: &str, ns: &str, selector: &str, fields: &str) -> Value {
+        self.list_page(resource, ns, selector, fields, None, None)
+    }
+
+    /// A list, paged as the API server pages it: at most `limit` items, in
+    /// key order, after the key a `continue` token names, with a `continue`
+    /// token in the metadata when more remain. (The real server serves
+    /// every page from the first page's snapshot; this one from the state
+    /// now, with the first page's resourceVersion.)
+    pub fn list_page(&self, resource: &str, ns: &str, selector: &str, fields: &str, limit: Option<usize>, cont: Option<&str>) -> Value {
         let st = self.state.lock().expect("state");
-        let items: Vec<Value> = st
+        let (rv, after) = match cont.and_then(|c| c.split_once(':')) {
+            Some((rv, after)) => (rv.to_string(), Some(after.to_string())),
+            None => (st.rv.to_string(), None),
+        };
+        let after = after.as_deref().map(|a| a.split_once('/').unwrap_or(("", a)));
+        let mut matching = st
             .objects
             .iter()
             .filter(|((r, n, _), o)| r == resource && (ns.is_empty() || n == ns) && selects(selector, fields, o))
-            .map(|(_, o)| o.clone())
-            .collect();
-        json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": st.rv.to_string()}, "items": items})
+            .filter(|((_, n, name), _)| after.is_none_or(|a| (n.as_str(), name.as_str()) > a));
+        let (mut items, mut last, mut more) = (Vec::new(), None, false);
+        for ((_, n, name), o) in matching.by_ref() {
+            if limit.is_some_and(|l| items.len() >= l) {
+                more = true;
+                break;
+            }
+            items.push(o.clone());
+            last = Some(format!("{n}/{name}"));
+        }
+        let mut meta = json!({"resourceVersion": rv});
+        if let (true, Some(last)) = (more, last) {
+            meta["continue"] = json!(format!("{rv}:{last}"));
+        }
+        json!({"kind": "List", "apiVersion": "v1", "metadata": meta, "items": items})
     }
 
     pub fn get(&self, resource: &str, ns: &str, name: &str) -> (u16, Value) {
@@ -666,7 +692,8 @@ impl Api {
                 while resource == "pods" && self.pod_faults.hang_lists.load(std::sync::atomic::Ordering::Relaxed) {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                (200, self.list(&resource, &ns, &selector, &fields))
+                let limit = query.get("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0);
+                (200, self.list_page(&resource, &ns, &selector, &fields, limit, query.get("continue").map(String::as_str)))
             }
             ("GET", Some(n)) => self.get(&resource, &ns, n),
             // Injected faults on writes (not the lease: that only slows leadership down).
@@ -810,4 +837,40 @@ pub fn pod(uid: &str, ns: &str, name: &str, node: &str, container: &str, contain
             "name": container, "containerID": format!("containerd://{container_id}"), "image": "x", "imageID": "x", "ready": true, "restartCount": 0
         }]}
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_page_in_key_order_with_continue_tokens() {
+        let api = Api::new();
+        {
+            let mut st = api.state.lock().expect("state");
+            // "ns-1-a" sorts before "ns-1" as a string with '/', not as a key.
+            for (ns, name) in [("ns-1", "b"), ("ns-1-a", "a"), ("ns-1", "a"), ("ns-10", "a"), ("ns-2", "c")] {
+                api.put(&mut st, "services", ns, name, json!({"metadata": {"name": name, "namespace": ns}}), false);
+            }
+        }
+        let mut seen = Vec::new();
+        let mut cont: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let page = api.list_page("services", "", "", "", Some(2), cont.as_deref());
+            pages += 1;
+            for i in page["items"].as_array().expect("items") {
+                seen.push(format!("{}/{}", i["metadata"]["namespace"].as_str().unwrap_or(""), i["metadata"]["name"].as_str().unwrap_or("")));
+            }
+            match page["metadata"]["continue"].as_str() {
+                Some(c) => cont = Some(c.to_string()),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 3);
+        assert_eq!(seen, ["ns-1/a", "ns-1/b", "ns-1-a/a", "ns-10/a", "ns-2/c"]);
+        let all = api.list("services", "", "", "");
+        assert_eq!(all["items"].as_array().map(Vec::len), Some(5));
+        assert!(all["metadata"].get("continue").is_none());
+    }
 }

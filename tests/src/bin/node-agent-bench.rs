@@ -11,6 +11,7 @@
 //!        node-agent-bench --only collectors --agent PATH [--quick] (each collector's CPU per scrape, printed)
 //!        node-agent-bench --only growth --agent PATH [--quick] (cost as the node grows: devices, mounts, pods; printed)
 //!        node-agent-bench --only memory --agent PATH [--quick] (memory the kubelet's way, both side-by-side runs; printed)
+//!        node-agent-bench --only services --agent PATH [--quick] (the Service watch's memory at 0, 1,000, 10,000 Services; printed)
 //!        node-agent-bench --only tricks --agent PATH [--quick] (each memory trick of runtime::memory turned off in turn, the working set; printed)
 //!        node-agent-bench --image-only [--out FILE]  (rewrites FILE's Image section alone, from `cargo xtask image`'s record)
 
@@ -1894,6 +1895,87 @@ fn mount_growth(agent: &Path, ne: &Path, counts: &[usize], quick: bool) -> Res<V
     Ok(rows)
 }
 
+/// The Service watch's memory (`ebpf_tcp_peers` names peers by ClusterIP):
+/// node-agent with `ebpf_pods` and `ebpf_tcp_peers` alone, in a memory
+/// cgroup of its own, against an in-memory API server with the bench's
+/// pods and `count` Services; the working set (and RSS) once every Service
+/// is listed and after 10 scrapes.
+fn services_memory(agent: &Path, counts: &[usize]) -> Res<Vec<(usize, MemAt)>> {
+    use node_agent_tests::apiserver::{pod, Api, Running};
+    let mut rows = Vec::new();
+    for &count in counts {
+        let api = std::sync::Arc::new(Api::new());
+        {
+            let mut st = api.state.lock().map_err(|_| "API state poisoned".to_string())?;
+            for i in 0..BENCH_PODS {
+                let (uid, name) = (format!("00000000-0000-4000-8000-{i:012}"), format!("app-{i}"));
+                api.put(&mut st, "pods", "bench", &name, pod(&uid, "bench", &name, BENCH_NODE, "app", &format!("{:064x}", i + 1)), false);
+            }
+            for i in 0..count {
+                let name = format!("svc-{i}");
+                let ip = format!("10.96.{}.{}", i / 250, i % 250 + 1);
+                let svc = serde_json::json!({
+                    "apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": name, "namespace": format!("ns-{}", i % 100), "uid": format!("20000000-0000-4000-8000-{i:012}"),
+                                 "labels": {"app": name, "team": "bench"}},
+                    "spec": {"clusterIP": ip, "clusterIPs": [ip], "type": "ClusterIP",
+                             "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}], "selector": {"app": name}}
+                });
+                api.put(&mut st, "services", &format!("ns-{}", i % 100), &name, svc, false);
+            }
+        }
+        let running = Running::start(api).map_err(|e| format!("API server: {e}"))?;
+        let flags: Vec<String> = vec![
+            "--collector.disable-defaults".into(),
+            "--collector.ebpf_pods".into(),
+            "--collector.ebpf_tcp_peers".into(),
+            format!("--collector.ebpf_pods.kubeconfig={}", running.kubeconfig.path().display()),
+            format!("--collector.ebpf_pods.node-name={BENCH_NODE}"),
+        ];
+        let mut cg = MemCg::new(&format!("services{count}")).map_err(|e| format!("memory cgroup: {e}"))?;
+        let (guard, url, pid) = start_in(agent, &flags, &cg)?;
+        wait_for_sample(&url, "node_ebpf_pod_attribution_synced", 1.0)?;
+        let t = Instant::now();
+        while !compare::http_get(&url).is_ok_and(|b| b.contains(&format!("node_ebpf_tcp_peers_tracked{{what=\"services\"}} {count}"))) {
+            if t.elapsed() > Duration::from_secs(60) {
+                return Err(format!("the agent never listed {count} Services"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for _ in 0..10 {
+            let _ = compare::http_get(&url);
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        rows.push((count, mem_now(&mut cg, pid)));
+        drop(guard);
+    }
+    Ok(rows)
+}
+
+/// The Service watch's memory, markdown.
+fn services_section(rows: &[(usize, MemAt)]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "## Services watched (ebpf_tcp_peers)\n");
+    let _ = writeln!(md, "node-agent with `ebpf_pods` and `ebpf_tcp_peers` only, in a memory cgroup of its own, against an in-memory API server with {BENCH_PODS} pods on its node and the given number of Services (ClusterIP, one port, a selector, two labels), read once every Service is listed and 10 scrapes later. The watch keeps each Service's addresses and name, not the object.\n");
+    let _ = writeln!(md, "| Services | working set | anonymous | RSS | cgroup peak |");
+    let _ = writeln!(md, "|---|---|---|---|---|");
+    for (n, m) in rows {
+        let _ = writeln!(
+            md,
+            "| {n} | {:.1} MB | {:.1} MB | {:.1} MB | {:.1} MB |",
+            m.cg.working_set as f64 / MB,
+            m.cg.anon as f64 / MB,
+            m.rss as f64 / MB,
+            m.cg.peak as f64 / MB
+        );
+    }
+    if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
+        let per = (last.1.cg.working_set as f64 - first.1.cg.working_set as f64) / (last.0 - first.0).max(1) as f64;
+        let _ = writeln!(md, "\nPer Service, from {} to {}: {:.0} bytes of working set.", first.0, last.0, per);
+    }
+    md
+}
+
 /// Containers per pod in the pods' growth.
 const CONTAINERS_PER_POD: usize = 3;
 
@@ -2189,6 +2271,12 @@ fn run() -> Res<()> {
         print!("{}", kubelet_memory_section(quick, [&a, &n, &ae, &ne2]));
         return Ok(());
     }
+    if get("--only").as_deref() == Some("services") {
+        let agent = PathBuf::from(get("--agent").ok_or("--agent PATH is required")?);
+        let counts = if quick { vec![0, 1000] } else { vec![0, 1000, 10_000] };
+        print!("{}", services_section(&services_memory(&agent, &counts)?));
+        return Ok(());
+    }
     if get("--only").as_deref() == Some("tricks") {
         let agent = PathBuf::from(get("--agent").ok_or("--agent PATH is required")?);
         let ne = compare::which("prometheus-node-exporter").ok_or("prometheus-node-exporter is not installed")?;
@@ -2248,6 +2336,8 @@ fn run() -> Res<()> {
     let (devices, net) = netlink_vs_files(quick)?;
     eprintln!("bench: cost as the node grows");
     let growth = growth_section(&agent, &ne, quick)?;
+    eprintln!("bench: the Service watch's memory");
+    let services = services_memory(&agent, &if quick { vec![0, 1000] } else { vec![0, 1000, 10_000] })?;
     eprintln!("bench: planner");
     let plans = planner(quick);
 
@@ -2340,6 +2430,8 @@ fn run() -> Res<()> {
         let _ = writeln!(md, "| {} | {:.0} µs | {:.0} µs | {range} |", r.what, r.user_us, r.sys_us);
     }
     md.push_str(&growth);
+    md.push('\n');
+    md.push_str(&services_section(&services));
     let _ = writeln!(md, "\n## Planner\n\nOne `plan` (a full controller sync, mid-rollout, as many pods as nodes), median; `cargo bench -p node-agent-planner --bench plan` runs the same with criterion.\n");
     let _ = writeln!(md, "| nodes | time |\n|---|---|");
     for (n, ms) in &plans {
