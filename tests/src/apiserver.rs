@@ -860,7 +860,11 @@ mod tests {
             let page = api.list_page("services", "", "", "", Some(2), cont.as_deref());
             pages += 1;
             for i in page["items"].as_array().expect("items") {
-                seen.push(format!("{}/{}", i["metadata"]["namespace"].as_str().unwrap_or(""), i["metadata"]["name"].as_str().unwrap_or("")));
+                seen.push(format!(
+                    "{}/{}",
+                    i["metadata"]["namespace"].as_str().unwrap_or(""),
+                    i["metadata"]["name"].as_str().unwrap_or("")
+                ));
             }
             match page["metadata"]["continue"].as_str() {
                 Some(c) => cont = Some(c.to_string()),
