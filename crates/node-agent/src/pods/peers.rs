@@ -11,11 +11,13 @@
 //!   (`local`), else `external` (the address). An address reused by
 //!   another pod later does not rename counts already made.
 //! - **At most `max_peers` series per pod** (and for the host), per
-//!   direction: peers are admitted as they first appear, the busiest first
-//!   (bytes) when several appear in one pass, while there is room; every
-//!   later one is summed into `peer_kind="other"`, for the pod's life. So no
-//!   series ever goes backwards, and a pod talking to a million addresses
-//!   has `max_peers + 1` series per direction, and user space keeps at most
+//!   direction: peers are admitted while there is room, the busiest first
+//!   (bytes) when several wait; the others are summed into
+//!   `peer_kind="other"`. A peer idle for the grace period loses its series
+//!   and its place. A peer admitted after it was counted in `other` starts
+//!   its own series at 0 (what it had stays in `other`), so no series ever
+//!   goes backwards; a pod talking to a million addresses has
+//!   `max_peers + 1` series per direction, and user space keeps at most
 //!   `max_peers` folded peers per pod (plus what the kernel holds).
 //! - **Owners**: a cgroup's pod is decided once; a cgroup whose owner is
 //!   not known within the grace period, and a pod gone from the index
@@ -96,6 +98,21 @@ impl Counts {
         self.words[BYTES_SENT].wrapping_add(self.words[BYTES_RECEIVED])
     }
 
+    /// `self - o`, word by word and bucket by bucket (never below 0).
+    fn minus(&self, o: &Counts) -> Counts {
+        let mut r = self.clone();
+        for (a, b) in r.words.iter_mut().zip(o.words) {
+            *a = a.saturating_sub(b);
+        }
+        for (slot, n) in &o.lat {
+            if let Some(v) = r.lat.get_mut(slot) {
+                *v = v.saturating_sub(*n);
+            }
+        }
+        r.lat.retain(|_, v| *v > 0);
+        r
+    }
+
     fn is_zero(&self) -> bool {
         self.words.iter().all(|w| *w == 0) && self.lat.is_empty()
     }
@@ -132,6 +149,19 @@ struct Entry {
     folded: Counts,
     /// The kernel entry's counts at the last pass.
     live: Counts,
+    /// What was counted in `other` before the peer was admitted.
+    offset: Counts,
+    /// In a pass's series already (in `other`, if not admitted).
+    reported: bool,
+}
+
+impl Entry {
+    /// Its counts since it was admitted (or all, if it never was).
+    fn own(&self) -> Counts {
+        let mut t = self.folded.clone();
+        t.add(&self.live);
+        t.minus(&self.offset)
+    }
 }
 
 /// The state kept between scrapes.
@@ -140,12 +170,15 @@ pub struct Peers {
     entries: HashMap<PeerKey, Entry>,
     /// Folded counts of peers beyond the bound, by cgroup and direction.
     other: HashMap<(u64, u8), Counts>,
-    admitted: HashMap<Owner, BTreeSet<Label>>,
+    /// Peers with series of their own, by owner, and when they last
+    /// changed.
+    admitted: HashMap<Owner, BTreeMap<Label, Instant>>,
     owners: HashMap<u64, Owner>,
     pending: HashMap<u64, Instant>,
     /// The most peers with series of their own, per pod and direction.
     pub max_peers: usize,
-    /// How long a cgroup may stay without an owner.
+    /// How long a cgroup may stay without an owner, and a peer idle with a
+    /// series of its own.
     pub grace: Duration,
 }
 
@@ -237,6 +270,7 @@ impl Peers {
         self.pending.retain(|cg, _| !dropped.contains(cg));
         pass.pending = self.pending.len();
         // Fold the kernel's counts in.
+        let mut active: BTreeSet<(u64, Label)> = BTreeSet::new();
         for (k, c) in live {
             if dropped.contains(&k.cgroup) {
                 pass.delete.push(k);
@@ -245,8 +279,17 @@ impl Peers {
             }
             let e = self.entries.entry(k).or_insert_with(|| {
                 let (kind, peer) = name(address(k.addr));
-                Entry { label: Label { dir: k.dir, kind, peer, port: Some(k.port) }, folded: Counts::default(), live: Counts::default() }
+                Entry {
+                    label: Label { dir: k.dir, kind, peer, port: Some(k.port) },
+                    folded: Counts::default(),
+                    live: Counts::default(),
+                    offset: Counts::default(),
+                    reported: false,
+                }
             });
+            if e.live != c {
+                active.insert((k.cgroup, e.label.clone()));
+            }
             if e.live == c {
                 // Unchanged for a whole interval: out of the kernel.
                 e.folded.add(&c);
@@ -258,26 +301,61 @@ impl Peers {
             }
         }
         self.entries.retain(|k, _| !dropped.contains(&k.cgroup));
-        // Admit new peers, the busiest first, while there is room.
-        let mut fresh: BTreeMap<(Owner, u8), Vec<(u64, Label)>> = BTreeMap::new();
+        // Admitted peers that changed are active now; idle ones past the
+        // grace period lose their series and their place.
+        for (cg, label) in &active {
+            if let Some(t) = self.owners.get(cg).and_then(|o| self.admitted.get_mut(o)).and_then(|m| m.get_mut(label)) {
+                *t = now;
+            }
+        }
+        let grace = self.grace;
+        let mut expired: BTreeSet<(Owner, Label)> = BTreeSet::new();
+        for (o, m) in &mut self.admitted {
+            m.retain(|l, t| {
+                let keep = now.duration_since(*t) < grace;
+                if !keep {
+                    expired.insert((o.clone(), l.clone()));
+                }
+                keep
+            });
+        }
+        let owners = &self.owners;
+        self.entries.retain(|k, e| {
+            let gone = owners.get(&k.cgroup).is_some_and(|o| expired.contains(&(o.clone(), e.label.clone())));
+            !(gone && e.live.is_zero())
+        });
+        // Admit waiting peers, the busiest first, while there is room.
+        let mut waiting: BTreeMap<(Owner, u8), BTreeMap<Label, u64>> = BTreeMap::new();
         for (k, e) in &self.entries {
             let Some(o) = self.owners.get(&k.cgroup) else { continue };
-            let set = self.admitted.get(o);
-            if set.is_some_and(|s| s.contains(&e.label)) {
+            if self.admitted.get(o).is_some_and(|m| m.contains_key(&e.label)) {
                 continue;
             }
-            let mut total = e.folded.clone();
-            total.add(&e.live);
-            fresh.entry((o.clone(), k.dir)).or_default().push((total.bytes(), e.label.clone()));
+            *waiting.entry((o.clone(), k.dir)).or_default().entry(e.label.clone()).or_default() += e.own().bytes();
         }
-        for ((o, dir), mut labels) in fresh {
+        let mut admitted_now: BTreeSet<(Owner, Label)> = BTreeSet::new();
+        for ((o, dir), labels) in waiting {
+            let mut labels: Vec<(u64, Label)> = labels.into_iter().map(|(l, b)| (b, l)).collect();
             labels.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-            let set = self.admitted.entry(o).or_default();
+            let m = self.admitted.entry(o.clone()).or_default();
+            let mut room = self.max_peers.saturating_sub(m.keys().filter(|x| x.dir == dir).count());
             for (_, l) in labels {
-                if set.iter().filter(|x| x.dir == dir).count() >= self.max_peers {
+                if room == 0 {
                     break;
                 }
-                set.insert(l);
+                room -= 1;
+                m.insert(l.clone(), now);
+                admitted_now.insert((o.clone(), l));
+            }
+        }
+        // A peer admitted after it was counted in other: what it had stays
+        // there, and its own series starts at 0.
+        for (k, e) in &mut self.entries {
+            let Some(o) = self.owners.get(&k.cgroup) else { continue };
+            if e.reported && admitted_now.contains(&(o.clone(), e.label.clone())) {
+                let own = e.own();
+                self.other.entry((k.cgroup, k.dir)).or_default().add(&own);
+                e.offset.add(&own);
             }
         }
         // Peers left out, and out of the kernel: into their cgroup's other.
@@ -286,19 +364,18 @@ impl Peers {
         let other = &mut self.other;
         self.entries.retain(|k, e| {
             let Some(o) = owners.get(&k.cgroup) else { return true };
-            if admitted.get(o).is_some_and(|s| s.contains(&e.label)) || !e.live.is_zero() {
+            if admitted.get(o).is_some_and(|m| m.contains_key(&e.label)) || !e.live.is_zero() {
                 return true;
             }
-            other.entry((k.cgroup, k.dir)).or_default().add(&e.folded);
+            other.entry((k.cgroup, k.dir)).or_default().add(&e.own());
             false
         });
         // The series.
-        for (k, e) in &self.entries {
+        for (k, e) in &mut self.entries {
             let Some(o) = self.owners.get(&k.cgroup) else { continue };
-            let label = if self.admitted.get(o).is_some_and(|s| s.contains(&e.label)) { e.label.clone() } else { Label::other(k.dir) };
-            let s = pass.series.entry((o.clone(), label)).or_default();
-            s.add(&e.folded);
-            s.add(&e.live);
+            let label = if self.admitted.get(o).is_some_and(|m| m.contains_key(&e.label)) { e.label.clone() } else { Label::other(k.dir) };
+            pass.series.entry((o.clone(), label)).or_default().add(&e.own());
+            e.reported = true;
         }
         for ((cg, dir), c) in &self.other {
             if let Some(o) = self.owners.get(cg) {
@@ -407,6 +484,27 @@ mod tests {
         let d = p.update(&[(key(1, [10, 99, 0, 1], 80, DIR_OUT), counters(1, 1_000_000))], &[], resolve, |_| true, pods, t);
         assert_eq!(attempts(&d, Kind::Other, ""), 981);
         assert_eq!(attempts(&d, Kind::External, "10.78.3.231"), 1);
+    }
+
+    #[test]
+    fn idle_peers_give_their_place_and_a_late_one_starts_at_zero() {
+        let mut p = Peers::new(1, Duration::from_secs(10));
+        let pods = |a: IpAddr| name(a, None, &HashMap::new());
+        let t = Instant::now();
+        let (a, b) = (key(1, [10, 0, 0, 1], 80, DIR_OUT), key(1, [10, 0, 0, 2], 80, DIR_OUT));
+        // a is admitted (busier), b counted in other.
+        let p1 = p.update(&[(a, counters(1, 100)), (b, counters(2, 1))], &[], resolve, |_| true, pods, t);
+        assert_eq!((attempts(&p1, Kind::External, "10.0.0.1"), attempts(&p1, Kind::Other, "")), (1, 2));
+        // b keeps connecting; a goes quiet, is folded out, then idle past the grace.
+        let p2 = p.update(&[(a, counters(1, 100)), (b, counters(3, 1))], &[], resolve, |_| true, pods, t + Duration::from_secs(5));
+        assert_eq!(attempts(&p2, Kind::Other, ""), 3);
+        let p3 = p.update(&[(b, counters(4, 1))], &[], resolve, |_| true, pods, t + Duration::from_secs(11));
+        // a's series is gone; b took its place from 0, other keeps b's 4.
+        assert!(!p3.series.keys().any(|(_, l)| l.peer == "10.0.0.1"), "{:?}", p3.series.keys());
+        assert_eq!(attempts(&p3, Kind::Other, ""), 4, "other never goes back");
+        assert_eq!(attempts(&p3, Kind::External, "10.0.0.2"), 0, "b's own series starts at its admission");
+        let p4 = p.update(&[(b, counters(6, 1))], &[], resolve, |_| true, pods, t + Duration::from_secs(12));
+        assert_eq!((attempts(&p4, Kind::External, "10.0.0.2"), attempts(&p4, Kind::Other, "")), (2, 4));
     }
 
     #[test]

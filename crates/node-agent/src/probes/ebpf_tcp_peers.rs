@@ -15,7 +15,8 @@
 //! series of their own, the rest summed into `peer_kind="other"`: with 250
 //! pods and the default, at most 250 × 2 × 21 = 10,500 label sets, each
 //! in 9 counter families and one gauge, and the out ones in one histogram.
-//! Series go with their pod (after the pod attribution grace period).
+//! A peer idle for the grace period loses its series and its place; series
+//! go with their pod (after the pod attribution grace period).
 //! Connections open before the agent started are not counted, nor their
 //! bytes (there is no event to find them by). Bytes of a connection are
 //! counted when it closes: a connection open for hours shows its bytes then.
