@@ -21,13 +21,16 @@ pub const DROPPED: &str = "TCP_PEER_DROPPED";
 pub const SET_STATE: Program = Program::raw("tcp_peers_set_state", "inet_sock_set_state");
 pub const PROGRAMS: [Program; 1] = [SET_STATE];
 
-/// Connections followed at once, at most (about 130 bytes of kernel memory
-/// each, allocated as they come: not preallocated).
-pub const MAX_SOCKS: u32 = 65536;
-/// Distinct (cgroup, peer) pairs with counts in the kernel at once.
-pub const MAX_PEERS: u32 = 16384;
+/// Connections followed at once, at most, unless the agent sizes the map
+/// (`--collector.ebpf_tcp_peers.max-connections`). The hash maps are not
+/// preallocated (an entry's memory, about 130 bytes, comes and goes with
+/// it), but their bucket arrays are: 16 bytes per possible entry.
+pub const MAX_SOCKS: u32 = 16384;
+/// Distinct (cgroup, peer) pairs with counts in the kernel at once: those
+/// active within one scrape interval (idle ones move to user space).
+pub const MAX_PEERS: u32 = 4096;
 /// Distinct (cgroup, peer, latency bucket) triples at once.
-pub const MAX_LAT: u32 = 32768;
+pub const MAX_LAT: u32 = 8192;
 
 /// `DROPPED` entries: a connection not followed (`SOCKS` full), counts of
 /// a peer not recorded (`STATS` full), a latency not recorded (`LAT` full).

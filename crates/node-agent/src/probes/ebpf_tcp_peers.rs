@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use agent_common::tcp_peers::{
     LatKey, Offsets, PeerCounters, PeerKey, ABORTED, ACCEPTED, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT, CLOSED, DIR_IN, DROPPED, DROP_LAT,
-    DROP_SOCKS, DROP_STATS, ESTABLISHED, LAT, LATENCY_NS, OFFSETS, OTHER, PROGRAMS, REFUSED, RESET, RETRANSMITS, STATS, TIMEOUT,
+    DROP_SOCKS, DROP_STATS, ESTABLISHED, LAT, LATENCY_NS, OFFSETS, OTHER, PROGRAMS, REFUSED, RESET, RETRANSMITS, SOCKS, STATS, TIMEOUT,
     UNREACHABLE,
 };
 use agent_common::NATIVE_OFFSET;
@@ -54,6 +54,22 @@ pub const MAX_PEERS: ParsedFlag<usize> = ParsedFlag {
     parse: parse_max,
 };
 
+pub const MAX_CONNECTIONS: ParsedFlag<u32> = ParsedFlag {
+    name: "collector.ebpf_tcp_peers.max-connections",
+    value_name: "N",
+    default: "16384",
+    env: None,
+    help: "TCP connections followed at once (16 bytes of kernel memory each, charged to the agent's cgroup, plus about 130 for each followed); connections beyond are counted as dropped events and their bytes not counted.",
+    parse: parse_connections,
+};
+
+fn parse_connections(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if (1024..=1 << 20).contains(&n) => Ok(n),
+        _ => Err(format!("not a number of connections from 1024 to 1048576: {s:?}")),
+    }
+}
+
 fn parse_max(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=1000).contains(&n) => Ok(n),
@@ -62,7 +78,7 @@ fn parse_max(s: &str) -> Result<usize, String> {
 }
 
 pub fn args() -> Vec<Arg> {
-    flags::args(&[&MAX_PEERS])
+    flags::args(&[&MAX_PEERS, &MAX_CONNECTIONS])
 }
 
 /// The offsets, from the kernel's BTF; sockets are attributed to their
@@ -74,6 +90,7 @@ pub fn globals(k: &Kernel, ctx: &mut Context, g: &mut Globals) {
         o.attribute = 1;
     }
     g.set(OFFSETS, &o);
+    g.max_entries(SOCKS, ctx.tcp_connections);
 }
 
 struct Active {
@@ -311,5 +328,8 @@ mod tests {
         assert!(parse_max("0").is_err());
         assert!(parse_max("1001").is_err());
         assert!(parse_max("x").is_err());
+        assert_eq!(parse_connections("16384"), Ok(16384));
+        assert!(parse_connections("100").is_err());
+        assert!(parse_connections("2000000").is_err());
     }
 }

@@ -65,6 +65,8 @@ pub struct Context {
     pub kube: bool,
     /// `ebpf_tcp_peers` is on: the watch names Services too.
     pub services: bool,
+    /// Connections `ebpf_tcp_peers` follows at once (its map's size).
+    pub tcp_connections: u32,
     /// `ebpf_pods` is on: it expires deleted pods from the shared index.
     pub pods_attribution: bool,
     /// The events pod attribution serves on this kernel (`agent_common::pods` bits).
@@ -87,6 +89,7 @@ impl Context {
         let on = |name: &str| probes.iter().any(|d| d.name == name && host::registry::enabled(f, d));
         ctx.pods_attribution = on("ebpf_pods");
         ctx.services = on("ebpf_tcp_peers");
+        ctx.tcp_connections = ebpf_tcp_peers::MAX_CONNECTIONS.get(f)?;
         if ctx.pods_attribution || on("pod_cpu_throttling") || on("pod_tcp_listen") || on("ebpf_tcp_peers") {
             ebpf_pods::prepare(f, &mut ctx)?;
         }
@@ -104,6 +107,7 @@ impl Context {
             pods_watch: None,
             kube: false,
             services: false,
+            tcp_connections: agent_common::tcp_peers::MAX_SOCKS,
             pods_attribution: false,
             pod_events: 0,
             procfs: "/proc".into(),
