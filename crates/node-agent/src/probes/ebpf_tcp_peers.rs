@@ -168,19 +168,20 @@ impl host::Collector for Collector {
                 a.walked = Some(now);
             }
         }
-        let services = a.pods.as_ref().and_then(|w| w.services.as_ref()).map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len());
+        let mut services_known = 0;
         let pass = match &a.pods {
             Some(w) => {
                 let idx = w.lock();
                 let grace = a.peers.grace;
-                let mut by_ip: HashMap<IpAddr, String> = HashMap::new();
-                let mut live: std::collections::HashSet<Owner> = std::collections::HashSet::new();
-                for (_, m) in idx.live(now, grace) {
-                    for ip in &m.ips {
-                        by_ip.insert(*ip, format!("{}/{}", m.namespace, m.workload));
-                    }
-                    live.insert((m.namespace.clone(), m.name.clone()));
-                }
+                let live: std::collections::HashSet<Owner> =
+                    idx.live(now, grace).map(|(_, m)| (m.namespace.clone(), m.name.clone())).collect();
+                // Pod addresses, only when a new peer is to be named.
+                let by_ip = std::cell::OnceCell::new();
+                let pods_by_ip = || -> HashMap<IpAddr, String> {
+                    idx.live(now, grace)
+                        .flat_map(|(_, m)| m.ips.iter().map(|ip| (*ip, format!("{}/{}", m.namespace, m.workload))))
+                        .collect()
+                };
                 let (cgroups, no_v2) = (&a.cgroups, a.root.is_none());
                 let resolve = |cg: u64| match cgroups.get(&cg) {
                     // No cgroup v2 hierarchy to name anything with: all the host's.
@@ -193,7 +194,8 @@ impl host::Collector for Collector {
                     None => Resolution::Pending,
                 };
                 let services = w.services.as_ref().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()));
-                let name = |addr: IpAddr| peers::name(addr, services.as_deref(), &by_ip);
+                services_known = services.as_ref().map_or(0, |s| s.len());
+                let name = |addr: IpAddr| peers::name(addr, services.as_deref(), by_ip.get_or_init(pods_by_ip));
                 a.peers.update(&stats, &lat, resolve, |o| o.0.is_empty() || live.contains(o), name, now)
             }
             None => {
@@ -210,7 +212,7 @@ impl host::Collector for Collector {
         )
         .sample(&[("what", "peers")], pass.tracked as f64)
         .sample(&[("what", "pending_cgroups")], pass.pending as f64)
-        .sample(&[("what", "services")], services.unwrap_or(0) as f64);
+        .sample(&[("what", "services")], services_known as f64);
         sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
             .sample(&[("probe", "tcp_peers")], drops.iter().sum::<u64>() as f64);
         Ok(())
