@@ -11,12 +11,12 @@
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use agent_common::native_bucket;
-use agent_common::tcp_peers::{
-    failure, payload, LatKey, Offsets, PeerCounters, PeerKey, SockState, ACCEPTED, AF_INET, AF_INET6, ATTEMPTS, BYTES_RECEIVED,
-    BYTES_SENT, CLOSED, DIR_IN, DIR_OUT, DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, ESTABLISHED_FLAG, LATENCY_NS, MAX_LAT, MAX_PEERS,
-    MAX_SOCKS, NUM_DROPS, RETRANSMITS, TCP_CLOSE, TCP_ESTABLISHED, TCP_SYN_RECV, TCP_SYN_SENT,
-};
 use agent_common::tcp_latency::IPPROTO_TCP;
+use agent_common::tcp_peers::{
+    failure, payload, LatKey, Offsets, PeerCounters, PeerKey, SockState, ACCEPTED, AF_INET, AF_INET6, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT,
+    CLOSED, DIR_IN, DIR_OUT, DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, ESTABLISHED_FLAG, LATENCY_NS, MAX_LAT, MAX_PEERS, MAX_SOCKS,
+    NUM_DROPS, RETRANSMITS, TCP_CLOSE, TCP_ESTABLISHED, TCP_SYN_RECV, TCP_SYN_SENT,
+};
 use aya_ebpf::{
     macros::{map, raw_tracepoint},
     maps::{HashMap, PerCpuArray},
