@@ -246,7 +246,7 @@ fn manifest_flags_are_flags_the_agent_accepts_and_overlays_do_what_they_say() {
     }
     let ds = daemonset_of(&kustomize("deploy"));
     assert_eq!(container_args(&ds), base);
-    assert_eq!(capabilities(&ds), ["BPF", "PERFMON", "SYS_PTRACE"]);
+    assert_eq!(capabilities(&ds), ["BPF", "PERFMON", "NET_ADMIN", "SYS_PTRACE"]);
     let sc = ds
         .spec
         .as_ref()

@@ -1299,7 +1299,7 @@ fn unprivileged_agent_degrades() {
     .expect("unprivileged thread");
     assert!(text.contains("node_load1 "), "host metrics still served");
     // The capabilities it lacks are exported (and logged with what they disable).
-    for cap in ["BPF", "PERFMON", "SYS_PTRACE"] {
+    for cap in ["BPF", "PERFMON", "NET_ADMIN", "SYS_PTRACE"] {
         assert!(text.contains(&format!("node_agent_capability{{capability=\"{cap}\"}} 0")), "{cap} reported missing:\n{text}");
     }
     let switch = node_agent::probes::ebpf_runqueue::programs(node_agent::ebpf::kernel::Kernel::get())[2].name;

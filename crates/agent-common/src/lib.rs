@@ -10,6 +10,7 @@
 #![no_std]
 
 pub mod block_io;
+pub mod dns;
 pub mod hist;
 pub mod oom_kills;
 pub mod pods;
@@ -25,7 +26,7 @@ pub mod tcp_retransmits;
 pub mod test_programs;
 
 pub use hist::{log2_bucket, native_bucket, Hist, NativeHist, HIST_BUCKETS, NATIVE_OFFSET, NATIVE_SCHEMA, NATIVE_SLOTS};
-pub use program::{Hook, Program};
+pub use program::{Hook, Program, SkbDirection};
 
 /// The licence the eBPF object declares to the kernel (its `license`
 /// section), which must agree with `agent-ebpf`'s Cargo licence.
@@ -39,6 +40,10 @@ pub const MAPS: &[&str] = &[
     block_io::RQ_START,
     block_io::HIST,
     block_io::DROPPED,
+    dns::PENDING,
+    dns::STATS,
+    dns::LAT,
+    dns::DROPPED,
     oom_kills::KILLS,
     pods::STATS,
     pods::DROPPED,
@@ -64,6 +69,7 @@ pub const MAPS: &[&str] = &[
 ];
 pub const GLOBALS: &[&str] = &[
     block_io::OFFSETS,
+    dns::CONFIG,
     pods::OFFSETS,
     runqueue::OFFSETS,
     skb_drops::OFFSETS,
@@ -76,6 +82,7 @@ pub const GLOBALS: &[&str] = &[
 pub const PROGRAMS: &[&[Program]] = &[
     &block_io::PROGRAMS,
     &block_io::RAW_PROGRAMS,
+    &dns::PROGRAMS,
     &oom_kills::PROGRAMS,
     &oom_kills::RAW_PROGRAMS,
     &[pods::OOM_VICTIM, pods::OOM_CURRENT],

@@ -8,6 +8,16 @@ pub enum Hook {
     TracePoint(&'static str, &'static str),
     /// A raw tracepoint: the program gets the tracepoint's arguments.
     RawTracePoint(&'static str),
+    /// A cgroup socket-buffer program (`BPF_PROG_TYPE_CGROUP_SKB`) on the
+    /// cgroup v2 root: every socket's packets, one direction.
+    CgroupSkb(SkbDirection),
+}
+
+/// The direction of a [`Hook::CgroupSkb`] program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkbDirection {
+    Ingress,
+    Egress,
 }
 
 /// A program of the object: its function name and its hook.

@@ -85,7 +85,8 @@ pub struct SockState {
 
 pub const ESTABLISHED_FLAG: u32 = 1;
 
-/// Counters of one (cgroup, peer), u64 words added to atomically.
+/// Counters of one (cgroup, peer), u64 words added to atomically (named
+/// below for this probe, and by `dns` for its own).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PeerCounters {
@@ -113,7 +114,8 @@ pub const BYTES_SENT: usize = 10;
 pub const BYTES_RECEIVED: usize = 11;
 pub const RETRANSMITS: usize = 12;
 pub const LATENCY_NS: usize = 13;
-pub const NUM_WORDS: usize = 14;
+/// Words 14 and 15 are unused here (`dns` uses them).
+pub const NUM_WORDS: usize = 16;
 
 impl PeerCounters {
     pub const ZERO: PeerCounters = PeerCounters { words: [0; NUM_WORDS] };

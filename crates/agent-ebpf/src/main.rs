@@ -1,5 +1,6 @@
-//! node-agent's eBPF programs, one module per probe: tracepoints and raw
-//! tracepoints only, every event aggregated in the kernel (per-CPU arrays,
+//! node-agent's eBPF programs, one module per probe: tracepoints, raw
+//! tracepoints and (`dns`) cgroup socket-buffer programs that always let
+//! the packet through; every event aggregated in the kernel (per-CPU arrays,
 //! log2 histograms); nothing per event reaches user space. Entry points
 //! wrap a `try_` function where they can fail; no panics. Field offsets come
 //! from the agent (read from tracefs and the kernel's BTF) through each
@@ -16,6 +17,7 @@
 #![allow(internal_features)]
 
 mod block_io;
+mod dns;
 mod helpers;
 mod oom_kills;
 mod pods;

@@ -5,6 +5,7 @@
 
 /// Capability numbers (linux/capability.h).
 pub const DAC_READ_SEARCH: u32 = 2;
+pub const NET_ADMIN: u32 = 12;
 pub const SYS_PTRACE: u32 = 19;
 pub const SYS_ADMIN: u32 = 21;
 pub const PERFMON: u32 = 38;
@@ -22,6 +23,11 @@ pub struct Use {
 pub const USES: &[Use] = &[
     Use { cap: BPF, name: "BPF", without: "the eBPF collectors are down (no program or map can be loaded) unless SYS_ADMIN is held" },
     Use { cap: PERFMON, name: "PERFMON", without: "the eBPF tracepoint programs cannot attach unless SYS_ADMIN is held" },
+    Use {
+        cap: NET_ADMIN,
+        name: "NET_ADMIN",
+        without: "the ebpf_dns collector is down (its cgroup socket-buffer programs cannot be loaded) unless SYS_ADMIN is held",
+    },
     Use {
         cap: SYS_PTRACE,
         name: "SYS_PTRACE",
@@ -51,7 +57,7 @@ pub fn report(set: u64) -> Vec<(&'static str, bool, Option<&'static str>)> {
     USES.iter()
         .map(|u| {
             let present = has(set, u.cap);
-            let covered = matches!(u.cap, BPF | PERFMON) && has(set, SYS_ADMIN);
+            let covered = matches!(u.cap, BPF | PERFMON | NET_ADMIN) && has(set, SYS_ADMIN);
             (u.name, present, (!present && !covered).then_some(u.without))
         })
         .collect()
@@ -237,11 +243,15 @@ mod tests {
     #[test]
     fn reports_what_each_missing_capability_disables() {
         let r = report(1 << SYS_PTRACE);
-        assert_eq!(r.iter().map(|(n, p, _)| (*n, *p)).collect::<Vec<_>>(), [("BPF", false), ("PERFMON", false), ("SYS_PTRACE", true)]);
+        assert_eq!(
+            r.iter().map(|(n, p, _)| (*n, *p)).collect::<Vec<_>>(),
+            [("BPF", false), ("PERFMON", false), ("NET_ADMIN", false), ("SYS_PTRACE", true)]
+        );
         assert!(r[0].2.is_some_and(|w| w.contains("eBPF collectors are down")));
-        // SYS_ADMIN stands in for BPF and PERFMON.
+        assert!(r[2].2.is_some_and(|w| w.contains("ebpf_dns")));
+        // SYS_ADMIN stands in for BPF, PERFMON and NET_ADMIN.
         let r = report(1 << SYS_ADMIN);
-        assert!(r[0].2.is_none() && r[1].2.is_none());
-        assert!(r[2].2.is_some_and(|w| w.contains("/proc/1/mountinfo")));
+        assert!(r[0].2.is_none() && r[1].2.is_none() && r[2].2.is_none());
+        assert!(r[3].2.is_some_and(|w| w.contains("/proc/1/mountinfo")));
     }
 }

@@ -37,6 +37,11 @@ pub const CAPABILITIES: &[Capability] = &[
         ebpf_only: true,
     },
     Capability {
+        name: "NET_ADMIN",
+        why: "load ebpf_dns's cgroup socket-buffer programs (which only count DNS packets and let every packet through); dropped once they are attached",
+        ebpf_only: true,
+    },
+    Capability {
         name: "SYS_PTRACE",
         why: "read /proc/1/mountinfo of the host's init (hostPID) so the filesystem collector sees the host's mounts; without it the agent falls back to its own mount table",
         ebpf_only: false,

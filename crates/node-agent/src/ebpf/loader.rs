@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use agent_common::{Hook, Program};
+use agent_common::{Hook, Program, SkbDirection};
 
 use crate::ebpf::kernel::{self, Call};
-use aya::programs::{RawTracePoint, TracePoint};
+use aya::programs::{CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use expo::{Kind, Sink};
 
@@ -188,9 +188,10 @@ impl AttachError {
 }
 
 /// The read-only globals to set before loading: symbol name and bytes;
-/// and the maps sized at load time for this node.
+/// the maps sized at load time for this node; and the node's cgroup v2
+/// root, where cgroup programs attach.
 #[derive(Debug, Default, Clone)]
-pub struct Globals(Vec<(&'static str, Vec<u8>)>, Vec<(&'static str, u32)>);
+pub struct Globals(Vec<(&'static str, Vec<u8>)>, Vec<(&'static str, u32)>, Option<std::path::PathBuf>);
 
 impl Globals {
     /// Sets global `name` to `value`'s bytes.
@@ -207,6 +208,11 @@ impl Globals {
     pub fn max_entries(&mut self, name: &'static str, entries: u32) {
         self.1.retain(|(n, _)| *n != name);
         self.1.push((name, entries.max(1)));
+    }
+
+    /// The cgroup v2 root the cgroup programs attach to.
+    pub fn cgroup_root(&mut self, root: Option<std::path::PathBuf>) {
+        self.2 = root;
     }
 }
 
@@ -226,6 +232,8 @@ pub struct Shared {
     /// for the whole object: the maps are shared).
     map_stats: crate::ebpf::map_stats::MapStats,
     maps_claimed: AtomicBool,
+    /// The node's cgroup v2 root, for cgroup programs.
+    cgroup_root: Option<std::path::PathBuf>,
 }
 
 impl Drop for Shared {
@@ -305,6 +313,7 @@ impl Shared {
             log_stop,
             map_stats: Default::default(),
             maps_claimed: AtomicBool::new(false),
+            cgroup_root: globals.2.clone(),
         }))
     }
 
@@ -361,6 +370,36 @@ impl Shared {
                 let p: &mut RawTracePoint = prog.try_into().map_err(kind)?;
                 p.load().map_err(load)?;
                 p.attach(event).map_err(|e| attach(format!("raw tracepoint {event}"), Call::Bpf, e))?;
+            }
+            Hook::CgroupSkb(dir) => {
+                // Loading a cgroup skb program needs CAP_NET_ADMIN; attaching
+                // it, the cgroup directory opened (read-only is enough).
+                let root = self.cgroup_root.as_ref().ok_or_else(|| AttachError::Kernel("no cgroup v2 hierarchy mounted".into()))?;
+                let hook = format!("cgroup {} {dir:?}", root.display());
+                let cgroup = std::fs::File::open(root).map_err(|e| AttachError::Attach {
+                    hook: hook.clone(),
+                    msg: e.to_string(),
+                    reason: Reason::Attach,
+                })?;
+                let p: &mut CgroupSkb = prog.try_into().map_err(kind)?;
+                p.load().map_err(|e| {
+                    let (msg, errno) = chain(&e);
+                    match errno {
+                        Some(libc::EPERM) if !crate::caps::has(crate::caps::effective(), crate::caps::NET_ADMIN) => AttachError::Load {
+                            msg: format!("{msg} (a cgroup skb program needs CAP_NET_ADMIN)"),
+                            reason: Reason::Capability,
+                        },
+                        _ => load(e),
+                    }
+                })?;
+                let t = match dir {
+                    SkbDirection::Ingress => CgroupSkbAttachType::Ingress,
+                    SkbDirection::Egress => CgroupSkbAttachType::Egress,
+                };
+                // A bpf_link (Linux 5.7+) always runs beside the cgroup's
+                // other programs, and takes no attach flags (the kernel
+                // refuses BPF_F_ALLOW_MULTI there with EINVAL).
+                p.attach(&cgroup, t, CgroupAttachMode::Single).map_err(|e| attach(hook, Call::Bpf, e))?;
             }
         }
         Ok(())

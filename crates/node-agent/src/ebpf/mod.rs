@@ -22,7 +22,8 @@ pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 mod tests {
     use std::collections::BTreeSet;
 
-    use agent_common::Hook;
+    use agent_common::{Hook, SkbDirection};
+    use aya_obj::programs::CgroupSkbAttachType;
     use aya_obj::ProgramSection;
     use object::{Object as _, ObjectSymbol as _};
 
@@ -49,6 +50,11 @@ mod tests {
             let kind_ok = match p.hook {
                 Hook::TracePoint(..) => matches!(found.section, ProgramSection::TracePoint),
                 Hook::RawTracePoint(_) => matches!(found.section, ProgramSection::RawTracePoint),
+                Hook::CgroupSkb(dir) => matches!(
+                    (&found.section, dir),
+                    (ProgramSection::CgroupSkb { attach_type: Some(CgroupSkbAttachType::Ingress) }, SkbDirection::Ingress)
+                        | (ProgramSection::CgroupSkb { attach_type: Some(CgroupSkbAttachType::Egress) }, SkbDirection::Egress)
+                ),
             };
             assert!(kind_ok, "program {} is a {:?}, its hook says {:?}", p.name, found.section, p.hook);
             programs.insert(p.name);

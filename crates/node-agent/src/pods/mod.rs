@@ -12,6 +12,7 @@ pub mod bound;
 pub mod cgroup;
 pub mod index;
 pub mod peers;
+pub mod resolve;
 pub mod services;
 pub mod watch;
 

@@ -180,6 +180,12 @@ pub struct Peers {
     /// How long a cgroup may stay without an owner, and a peer idle with a
     /// series of its own.
     pub grace: Duration,
+    /// How busy a peer is, to admit the busiest first: bytes, unless the
+    /// probe says otherwise ([`Peers::ranked_by`]).
+    rank: fn(&Counts) -> u64,
+    /// The direction of a key's series: its own, unless the probe keeps
+    /// records of its own beside the kernel's ([`Peers::labelled_by`]).
+    label_dir: fn(u8) -> u8,
 }
 
 /// The result of one pass.
@@ -213,7 +219,22 @@ impl Peers {
             pending: HashMap::new(),
             max_peers,
             grace,
+            rank: Counts::bytes,
+            label_dir: |d| d,
         }
+    }
+
+    /// Keys whose `dir` maps to the same direction are one series (and
+    /// take one place of the bound) when their cgroup and address agree.
+    pub fn labelled_by(mut self, label_dir: fn(u8) -> u8) -> Peers {
+        self.label_dir = label_dir;
+        self
+    }
+
+    /// Admits the waiting peers with the highest `rank` first.
+    pub fn ranked_by(mut self, rank: fn(&Counts) -> u64) -> Peers {
+        self.rank = rank;
+        self
     }
 
     /// One pass over the kernel's entries. `resolve` names a cgroup's owner
@@ -277,10 +298,11 @@ impl Peers {
                 pass.delete_lat.extend(lat_keys.remove(&k).unwrap_or_default());
                 continue;
             }
+            let label_dir = self.label_dir;
             let e = self.entries.entry(k).or_insert_with(|| {
                 let (kind, peer) = name(address(k.addr));
                 Entry {
-                    label: Label { dir: k.dir, kind, peer, port: Some(k.port) },
+                    label: Label { dir: label_dir(k.dir), kind, peer, port: Some(k.port) },
                     folded: Counts::default(),
                     live: Counts::default(),
                     offset: Counts::default(),
@@ -331,7 +353,7 @@ impl Peers {
             if self.admitted.get(o).is_some_and(|m| m.contains_key(&e.label)) {
                 continue;
             }
-            *waiting.entry((o.clone(), k.dir)).or_default().entry(e.label.clone()).or_default() += e.own().bytes();
+            *waiting.entry((o.clone(), e.label.dir)).or_default().entry(e.label.clone()).or_default() += (self.rank)(&e.own());
         }
         let mut admitted_now: BTreeSet<(Owner, Label)> = BTreeSet::new();
         for ((o, dir), labels) in waiting {
@@ -354,7 +376,7 @@ impl Peers {
             let Some(o) = self.owners.get(&k.cgroup) else { continue };
             if e.reported && admitted_now.contains(&(o.clone(), e.label.clone())) {
                 let own = e.own();
-                self.other.entry((k.cgroup, k.dir)).or_default().add(&own);
+                self.other.entry((k.cgroup, e.label.dir)).or_default().add(&own);
                 e.offset.add(&own);
             }
         }
@@ -367,13 +389,14 @@ impl Peers {
             if admitted.get(o).is_some_and(|m| m.contains_key(&e.label)) || !e.live.is_zero() {
                 return true;
             }
-            other.entry((k.cgroup, k.dir)).or_default().add(&e.own());
+            other.entry((k.cgroup, e.label.dir)).or_default().add(&e.own());
             false
         });
         // The series.
         for (k, e) in &mut self.entries {
             let Some(o) = self.owners.get(&k.cgroup) else { continue };
-            let label = if self.admitted.get(o).is_some_and(|m| m.contains_key(&e.label)) { e.label.clone() } else { Label::other(k.dir) };
+            let label =
+                if self.admitted.get(o).is_some_and(|m| m.contains_key(&e.label)) { e.label.clone() } else { Label::other(e.label.dir) };
             pass.series.entry((o.clone(), label)).or_default().add(&e.own());
             e.reported = true;
         }

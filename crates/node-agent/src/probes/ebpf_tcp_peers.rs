@@ -21,11 +21,8 @@
 //! bytes (there is no event to find them by). Bytes of a connection are
 //! counted when it closes: a connection open for hours shows its bytes then.
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Instant;
 
 use agent_common::tcp_peers::{
     LatKey, Offsets, PeerCounters, PeerKey, ABORTED, ACCEPTED, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT, CLOSED, DIR_IN, DROPPED, DROP_LAT,
@@ -42,8 +39,8 @@ use super::Context;
 use crate::ebpf::kernel::Kernel;
 use crate::ebpf::maps::{self, MapError, NativeSum};
 use crate::ebpf::{Globals, Probe};
-use crate::pods::cgroup::{self, Cgroup};
-use crate::pods::peers::{self, Counts, Label, Owner, Peers, Resolution};
+use crate::pods::peers::{Counts, Label, Owner, Peers};
+use crate::pods::resolve::Resolver;
 
 pub const MAX_PEERS: ParsedFlag<usize> = ParsedFlag {
     name: "collector.ebpf_tcp_peers.max-peers",
@@ -95,10 +92,7 @@ pub fn globals(k: &Kernel, ctx: &mut Context, g: &mut Globals) {
 
 struct Active {
     probe: Probe,
-    pods: Option<Arc<crate::pods::Watched>>,
-    root: Option<PathBuf>,
-    cgroups: HashMap<u64, Cgroup>,
-    walked: Option<Instant>,
+    resolver: Resolver,
     peers: Peers,
 }
 
@@ -116,8 +110,7 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
         Ok(_) => Probe::attach(ctx.ebpf(), &PROGRAMS),
         Err(why) => Probe::down(&PROGRAMS, why),
     };
-    let root = pods.as_ref().and_then(|_| cgroup::v2_root(&p.sysfs));
-    Ok(Box::new(Collector { active: Active { probe, pods, root, cgroups: HashMap::new(), walked: None, peers: Peers::new(max, grace) } }))
+    Ok(Box::new(Collector { active: Active { probe, resolver: Resolver::new(pods, &p.sysfs), peers: Peers::new(max, grace) } }))
 }
 
 /// The kernel's entries, and the events it could not record.
@@ -159,50 +152,7 @@ impl host::Collector for Collector {
         a.probe.self_metrics(sink);
         let Some(shared) = a.probe.shared.clone() else { return Ok(()) };
         let (stats, lat, drops) = read(&*shared.lock().ok_or(MapError::Poisoned)?)?;
-        let now = Instant::now();
-        // A cgroup not seen before calls for a walk (at most one a second).
-        if let Some(root) = &a.root {
-            let unknown = stats.iter().any(|(k, _)| k.cgroup != 0 && !a.cgroups.contains_key(&k.cgroup));
-            if a.walked.is_none_or(|w| now.duration_since(w) >= Duration::from_secs(if unknown { 1 } else { 10 })) {
-                a.cgroups = cgroup::walk(root);
-                a.walked = Some(now);
-            }
-        }
-        let mut services_known = 0;
-        let pass = match &a.pods {
-            Some(w) => {
-                let idx = w.lock();
-                let grace = a.peers.grace;
-                let live: std::collections::HashSet<Owner> =
-                    idx.live(now, grace).map(|(_, m)| (m.namespace.clone(), m.name.clone())).collect();
-                // Pod addresses, only when a new peer is to be named.
-                let by_ip = std::cell::OnceCell::new();
-                let pods_by_ip = || -> HashMap<IpAddr, String> {
-                    idx.live(now, grace)
-                        .flat_map(|(_, m)| m.ips.iter().map(|ip| (*ip, format!("{}/{}", m.namespace, m.workload))))
-                        .collect()
-                };
-                let (cgroups, no_v2) = (&a.cgroups, a.root.is_none());
-                let resolve = |cg: u64| match cgroups.get(&cg) {
-                    // No cgroup v2 hierarchy to name anything with: all the host's.
-                    _ if cg == 0 || no_v2 => Resolution::Owner(Owner::default()),
-                    Some(Cgroup { pod: None, .. }) => Resolution::Owner(Owner::default()),
-                    Some(Cgroup { pod: Some(r), .. }) => match idx.get(&r.uid) {
-                        Some((_, m)) => Resolution::Owner((m.namespace.clone(), m.name.clone())),
-                        None => Resolution::Pending,
-                    },
-                    None => Resolution::Pending,
-                };
-                let services = w.services.as_ref().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()));
-                services_known = services.as_ref().map_or(0, |s| s.len());
-                let name = |addr: IpAddr| peers::name(addr, services.as_deref(), by_ip.get_or_init(pods_by_ip));
-                a.peers.update(&stats, &lat, resolve, |o| o.0.is_empty() || live.contains(o), name, now)
-            }
-            None => {
-                let name = |addr: IpAddr| peers::name(addr, None, &HashMap::new());
-                a.peers.update(&stats, &lat, |_| Resolution::Owner(Owner::default()), |_| true, name, now)
-            }
-        };
+        let (pass, services_known) = a.resolver.pass(&mut a.peers, &stats, &lat, Instant::now());
         delete(&mut *shared.lock().ok_or(MapError::Poisoned)?, &pass.delete, &pass.delete_lat)?;
         emit(sink, &pass.series);
         sink.family(

@@ -30,6 +30,7 @@ pub const BPF_STATS: BoolFlag = BoolFlag {
 
 pub mod counters;
 pub mod ebpf_block_io;
+pub mod ebpf_dns;
 pub mod ebpf_oom_kills;
 pub mod ebpf_pods;
 pub mod ebpf_process;
@@ -63,7 +64,7 @@ pub struct Context {
     pods_watch: Option<Arc<crate::pods::Watched>>,
     /// There is a Kubernetes API to name pods with ([`ebpf_pods::prepare`]).
     pub kube: bool,
-    /// `ebpf_tcp_peers` is on: the watch names Services too.
+    /// `ebpf_tcp_peers` or `ebpf_dns` is on: the watch names Services too.
     pub services: bool,
     /// Connections `ebpf_tcp_peers` follows at once (its map's size).
     pub tcp_connections: u32,
@@ -88,9 +89,9 @@ impl Context {
         ctx.sysfs.clone_from(&paths.sysfs);
         let on = |name: &str| probes.iter().any(|d| d.name == name && host::registry::enabled(f, d));
         ctx.pods_attribution = on("ebpf_pods");
-        ctx.services = on("ebpf_tcp_peers");
+        ctx.services = on("ebpf_tcp_peers") || on("ebpf_dns");
         ctx.tcp_connections = ebpf_tcp_peers::MAX_CONNECTIONS.get(f)?;
-        if ctx.pods_attribution || on("pod_cpu_throttling") || on("pod_tcp_listen") || on("ebpf_tcp_peers") {
+        if ctx.pods_attribution || on("pod_cpu_throttling") || on("pod_tcp_listen") || on("ebpf_tcp_peers") || on("ebpf_dns") {
             ebpf_pods::prepare(f, &mut ctx)?;
         }
         Ok(ctx)
@@ -140,6 +141,7 @@ impl Context {
         for g in self.globals.clone() {
             g(kernel, self, &mut globals);
         }
+        globals.cgroup_root(crate::pods::cgroup::v2_root(&self.sysfs));
         let r = Shared::load(self.object, &globals, self.bpf_stats);
         self.ebpf = Some(r.clone());
         r
@@ -173,6 +175,7 @@ macro_rules! probe {
 fn entries() -> Vec<Entry> {
     vec![
         probe!("ebpf_block_io", ebpf_block_io, globals),
+        probe!("ebpf_dns", ebpf_dns, globals),
         probe!("ebpf_oom_kills", ebpf_oom_kills),
         probe!("ebpf_pods", ebpf_pods, globals),
         probe!("ebpf_process", ebpf_process),

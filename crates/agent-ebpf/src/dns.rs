@@ -1,0 +1,248 @@
+//! `ebpf_dns`: two cgroup socket-buffer programs on the cgroup v2 root,
+//! which every socket of the node passes. Egress: a UDP datagram to port
+//! 53 that is a DNS query is counted by type for its socket's cgroup and
+//! server, and waits in `DNS_PENDING` by (socket, id). Ingress: a UDP
+//! datagram from port 53 that is a DNS response is counted by rcode; the
+//! query waiting with its id on that socket gives the latency, and its
+//! entry is deleted (the agent deletes the ones waiting longer than the
+//! timeout, as timeouts: whoever deletes it first counts it). Both always
+//! let the packet through.
+
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
+
+use agent_common::dns::{
+    qtype_word, rcode_word, Config, Pending, PendingKey, DROP_LAT, DROP_PENDING, DROP_STATS, FLAG_QR, FLAG_TC, LATE, LATENCY_NS, MATCHED,
+    MAX_LABELS, MAX_LAT, MAX_PENDING, MAX_SERVERS, NUM_DROPS, PORT, RCODE_MASK, RETRANSMITS, TRANSPORT_UDP, TRUNCATED,
+};
+use agent_common::native_bucket;
+use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey, NUM_WORDS};
+use aya_ebpf::{
+    macros::{cgroup_skb, map},
+    maps::{HashMap, PerCpuArray},
+    programs::SkBuffContext,
+    EbpfContext, Global,
+};
+
+use crate::helpers::{inc, now_ns, BPF_F_NO_PREALLOC};
+
+// SAFETY: the symbol name is unique in the object; user space finds the
+// global by it (EbpfLoader::set_global) and nothing else defines it.
+#[unsafe(no_mangle)]
+static DNS_CONFIG: Global<Config> = Global::new(Config::DEFAULT);
+
+#[map]
+static DNS_PENDING: HashMap<PendingKey, Pending> = HashMap::with_max_entries(MAX_PENDING, BPF_F_NO_PREALLOC);
+#[map]
+static DNS_STATS: HashMap<PeerKey, PeerCounters> = HashMap::with_max_entries(MAX_SERVERS, BPF_F_NO_PREALLOC);
+#[map]
+static DNS_LAT: HashMap<LatKey, u64> = HashMap::with_max_entries(MAX_LAT, BPF_F_NO_PREALLOC);
+#[map]
+static DNS_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_DROPS, 0);
+
+/// Zeroed counters in read-only data, to create map entries with.
+static ZERO: PeerCounters = PeerCounters::ZERO;
+
+const IPPROTO_UDP: u8 = 17;
+/// The packet lets through (a cgroup skb program returning 0 would drop it).
+const PASS: i32 = 1;
+
+/// The counters of `peer`, made first if need be.
+#[inline(always)]
+fn counters(peer: &PeerKey) -> Option<*mut PeerCounters> {
+    if let Some(p) = DNS_STATS.get_ptr_mut(peer) {
+        return Some(p);
+    }
+    let _ = DNS_STATS.insert(peer, ZERO, 1);
+    let p = DNS_STATS.get_ptr_mut(peer);
+    if p.is_none() {
+        inc(&DNS_DROPPED, DROP_STATS);
+    }
+    p
+}
+
+/// Adds to word `w` of `p`, atomically.
+#[inline(always)]
+fn add(p: *mut PeerCounters, w: usize, v: u64) {
+    if w < NUM_WORDS {
+        // SAFETY: `p` points to a map value of NUM_WORDS aligned u64 words; `w` is in range.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>((p as *mut u64).add(w), v) };
+    }
+}
+
+#[inline(always)]
+fn latency(peer: &PeerKey, ns: u64) {
+    let key = LatKey { peer: *peer, slot: native_bucket(ns.max(1)) as u32, pad: 0 };
+    if let Some(p) = DNS_LAT.get_ptr_mut(key) {
+        // SAFETY: a map value of one u64; every CPU adds to it, atomically.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1) };
+        return;
+    }
+    if DNS_LAT.insert(key, 1, 1).is_err() {
+        match DNS_LAT.get_ptr_mut(key) {
+            // SAFETY: as above.
+            Some(p) => unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1);
+            },
+            None => inc(&DNS_DROPPED, DROP_LAT),
+        }
+    }
+}
+
+/// A UDP datagram's remote address (IPv4 as `::ffff:a.b.c.d`), remote
+/// port, local port and the offset of its payload, from the network
+/// header on (where a cgroup skb program's data starts). `out`: the
+/// remote end is the destination.
+#[inline(always)]
+fn udp(ctx: &SkBuffContext, out: bool) -> Option<([u8; 16], u16, u16, usize)> {
+    let first: u8 = ctx.load(0).ok()?;
+    let mut addr = [0u8; 16];
+    let l4 = match first >> 4 {
+        4 => {
+            if ctx.load::<u8>(9).ok()? != IPPROTO_UDP {
+                return None;
+            }
+            // A fragment after the first has no UDP header.
+            if u16::from_be(ctx.load::<u16>(6).ok()?) & 0x1fff != 0 {
+                return None;
+            }
+            let v4: [u8; 4] = ctx.load(if out { 16 } else { 12 }).ok()?;
+            addr[10] = 0xff;
+            addr[11] = 0xff;
+            addr[12] = v4[0];
+            addr[13] = v4[1];
+            addr[14] = v4[2];
+            addr[15] = v4[3];
+            ((first & 0x0f) as usize) * 4
+        }
+        6 => {
+            // Extension headers are not followed: DNS datagrams carry none.
+            if ctx.load::<u8>(6).ok()? != IPPROTO_UDP {
+                return None;
+            }
+            addr = ctx.load(if out { 24 } else { 8 }).ok()?;
+            40
+        }
+        _ => return None,
+    };
+    let sport = u16::from_be(ctx.load::<u16>(l4).ok()?);
+    let dport = u16::from_be(ctx.load::<u16>(l4 + 2).ok()?);
+    let (remote, local) = if out { (dport, sport) } else { (sport, dport) };
+    Some((addr, remote, local, l4 + 8))
+}
+
+/// The DNS header's id and flags at `dns`.
+#[inline(always)]
+fn header(ctx: &SkBuffContext, dns: usize) -> Option<(u16, u16)> {
+    let id = u16::from_be(ctx.load::<u16>(dns).ok()?);
+    let flags = u16::from_be(ctx.load::<u16>(dns + 2).ok()?);
+    Some((id, flags))
+}
+
+/// The first question's type: after its name (labels up to a zero length;
+/// a question's name has no compression pointers).
+#[inline(always)]
+fn qtype(ctx: &SkBuffContext, dns: usize) -> Option<u16> {
+    let mut off = dns + 12;
+    for _ in 0..MAX_LABELS {
+        let len: u8 = ctx.load(off).ok()?;
+        if len == 0 {
+            return Some(u16::from_be(ctx.load::<u16>(off + 1).ok()?));
+        }
+        if len & 0xc0 != 0 {
+            return None;
+        }
+        off += len as usize + 1;
+    }
+    None
+}
+
+#[inline(always)]
+fn cgroup(ctx: &SkBuffContext) -> u64 {
+    if DNS_CONFIG.load().attribute == 0 {
+        return 0;
+    }
+    // SAFETY: the program's own context.
+    unsafe { aya_ebpf::helpers::bpf_skb_cgroup_id(ctx.skb.skb) }
+}
+
+#[inline(always)]
+fn cookie(ctx: &SkBuffContext) -> u64 {
+    // SAFETY: the program's own context.
+    unsafe { aya_ebpf::helpers::bpf_get_socket_cookie(ctx.as_ptr()) }
+}
+
+fn try_egress(ctx: &SkBuffContext) -> Option<()> {
+    let (addr, remote, _, dns) = udp(ctx, true)?;
+    if remote != PORT {
+        return None;
+    }
+    let (id, flags) = header(ctx, dns)?;
+    if flags & FLAG_QR != 0 {
+        return None;
+    }
+    let word = qtype_word(qtype(ctx, dns).unwrap_or(0));
+    let peer = PeerKey { cgroup: cgroup(ctx), addr, port: PORT, dir: TRANSPORT_UDP, pad: [0; 5] };
+    let key = PendingKey { cookie: cookie(ctx), id, pad: [0; 6] };
+    let c = counters(&peer)?;
+    if DNS_PENDING.get_ptr(key).is_some() {
+        add(c, RETRANSMITS, 1);
+        return Some(());
+    }
+    if DNS_PENDING.insert(key, Pending { peer, start_ns: now_ns() }, 1).is_err() {
+        // Full (or sent again meanwhile on another CPU): counted, not timed.
+        inc(&DNS_DROPPED, DROP_PENDING);
+    }
+    add(c, word, 1);
+    Some(())
+}
+
+fn try_ingress(ctx: &SkBuffContext) -> Option<()> {
+    let (addr, remote, _, dns) = udp(ctx, false)?;
+    if remote != PORT {
+        return None;
+    }
+    let (id, flags) = header(ctx, dns)?;
+    if flags & FLAG_QR == 0 {
+        return None;
+    }
+    let key = PendingKey { cookie: cookie(ctx), id, pad: [0; 6] };
+    // SAFETY: a copy is taken at once; the entry is deleted just after.
+    let waiting = DNS_PENDING.get_ptr(key).map(|p| unsafe { *p });
+    // Whoever deletes the entry (this program or the agent, at the
+    // timeout) counts the query, once.
+    let matched = match waiting {
+        Some(w) if DNS_PENDING.remove(key).is_ok() => Some(w),
+        _ => None,
+    };
+    let peer = match &matched {
+        Some(w) => w.peer,
+        None => PeerKey { cgroup: cgroup(ctx), addr, port: PORT, dir: TRANSPORT_UDP, pad: [0; 5] },
+    };
+    let c = counters(&peer)?;
+    add(c, rcode_word(flags & RCODE_MASK), 1);
+    if flags & FLAG_TC != 0 {
+        add(c, TRUNCATED, 1);
+    }
+    match matched {
+        Some(w) => {
+            let ns = now_ns().saturating_sub(w.start_ns);
+            add(c, MATCHED, 1);
+            add(c, LATENCY_NS, ns);
+            latency(&peer, ns);
+        }
+        None => add(c, LATE, 1),
+    }
+    Some(())
+}
+
+#[cgroup_skb(egress)]
+pub fn dns_egress(ctx: SkBuffContext) -> i32 {
+    let _ = try_egress(&ctx);
+    PASS
+}
+
+#[cgroup_skb(ingress)]
+pub fn dns_ingress(ctx: SkBuffContext) -> i32 {
+    let _ = try_ingress(&ctx);
+    PASS
+}

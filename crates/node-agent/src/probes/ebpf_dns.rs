@@ -1,0 +1,318 @@
+//! `ebpf_dns`: DNS over UDP by pod and server, from two cgroup
+//! socket-buffer programs on the node's cgroup v2 root (every socket of
+//! the node, any network namespace): queries by type (A, AAAA, SRV, PTR,
+//! other), responses by rcode (NOERROR, NXDOMAIN, SERVFAIL, REFUSED,
+//! other), responses truncated, queries retransmitted (sent again with the
+//! id of one still waiting), queries not answered within
+//! `--collector.ebpf_dns.timeout`, responses that came later or matched no
+//! query (late), and the latency from query to response (native histogram,
+//! schema 3).
+//!
+//! The server is named as `ebpf_tcp_peers` names peers (`pods::peers`): a
+//! Service by its ClusterIP (`server_kind="service"`, `server="kube-system/kube-dns"`),
+//! a pod of this node, loopback (`local`), else `external` (the address).
+//! No domain is exported.
+//!
+//! Cardinality: per pod (and for the host, `namespace=""`), at most
+//! `--collector.ebpf_dns.max-servers` servers (default 4) with series of
+//! their own, the rest summed into `server_kind="other"`: with 250 pods and
+//! the default, at most 250 × 5 = 1,250 label sets, in 6 counter families
+//! (queries × 5 types, responses × 5 rcodes) and one histogram.
+//!
+//! Needs CAP_NET_ADMIN to load the programs (the agent drops it after),
+//! and a cgroup v2 hierarchy (on cgroup v1 alone it is down). DNS over TCP
+//! is not counted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use agent_common::dns::{
+    Pending, PendingKey, DROPPED, DROP_LAT, DROP_PENDING, DROP_STATS, LAT, LATE, LATENCY_NS, MATCHED, PENDING, PROGRAMS, Q_A, Q_AAAA,
+    Q_OTHER, Q_PTR, Q_SRV, RETRANSMITS, R_NOERROR, R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS, TIMEOUTS, TRUNCATED,
+};
+use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
+use agent_common::NATIVE_OFFSET;
+use clap::Arg;
+use expo::{Kind, Sink};
+use host::flags::{self, Flags, ParsedFlag};
+use host::{ConfigError, Paths};
+
+use super::Context;
+use crate::ebpf::maps::{self, MapError, NativeSum};
+use crate::ebpf::{Globals, Probe};
+use crate::pods::peers::{Counts, Label, Owner, Peers};
+use crate::pods::resolve::Resolver;
+
+pub const TIMEOUT: ParsedFlag<Duration> = ParsedFlag {
+    name: "collector.ebpf_dns.timeout",
+    value_name: "DURATION",
+    default: "5s",
+    env: None,
+    help: "A DNS query not answered within this time is counted as timed out (found at the next scrape), e.g. 2s, 5s, 1m.",
+    parse: parse_timeout,
+};
+
+pub const MAX_SERVERS: ParsedFlag<usize> = ParsedFlag {
+    name: "collector.ebpf_dns.max-servers",
+    value_name: "N",
+    default: "4",
+    env: None,
+    help: "DNS servers with series of their own per pod; later ones are summed into server_kind=\"other\".",
+    parse: parse_max,
+};
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    match crate::pods::parse_duration(s) {
+        Some(d) if (Duration::from_secs(1)..=Duration::from_secs(600)).contains(&d) => Ok(d),
+        _ => Err(format!("not a duration from 1s to 10m: {s:?} (e.g. 2s, 5s, 1m)")),
+    }
+}
+
+fn parse_max(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=100).contains(&n) => Ok(n),
+        _ => Err(format!("not a number of servers from 1 to 100: {s:?}")),
+    }
+}
+
+pub fn args() -> Vec<Arg> {
+    flags::args(&[&TIMEOUT, &MAX_SERVERS])
+}
+
+/// Queries are counted by cgroup when the pods are known (a Kubernetes API).
+pub fn globals(_: &crate::ebpf::kernel::Kernel, ctx: &mut Context, g: &mut Globals) {
+    let attribute = u32::from(ctx.kube);
+    g.set(agent_common::dns::CONFIG, &agent_common::dns::Config { attribute, pad: 0 });
+}
+
+/// [`PeerKey::dir`] of the agent's own records of timeouts, beside the
+/// kernel's of the same cgroup and server (one series: [`Peers::labelled_by`]).
+const TIMEOUT_RECORD: u8 = 0x80;
+
+pub struct Collector {
+    probe: Probe,
+    resolver: Resolver,
+    peers: Peers,
+    timeout: Duration,
+    /// Timeouts counted since the record was last folded, by the kernel
+    /// key (with [`TIMEOUT_RECORD`]): the agent's own "map", folded and
+    /// deleted as the kernel's are.
+    timeouts: HashMap<PeerKey, u64>,
+}
+
+/// How busy a server is: the queries sent to it.
+fn queries(c: &Counts) -> u64 {
+    c.words[Q_A..=Q_OTHER].iter().fold(0, |a, b| a.wrapping_add(*b))
+}
+
+pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
+    let max = MAX_SERVERS.get(f)?;
+    let timeout = TIMEOUT.get(f)?;
+    let grace = super::ebpf_pods::GRACE_PERIOD.get(f)?;
+    let pods = if ctx.kube { ctx.pods()? } else { None };
+    let probe = match crate::pods::cgroup::v2_root(&p.sysfs) {
+        Some(_) => Probe::attach(ctx.ebpf(), &PROGRAMS),
+        None => Probe::down(&PROGRAMS, "no cgroup v2 hierarchy mounted (cgroup socket-buffer programs attach to one)"),
+    };
+    Ok(Box::new(Collector {
+        probe,
+        resolver: Resolver::new(pods, &p.sysfs),
+        peers: Peers::new(max, grace).ranked_by(queries).labelled_by(|d| d & !TIMEOUT_RECORD),
+        timeout,
+        timeouts: HashMap::new(),
+    }))
+}
+
+/// Nanoseconds since boot on the clock the programs read (CLOCK_MONOTONIC).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`, which outlives the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// The queries waiting longer than `timeout`, deleted from the kernel's
+/// map: those deleted here (not by a response meanwhile) are timeouts.
+/// Also how many are still waiting.
+fn reap(ebpf: &mut aya::Ebpf, timeout: Duration) -> Result<(Vec<PeerKey>, usize), MapError> {
+    let mut m: aya::maps::HashMap<_, PendingKey, Pending> =
+        aya::maps::HashMap::try_from(ebpf.map_mut(PENDING).ok_or(MapError::Missing(PENDING))?)
+            .map_err(|source| MapError::Map { map: PENDING, source })?;
+    let waiting: Vec<(PendingKey, Pending)> = m.iter().filter_map(Result::ok).collect();
+    let cutoff = monotonic_ns().saturating_sub(timeout.as_nanos() as u64);
+    let mut timed_out = Vec::new();
+    for (k, v) in &waiting {
+        if v.start_ns <= cutoff && m.remove(k).is_ok() {
+            timed_out.push(v.peer);
+        }
+    }
+    Ok((timed_out.clone(), waiting.len() - timed_out.len()))
+}
+
+type Read = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>, [u64; 3]);
+
+fn read(ebpf: &aya::Ebpf) -> Result<Read, MapError> {
+    let stats: aya::maps::HashMap<_, PeerKey, PeerCounters> =
+        aya::maps::HashMap::try_from(ebpf.map(STATS).ok_or(MapError::Missing(STATS))?)
+            .map_err(|source| MapError::Map { map: STATS, source })?;
+    let lat: aya::maps::HashMap<_, LatKey, u64> =
+        aya::maps::HashMap::try_from(ebpf.map(LAT).ok_or(MapError::Missing(LAT))?).map_err(|source| MapError::Map { map: LAT, source })?;
+    let drops =
+        [maps::counter(ebpf, DROPPED, DROP_PENDING)?, maps::counter(ebpf, DROPPED, DROP_STATS)?, maps::counter(ebpf, DROPPED, DROP_LAT)?];
+    Ok((stats.iter().filter_map(Result::ok).collect(), lat.iter().filter_map(Result::ok).collect(), drops))
+}
+
+fn delete(ebpf: &mut aya::Ebpf, keys: &[PeerKey], lat_keys: &[LatKey]) -> Result<(), MapError> {
+    if !keys.is_empty() {
+        let mut m: aya::maps::HashMap<_, PeerKey, PeerCounters> =
+            aya::maps::HashMap::try_from(ebpf.map_mut(STATS).ok_or(MapError::Missing(STATS))?)
+                .map_err(|source| MapError::Map { map: STATS, source })?;
+        for k in keys {
+            let _ = m.remove(k);
+        }
+    }
+    if !lat_keys.is_empty() {
+        let mut m: aya::maps::HashMap<_, LatKey, u64> = aya::maps::HashMap::try_from(ebpf.map_mut(LAT).ok_or(MapError::Missing(LAT))?)
+            .map_err(|source| MapError::Map { map: LAT, source })?;
+        for k in lat_keys {
+            let _ = m.remove(k);
+        }
+    }
+    Ok(())
+}
+
+impl host::Collector for Collector {
+    fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
+        self.probe.self_metrics(sink);
+        let Some(shared) = self.probe.shared.clone() else { return Ok(()) };
+        let (timed_out, in_flight) = reap(&mut *shared.lock().ok_or(MapError::Poisoned)?, self.timeout)?;
+        for mut k in timed_out {
+            k.dir |= TIMEOUT_RECORD;
+            *self.timeouts.entry(k).or_default() += 1;
+        }
+        let (mut stats, lat, drops) = read(&*shared.lock().ok_or(MapError::Poisoned)?)?;
+        stats.extend(self.timeouts.iter().map(|(k, n)| {
+            let mut c = PeerCounters::ZERO;
+            c.words[TIMEOUTS] = *n;
+            (*k, c)
+        }));
+        let (pass, services_known) = self.resolver.pass(&mut self.peers, &stats, &lat, Instant::now());
+        let (ours, kernels): (Vec<PeerKey>, Vec<PeerKey>) = pass.delete.iter().partition(|k| k.dir & TIMEOUT_RECORD != 0);
+        for k in ours {
+            self.timeouts.remove(&k);
+        }
+        delete(&mut *shared.lock().ok_or(MapError::Poisoned)?, &kernels, &pass.delete_lat)?;
+        // The agent's timeout records and the kernel's counts of one
+        // server share its label, hence its series.
+        emit(sink, &pass.series);
+        sink.family(
+            "node_ebpf_dns_tracked",
+            "What ebpf_dns keeps: servers with counts in user space, cgroups whose pod is not known yet, queries waiting for an answer, \
+             and Services known by ClusterIP.",
+            Kind::Gauge,
+        )
+        .sample(&[("what", "servers")], pass.tracked as f64)
+        .sample(&[("what", "pending_cgroups")], pass.pending as f64)
+        .sample(&[("what", "queries_in_flight")], in_flight as f64)
+        .sample(&[("what", "services")], services_known as f64);
+        sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
+            .sample(&[("probe", "dns")], drops.iter().sum::<u64>() as f64);
+        Ok(())
+    }
+}
+
+fn labels<'a>(o: &'a Owner, l: &'a Label) -> [(&'static str, &'a str); 5] {
+    [("namespace", &o.0), ("pod", &o.1), ("server_kind", l.kind.label()), ("server", &l.peer), ("transport", "udp")]
+}
+
+fn emit(sink: &mut Sink, series: &BTreeMap<(Owner, Label), Counts>) {
+    let mut f = sink.family(
+        "node_ebpf_pod_dns_queries_total",
+        "DNS queries the pod sent to the server, by query type (A, AAAA, SRV, PTR, other); retransmits not included.",
+        Kind::Counter,
+    );
+    for ((o, l), c) in series {
+        for (t, w) in [("A", Q_A), ("AAAA", Q_AAAA), ("SRV", Q_SRV), ("PTR", Q_PTR), ("other", Q_OTHER)] {
+            let mut ls = labels(o, l).to_vec();
+            ls.push(("qtype", t));
+            f.sample(&ls, c.words[w] as f64);
+        }
+    }
+    let mut f = sink.family(
+        "node_ebpf_pod_dns_responses_total",
+        "DNS responses the pod received from the server, by rcode (NOERROR, NXDOMAIN, SERVFAIL, REFUSED, other), late ones included.",
+        Kind::Counter,
+    );
+    for ((o, l), c) in series {
+        for (r, w) in
+            [("NOERROR", R_NOERROR), ("NXDOMAIN", R_NXDOMAIN), ("SERVFAIL", R_SERVFAIL), ("REFUSED", R_REFUSED), ("other", R_OTHER)]
+        {
+            let mut ls = labels(o, l).to_vec();
+            ls.push(("rcode", r));
+            f.sample(&ls, c.words[w] as f64);
+        }
+    }
+    for (name, help, w) in [
+        (
+            "node_ebpf_pod_dns_timeouts_total",
+            "DNS queries of the pod to the server not answered within --collector.ebpf_dns.timeout (counted at the scrape after).",
+            TIMEOUTS,
+        ),
+        ("node_ebpf_pod_dns_truncated_total", "DNS responses the pod received from the server truncated (TC set).", TRUNCATED),
+        (
+            "node_ebpf_pod_dns_retransmits_total",
+            "DNS queries the pod sent to the server again (the same socket and id) while the first was waiting.",
+            RETRANSMITS,
+        ),
+        (
+            "node_ebpf_pod_dns_late_responses_total",
+            "DNS responses the pod received from the server with no query waiting: after the timeout, or to a query sent before the agent started.",
+            LATE,
+        ),
+    ] {
+        let mut f = sink.family(name, help, Kind::Counter);
+        for ((o, l), c) in series {
+            f.sample(&labels(o, l), c.words[w] as f64);
+        }
+    }
+    let mut f = sink.family(
+        "node_ebpf_pod_dns_latency_seconds",
+        "Time from the pod's DNS query leaving to its response arriving, by server (native buckets of schema 3).",
+        Kind::Histogram,
+    );
+    for ((o, l), c) in series {
+        let h = NativeSum {
+            zero: 0,
+            buckets: c.lat.iter().map(|(slot, n)| (*slot as i32 + NATIVE_OFFSET, *n)).collect(),
+            sum: c.words[LATENCY_NS] as f64 / 1e9,
+            count: c.words[MATCHED],
+        };
+        h.write(&mut f, &labels(o, l));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_bounded() {
+        assert_eq!(parse_timeout("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_timeout("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_timeout("0s").is_err());
+        assert!(parse_timeout("1h").is_err());
+        assert!(parse_timeout("x").is_err());
+        assert_eq!(parse_max("4"), Ok(4));
+        assert!(parse_max("0").is_err());
+        assert!(parse_max("101").is_err());
+    }
+
+    #[test]
+    fn busy_servers_are_those_queried_most() {
+        let mut c = Counts::default();
+        c.words[Q_A] = 3;
+        c.words[Q_OTHER] = 2;
+        c.words[R_NOERROR] = 9;
+        assert_eq!(queries(&c), 5);
+    }
+}
