@@ -1,0 +1,360 @@
+//! `ebpf_dns` truth test (#36): two pods of this node, their cgroups made
+//! by the test with kubelet-style paths, served by an in-memory API server
+//! with the Service kube-system/kube-dns; both run in one network
+//! namespace of the test's own: pod A (10.77.0.1) is the client, pod B
+//! (10.77.0.2) a DNS server written here that answers by the query's first
+//! label (NOERROR, NXDOMAIN, SERVFAIL, REFUSED, truncated, 20 ms late, never,
+//! or only when the test says so), on its own address and on the Service's
+//! ClusterIP 10.96.0.10 (on loopback, as kube-proxy's IPVS mode puts it).
+//!
+//! The agent's counts for pod A (only the test's own cgroups, so exact on a
+//! busy node) are checked against the queries the client made and the
+//! answers it received: queries by type, responses by rcode, truncated,
+//! retransmitted, timed out, late, the latency of the 20 ms answers, the
+//! Service's name, and the bound on servers per pod.
+//!
+//! Root only (CAP_BPF, CAP_NET_ADMIN, cgroups, network namespaces); outside
+//! CI without root it skips with a message, in CI it must run.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use expo::Format;
+use node_agent_tests::apiserver::{pod, Api, Running};
+use node_agent_tests::host::root_or_skip;
+use node_agent_tests::netns::Netns;
+use node_agent_tests::pods::{pod_cgroup, CID_A, CID_B, NODE, UID_A, UID_B};
+use runtime::{Scraper, Selection};
+
+/// Pod B: a DNS server on UDP port 53 of 10.77.0.2, 10.96.0.10 and
+/// 10.78.0.1-10. It answers a query by its name's first label: `ok` NOERROR,
+/// `nx` NXDOMAIN, `fail` SERVFAIL, `ref` REFUSED, `tc` NOERROR truncated,
+/// `slow` NOERROR after 20 ms, `drop` never, `held` when its stdin says
+/// `release`. Prints "ready".
+const SERVER: &str = r#"
+import socket, struct, sys, threading, time
+held = []
+lock = threading.Lock()
+def answer(s, q, peer):
+    qid, flags = struct.unpack(">HH", q[:4])
+    label = q[13:13 + q[12]].decode()
+    rcode = {"nx": 3, "fail": 2, "ref": 5}.get(label, 0)
+    out = 0x8000 | (flags & 0x0100) | rcode | (0x0200 if label == "tc" else 0)
+    s.sendto(struct.pack(">HHHHHH", qid, out, 1, 0, 0, 0) + q[12:], peer)
+def serve(addr):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((addr, 53))
+    while True:
+        q, peer = s.recvfrom(512)
+        label = q[13:13 + q[12]].decode()
+        if label == "drop":
+            continue
+        if label == "held":
+            with lock:
+                held.append((s, q, peer))
+            continue
+        if label == "slow":
+            threading.Timer(0.02, answer, (s, q, peer)).start()
+            continue
+        answer(s, q, peer)
+for a in ["10.77.0.2", "10.96.0.10"] + ["10.78.0.%d" % i for i in range(1, 11)]:
+    threading.Thread(target=serve, args=(a,), daemon=True).start()
+time.sleep(0.2)
+print("ready", flush=True)
+for line in sys.stdin:
+    with lock:
+        for h in held:
+            answer(*h)
+        held.clear()
+    print("released", flush=True)
+"#;
+
+/// Pod A: for each `server name qtype repeat` of argv[1] (`;`-separated),
+/// one query from a new socket bound to 10.77.0.1 (sent twice with the same
+/// id when `repeat` is 1), waiting up to `argv[2]` seconds for the answer.
+/// Prints JSON: answers by rcode, truncated answers, queries unanswered,
+/// and the microseconds each `slow` query took.
+const CLIENT: &str = r#"
+import json, random, socket, struct, sys, time
+rcodes, tc, unanswered, slow = {}, 0, 0, []
+for item in sys.argv[1].split(";"):
+    server, name, qtype, repeat = item.split()
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("10.77.0.1", 0))
+    s.connect((server, 53))
+    s.settimeout(float(sys.argv[2]))
+    q = struct.pack(">HHHHHH", random.randrange(65536), 0x0100, 1, 0, 0, 0)
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    q += b"\0" + struct.pack(">HH", int(qtype), 1)
+    t = time.monotonic()
+    s.send(q)
+    if repeat == "1":
+        s.send(q)
+    try:
+        a = s.recv(512)
+        flags = struct.unpack(">H", a[2:4])[0]
+        rcodes[flags & 15] = rcodes.get(flags & 15, 0) + 1
+        tc += 1 if flags & 0x0200 else 0
+        if name.startswith("slow."):
+            slow.append(int((time.monotonic() - t) * 1e6))
+    except socket.timeout:
+        unanswered += 1
+    s.close()
+print(json.dumps({"rcodes": rcodes, "tc": tc, "unanswered": unanswered, "slow": slow}), flush=True)
+"#;
+
+fn api() -> std::sync::Arc<Api> {
+    let api = std::sync::Arc::new(Api::new());
+    {
+        let mut st = api.state.lock().expect("state");
+        for (uid, ns, name, c, cid, ip) in
+            [(UID_A, "web", "web-0", "app", CID_A, "10.77.0.1"), (UID_B, "kube-system", "coredns-0", "coredns", CID_B, "10.77.0.2")]
+        {
+            let mut p = pod(uid, ns, name, NODE, c, cid);
+            p["status"]["podIP"] = ip.into();
+            p["status"]["podIPs"] = serde_json::json!([{ "ip": ip }]);
+            api.put(&mut st, "pods", ns, name, p, false);
+        }
+        let svc = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kube-dns", "namespace": "kube-system", "uid": "5e7c0000-0000-4000-8000-000000000053"},
+            "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"], "ports": [{"port": 53, "protocol": "UDP"}]}
+        });
+        api.put(&mut st, "services", "kube-system", "kube-dns", svc, false);
+    }
+    api
+}
+
+struct Agent {
+    scraper: Scraper,
+}
+
+impl Agent {
+    fn new(c: &Running) -> Agent {
+        let args = vec![
+            "node-agent".to_string(),
+            "--collector.disable-defaults".into(),
+            "--collector.ebpf_pods".into(),
+            "--collector.ebpf_dns".into(),
+            "--collector.ebpf_dns.timeout=1s".into(),
+            "--collector.ebpf_dns.max-servers=3".into(),
+            format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
+            format!("--collector.ebpf_pods.node-name={NODE}"),
+        ];
+        let m = node_agent::cmd::command().try_get_matches_from(args).expect("flags");
+        let cfg = node_agent::config::resolve(&m).expect("config");
+        let a = Agent { scraper: node_agent::agent::scraper(cfg.collectors, false) };
+        let up = a.samples("node_ebpf_program_up");
+        for p in ["dns_egress", "dns_ingress"] {
+            assert!(
+                up.iter().any(|(l, v)| l.get("program").map(String::as_str) == Some(p) && *v == 1.0),
+                "{p} is not up: {up:?} (it needs CAP_NET_ADMIN and a cgroup v2 hierarchy)"
+            );
+        }
+        let t = Instant::now();
+        let services = || {
+            a.samples("node_ebpf_dns_tracked").into_iter().find(|(l, _)| l.get("what").map(String::as_str) == Some("services")).map(|s| s.1)
+        };
+        while a.samples("node_ebpf_pod_attribution_synced").first().map(|s| s.1) != Some(1.0) || services() != Some(1.0) {
+            assert!(t.elapsed() < Duration::from_secs(20), "the pods of {NODE} and the Services were never listed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        a
+    }
+
+    fn samples(&self, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        let text = String::from_utf8(self.scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8");
+        for c in ["ebpf_pods", "ebpf_dns"] {
+            assert!(text.contains(&format!("node_scrape_collector_success{{collector=\"{c}\"}} 1")), "{c} failed:\n{text}");
+        }
+        node_agent_tests::samples(&text, name)
+    }
+
+    /// Pod web-0's series of `name`, by "server_kind server[ qtype|rcode]",
+    /// non-zero ones only.
+    fn client(&self, name: &str) -> BTreeMap<String, f64> {
+        self.samples(name)
+            .into_iter()
+            .filter(|(l, v)| l.get("pod").map(String::as_str) == Some("web-0") && *v != 0.0)
+            .map(|(l, v)| {
+                let g = |k: &str| l.get(k).cloned().unwrap_or_default();
+                assert_eq!((g("namespace"), g("transport")), ("web".to_string(), "udp".to_string()));
+                let mut key = format!("{} {}", g("server_kind"), g("server"));
+                for extra in ["qtype", "rcode"] {
+                    if let Some(x) = l.get(extra) {
+                        key.push(' ');
+                        key.push_str(x);
+                    }
+                }
+                (key, v)
+            })
+            .collect()
+    }
+}
+
+/// What the client saw.
+#[derive(Debug)]
+struct Seen {
+    rcodes: BTreeMap<String, f64>,
+    tc: f64,
+    unanswered: f64,
+    slow: Vec<u64>,
+}
+
+impl Seen {
+    fn parse(out: &[u8]) -> Seen {
+        let v: serde_json::Value = serde_json::from_slice(out).expect("the client's JSON");
+        let rcodes = v["rcodes"].as_object().expect("rcodes").iter().map(|(k, n)| (k.clone(), n.as_f64().unwrap_or(0.0))).collect();
+        let slow = v["slow"].as_array().expect("slow").iter().filter_map(|x| x.as_u64()).collect();
+        Seen { rcodes, tc: v["tc"].as_f64().unwrap_or(-1.0), unanswered: v["unanswered"].as_f64().unwrap_or(-1.0), slow }
+    }
+}
+
+fn run_client(a: &node_agent_tests::pods::PodCgroup, ns: &Netns, script: &std::path::Path, plan: &[String], wait: f64) -> Seen {
+    let out = a
+        .command(&format!("ip netns exec {} python3 {} '{}' {wait}", ns.0, script.display(), plan.join(";")))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("client");
+    assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
+    Seen::parse(&out.stdout)
+}
+
+/// `n` queries of `name` and `qtype` to `server`.
+fn queries(n: usize, server: &str, name: &str, qtype: u16, repeat: bool) -> Vec<String> {
+    (0..n).map(|_| format!("{server} {name} {qtype} {}", u8::from(repeat))).collect()
+}
+
+#[test]
+fn queries_answers_timeouts_and_servers_are_the_pods_own() {
+    if !root_or_skip("the DNS truth test") {
+        return;
+    }
+    let ns = Netns::new("dns");
+    ns.batch(
+        "link set lo up\naddr add 10.77.0.1/32 dev lo\naddr add 10.77.0.2/32 dev lo\naddr add 10.96.0.10/32 dev lo\n\
+         route add local 10.78.0.0/24 dev lo\n",
+    );
+    let cluster = Running::start(api()).expect("API server");
+    let agent = Agent::new(&cluster);
+    let (a, b) = (pod_cgroup('A', None), pod_cgroup('B', None));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server_py, client_py) = (dir.path().join("server.py"), dir.path().join("client.py"));
+    std::fs::write(&server_py, SERVER).expect("server script");
+    std::fs::write(&client_py, CLIENT).expect("client script");
+    let mut server = b
+        .command(&format!("ip netns exec {} python3 {}", ns.0, server_py.display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("server");
+    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+
+    // Phase 1: the pod coredns-0 by its address, every kind of answer.
+    let pod = "10.77.0.2";
+    let mut plan = Vec::new();
+    plan.extend(queries(3, pod, "ok.test", 1, false));
+    plan.extend(queries(2, pod, "ok.test", 28, false));
+    plan.extend(queries(1, pod, "_x._tcp.ok.test", 33, false));
+    plan.extend(queries(1, pod, "ok.in-addr.arpa", 12, false));
+    plan.extend(queries(1, pod, "ok.test", 15, false));
+    plan.extend(queries(2, pod, "nx.test", 1, false));
+    plan.extend(queries(2, pod, "fail.test", 1, false));
+    plan.extend(queries(1, pod, "ref.test", 28, false));
+    plan.extend(queries(1, pod, "tc.test", 1, false));
+    plan.extend(queries(4, pod, "slow.test", 1, false));
+    plan.extend(queries(2, pod, "drop.test", 1, false));
+    plan.extend(queries(1, pod, "drop.test", 28, true));
+    let phase1 = plan.len() as f64;
+    let seen = run_client(&a, &ns, &client_py, &plan, 0.3);
+    eprintln!("phase 1, the client saw {seen:?}");
+    assert_eq!(seen.unanswered, 3.0, "the client's own count");
+    assert_eq!(seen.tc, 1.0);
+    let q = agent.client("node_ebpf_pod_dns_queries_total");
+    let r = agent.client("node_ebpf_pod_dns_responses_total");
+    eprintln!("phase 1, web-0: queries {q:?}\nresponses {r:?}");
+    let p = "pod kube-system/coredns-0";
+    let want_q: BTreeMap<String, f64> =
+        [("A", 3.0 + 2.0 + 2.0 + 1.0 + 4.0 + 2.0), ("AAAA", 2.0 + 1.0 + 1.0), ("SRV", 1.0), ("PTR", 1.0), ("other", 1.0)]
+            .into_iter()
+            .map(|(t, n)| (format!("{p} {t}"), n))
+            .collect();
+    assert_eq!(q, want_q, "queries by type (the retransmit not among them)");
+    let name = |code: &str| match code {
+        "0" => "NOERROR",
+        "3" => "NXDOMAIN",
+        "2" => "SERVFAIL",
+        "5" => "REFUSED",
+        _ => "other",
+    };
+    let want_r: BTreeMap<String, f64> = seen.rcodes.iter().map(|(c, n)| (format!("{p} {}", name(c)), *n)).collect();
+    assert_eq!(r, want_r, "responses by rcode: what the client received");
+    assert_eq!(r.get(&format!("{p} NOERROR")), Some(&(3.0 + 2.0 + 1.0 + 1.0 + 1.0 + 1.0 + 4.0)));
+    assert_eq!(agent.client("node_ebpf_pod_dns_truncated_total").get(p), Some(&1.0));
+    assert_eq!(agent.client("node_ebpf_pod_dns_retransmits_total").get(p), Some(&1.0));
+    let answered: f64 = seen.rcodes.values().sum();
+    assert_eq!(agent.client("node_ebpf_pod_dns_latency_seconds_count").get(p), Some(&answered), "one latency per answer");
+    assert_eq!(agent.client("node_ebpf_pod_dns_late_responses_total").get(p), None);
+    // The 20 ms answers: none in a bucket at or below 15.6 ms, and every
+    // one the client timed under 31.25 ms in (15.6, 31.3] ms.
+    let bucket = |le: &str| -> f64 {
+        agent
+            .samples("node_ebpf_pod_dns_latency_seconds_bucket")
+            .into_iter()
+            .filter(|(l, _)| l.get("pod").map(String::as_str) == Some("web-0") && l.get("le").map(String::as_str) == Some(le))
+            .map(|s| s.1)
+            .sum()
+    };
+    let quick = seen.slow.iter().filter(|us| **us < 31_250).count() as f64;
+    let (fast, upto) = (bucket("0.015625"), bucket("0.03125"));
+    assert!(fast <= answered - 4.0, "{fast} answers at or below 15.6 ms: the 20 ms ones are not among them");
+    assert!(upto - fast >= quick, "{quick} slow answers the client timed under 31.25 ms, {} in (15.6, 31.3] ms", upto - fast);
+    // Unanswered: timeouts once the timeout (1 s) has passed, found by a scrape.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total").get(p), Some(&3.0));
+    assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total").get(p), Some(&3.0), "counted once");
+
+    // Phase 2: the Service by its ClusterIP; one answer held past the
+    // timeout is a timeout, then a late response, counted once each.
+    let mut client = a
+        .command(&format!("ip netns exec {} python3 {} '10.96.0.10 held.test 1 0' 5", ns.0, client_py.display()))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("client");
+    std::thread::sleep(Duration::from_millis(1300));
+    let svc = "service kube-system/kube-dns";
+    assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total").get(svc), Some(&1.0), "the held query timed out");
+    writeln!(server.stdin.as_mut().expect("stdin"), "release").expect("release");
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("released"));
+    let out = client.wait_with_output().expect("client");
+    let seen = Seen::parse(&out.stdout);
+    assert_eq!(seen.rcodes.get("0"), Some(&1.0), "the client got the held answer");
+    let plan = queries(4, "10.96.0.10", "ok.test", 1, false);
+    let seen = run_client(&a, &ns, &client_py, &plan, 1.0);
+    assert_eq!(seen.rcodes.get("0"), Some(&4.0));
+    assert_eq!(agent.client("node_ebpf_pod_dns_queries_total").get(&format!("{svc} A")), Some(&5.0));
+    assert_eq!(agent.client("node_ebpf_pod_dns_responses_total").get(&format!("{svc} NOERROR")), Some(&5.0));
+    assert_eq!(agent.client("node_ebpf_pod_dns_late_responses_total").get(svc), Some(&1.0));
+    assert_eq!(agent.client("node_ebpf_pod_dns_latency_seconds_count").get(svc), Some(&4.0), "the late answer has no latency");
+    assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total").get(svc), Some(&1.0));
+
+    // Phase 3: ten more servers; three per pod have series of their own.
+    let plan: Vec<String> = (1..=10).map(|i| format!("10.78.0.{i} ok.test 1 0")).collect();
+    let seen = run_client(&a, &ns, &client_py, &plan, 1.0);
+    assert_eq!(seen.rcodes.get("0"), Some(&10.0));
+    let q = agent.client("node_ebpf_pod_dns_queries_total");
+    eprintln!("phase 3, web-0: queries {q:?}");
+    let servers: std::collections::BTreeSet<&str> = q.keys().map(|k| k.rsplit_once(' ').map_or(k.as_str(), |x| x.0)).collect();
+    assert!(servers.len() <= 4, "{} servers for web-0 with max-servers 3: {servers:?}", servers.len());
+    assert!(servers.iter().any(|s| s.starts_with("other")), "no other series: {servers:?}");
+    assert_eq!(q.values().sum::<f64>(), phase1 + 5.0 + 10.0, "every query, in some series");
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::io::stdout().flush();
+}
