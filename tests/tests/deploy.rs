@@ -580,6 +580,9 @@ fn exported_names() -> BTreeSet<String> {
             if let Ok(to) = closed {
                 let _ = s.send_to(b"drop", to);
             }
+            // A DNS query (A, "x."), to port 53 where nothing may answer:
+            // the per-pod DNS families exist once one was seen.
+            let _ = s.send_to(&[0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, b'x', 0, 0, 1, 0, 1], "127.0.0.1:53");
         }
         text = node_agent_tests::compare::http_get(&format!("http://{}/metrics", agent.addrs[0])).expect("scrape");
         if text.contains("node_ebpf_block_io_latency_seconds_bucket")
@@ -587,6 +590,7 @@ fn exported_names() -> BTreeSet<String> {
             && text.contains("node_ebpf_skb_drops_total")
             && text.contains("node_pod_cpu_cfs_throttled_periods_total{")
             && text.contains("node_pod_tcp_listen_overflows_total{")
+            && text.contains("node_ebpf_pod_dns_queries_total{")
         {
             break;
         }
