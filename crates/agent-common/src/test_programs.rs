@@ -1,7 +1,7 @@
 //! Programs for the test suite and the benchmark only, compiled into the
 //! object with `agent-ebpf`'s `test-programs` feature (never shipped).
 
-use crate::program::{Hook, Program};
+use crate::program::{Hook, Program, SkbDirection};
 
 /// Dereferences a raw tracepoint argument directly: the verifier refuses it.
 pub const VERIFIER_REJECTS: Program = Program::raw("verifier_rejects", "sys_exit");
@@ -9,7 +9,7 @@ pub const VERIFIER_REJECTS: Program = Program::raw("verifier_rejects", "sys_exit
 pub const EMPTY: Program = Program::raw("empty", "sys_exit");
 
 /// An empty program on every raw tracepoint a probe of the benchmark uses.
-pub const EMPTY_ON_HOOKS: [Program; 12] = [
+pub const EMPTY_ON_HOOKS: [Program; 14] = [
     EMPTY,
     Program::raw("empty_sys_enter", "sys_enter"),
     Program::raw("empty_process_exec", "sched_process_exec"),
@@ -22,6 +22,8 @@ pub const EMPTY_ON_HOOKS: [Program; 12] = [
     Program::raw("empty_wakeup", "sched_wakeup"),
     Program::raw("empty_wakeup_new", "sched_wakeup_new"),
     Program::raw("empty_switch", "sched_switch"),
+    Program { name: "empty_skb_egress", hook: Hook::CgroupSkb(SkbDirection::Egress) },
+    Program { name: "empty_skb_ingress", hook: Hook::CgroupSkb(SkbDirection::Ingress) },
 ];
 
 /// The empty program on `hook`, if there is one.

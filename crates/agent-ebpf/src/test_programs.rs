@@ -1,7 +1,10 @@
 //! Programs for the test suite and the benchmark (the `test-programs`
 //! feature; never in the shipped object).
 
-use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
+use aya_ebpf::{
+    macros::{cgroup_skb, raw_tracepoint},
+    programs::{RawTracePointContext, SkBuffContext},
+};
 
 /// Dereferences a raw tracepoint argument directly, which the verifier
 /// refuses: the truth tests check that a rejected program is reported down
@@ -42,4 +45,16 @@ empty_programs! {
     empty_wakeup on "sched_wakeup",
     empty_wakeup_new on "sched_wakeup_new",
     empty_switch on "sched_switch",
+}
+
+/// Empty cgroup socket-buffer programs (they let every packet through), in
+/// `ebpf_dns`'s place.
+#[cgroup_skb(egress)]
+pub fn empty_skb_egress(_ctx: SkBuffContext) -> i32 {
+    1
+}
+
+#[cgroup_skb(ingress)]
+pub fn empty_skb_ingress(_ctx: SkBuffContext) -> i32 {
+    1
 }

@@ -512,6 +512,50 @@ fn filtered_loop(n: usize) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
+/// `n` DNS exchanges over UDP on loopback in one thread: a query (type A)
+/// from a client socket to a server socket on port `port` of 127.0.0.153,
+/// read there and answered (NXDOMAIN), the answer read by the client. With
+/// `port` 53 each exchange is one query and one response for ebpf_dns;
+/// with another port the same four packet passes are traffic it only
+/// looks at and lets through (its cost on every other packet of the node).
+fn dns_loop(n: usize, port: u16) -> f64 {
+    let server = std::net::UdpSocket::bind(("127.0.0.153", port)).expect("bind the DNS server (127.0.0.153)");
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    client.connect(("127.0.0.153", port)).expect("connect");
+    let mut query = [0x12u8, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 3, b'a', b'p', b'i', 4, b't', b'e', b's', b't', 0, 0, 1, 0, 1];
+    let mut buf = [0u8; 512];
+    let t = Instant::now();
+    for i in 0..n {
+        query[..2].copy_from_slice(&(i as u16).to_be_bytes());
+        client.send(&query).expect("send");
+        let (len, from) = server.recv_from(&mut buf).expect("recv");
+        buf[2] = 0x81;
+        buf[3] = 0x83;
+        server.send_to(&buf[..len], from).expect("answer");
+        let _ = client.recv(&mut buf).expect("recv the answer");
+    }
+    t.elapsed().as_secs_f64()
+}
+
+/// bpftrace's nearest equivalent of ebpf_dns, with no cgroup skb programs
+/// (and no kprobes here): every packet queued to a device, its UDP ports
+/// and DNS header read from the skb, queries timed by id and counted by
+/// cgroup, responses by cgroup and rcode, latencies in a log2 histogram.
+/// It sees loopback's packets once each (ebpf_dns sees each twice: out of
+/// one socket, into the other).
+const BPFTRACE_DNS: &str = "tracepoint:net:net_dev_queue { $skb = (struct sk_buff *)args->skbaddr; $ip = (struct iphdr *)($skb->head + $skb->network_header); if ($ip->protocol == 17) { $udp = (struct udphdr *)($skb->head + $skb->transport_header); $d = $udp->dest; $dport = (($d & 0xff) << 8) | ($d >> 8); $s = $udp->source; $sport = (($s & 0xff) << 8) | ($s >> 8); $dns = $skb->head + $skb->transport_header + 8; $id = *(uint16 *)$dns; $fl = *(uint16 *)($dns + 2); if ($dport == 53) { @start[$id] = nsecs; @q[cgroup] = count(); } else if ($sport == 53) { $t = @start[$id]; if ($t) { @lat[cgroup] = hist(nsecs - $t); delete(@start[$id]); } @r[cgroup, ($fl >> 8) & 15] = count(); } } }";
+
+/// This process's cgroup v2 id (the inode of its directory), as bpftrace's
+/// `cgroup` names it; 0 when unknown.
+fn own_cgroup_v2_id() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let rel = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("0::").map(|p| p.trim_start_matches('/').to_string())))
+        .unwrap_or_default();
+    node_agent::pods::cgroup::v2_root(Path::new("/sys")).and_then(|root| std::fs::metadata(root.join(rel)).ok()).map_or(0, |m| m.ino())
+}
+
 /// A drop case: probe, event, pod attribution on, the workload.
 type DropCase = (&'static str, &'static str, bool, fn(usize) -> f64);
 
@@ -1155,6 +1199,7 @@ fn bpftrace_peers(quick: bool, probe: Option<&str>) -> Res<Vec<PeerRow>> {
     let rounds = if quick { 5 } else { 9 };
     let (n, k, m, c) = if quick { (200_000, 5000, 5000, 1000) } else { (1_000_000, 20_000, 20_000, 4000) };
     let (d, r) = if quick { (20_000, 20_000) } else { (100_000, 100_000) };
+    let u = if quick { 20_000 } else { 50_000 };
     let getpid = libc::SYS_getpid;
     let close = libc::SYS_close;
     let syscalls_bt = "tracepoint:raw_syscalls:sys_exit { @calls[args->id] = count(); if (args->ret < 0) { @err[args->id] = count(); } }";
@@ -1288,6 +1333,28 @@ fn bpftrace_peers(quick: bool, probe: Option<&str>) -> Res<Vec<PeerRow>> {
             events: d,
             rounds_x: 1,
             work: Box::new(move || closed_port_loop(d)),
+        },
+        PeerCase {
+            probe: "ebpf_dns",
+            event: "DNS query + response over UDP (loopback, one thread)",
+            programs: &agent_common::dns::PROGRAMS,
+            bpftrace: BPFTRACE_DNS.into(),
+            tracepoints: 1,
+            check: Some(format!("@q[{}]", own_cgroup_v2_id())),
+            events: u,
+            rounds_x: 1,
+            work: Box::new(move || dns_loop(u, 53)),
+        },
+        PeerCase {
+            probe: "ebpf_dns",
+            event: "the same exchange on port 5353 (other traffic)",
+            programs: &agent_common::dns::PROGRAMS,
+            bpftrace: BPFTRACE_DNS.into(),
+            tracepoints: 1,
+            check: None,
+            events: u,
+            rounds_x: 1,
+            work: Box::new(move || dns_loop(u, 5353)),
         },
         // Last: the ping-pong pins the bench to CPU 0.
         PeerCase {
