@@ -322,7 +322,7 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
 
     // Phase 2: the Service by its ClusterIP; one answer held past the
     // timeout is a timeout, then a late response, counted once each.
-    let mut client = a
+    let client = a
         .command(&format!("ip netns exec {} python3 {} '10.96.0.10 held.test 1 0' 5", ns.0, client_py.display()))
         .stdout(Stdio::piped())
         .spawn()
