@@ -32,17 +32,33 @@ use runtime::{Scraper, Selection};
 /// 10.78.0.1-10. It answers a query by its name's first label: `ok` NOERROR,
 /// `nx` NXDOMAIN, `fail` SERVFAIL, `ref` REFUSED, `tc` NOERROR truncated,
 /// `slow` NOERROR after 20 ms, `drop` never, `held` when its stdin says
-/// `release`. Prints "ready".
+/// `release`; and on TCP port 53 of 10.77.0.2, one query per connection.
+/// Prints "ready".
 const SERVER: &str = r#"
 import socket, struct, sys, threading, time
 held = []
 lock = threading.Lock()
-def answer(s, q, peer):
+def response(q):
     qid, flags = struct.unpack(">HH", q[:4])
     label = q[13:13 + q[12]].decode()
     rcode = {"nx": 3, "fail": 2, "ref": 5}.get(label, 0)
     out = 0x8000 | (flags & 0x0100) | rcode | (0x0200 if label == "tc" else 0)
-    s.sendto(struct.pack(">HHHHHH", qid, out, 1, 0, 0, 0) + q[12:], peer)
+    return struct.pack(">HHHHHH", qid, out, 1, 0, 0, 0) + q[12:]
+def answer(s, q, peer):
+    s.sendto(response(q), peer)
+def serve_tcp():
+    l = socket.socket()
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("10.77.0.2", 53))
+    l.listen(16)
+    while True:
+        c, _ = l.accept()
+        f = c.makefile("rb")
+        n = struct.unpack(">H", f.read(2))[0]
+        a = response(f.read(n))
+        c.sendall(struct.pack(">H", len(a)) + a)
+        f.close()
+        c.close()
 def serve(addr):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind((addr, 53))
@@ -61,6 +77,7 @@ def serve(addr):
         answer(s, q, peer)
 for a in ["10.77.0.2", "10.96.0.10"] + ["10.78.0.%d" % i for i in range(1, 11)]:
     threading.Thread(target=serve, args=(a,), daemon=True).start()
+threading.Thread(target=serve_tcp, daemon=True).start()
 time.sleep(0.2)
 print("ready", flush=True)
 for line in sys.stdin:
@@ -73,7 +90,8 @@ for line in sys.stdin:
 
 /// Pod A: for each `server name qtype repeat` of argv[1] (`;`-separated),
 /// one query from a new socket bound to 10.77.0.1 (sent twice with the same
-/// id when `repeat` is 1), waiting up to `argv[2]` seconds for the answer.
+/// id when `repeat` is 1; over TCP when the server is `tcp:ADDRESS`),
+/// waiting up to `argv[2]` seconds for the answer.
 /// Prints JSON: answers by rcode, truncated answers, queries unanswered,
 /// and the microseconds each `slow` query took.
 const CLIENT: &str = r#"
@@ -81,20 +99,26 @@ import json, random, socket, struct, sys, time
 rcodes, tc, unanswered, slow = {}, 0, 0, []
 for item in sys.argv[1].split(";"):
     server, name, qtype, repeat = item.split()
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tcp = server.startswith("tcp:")
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM)
     s.bind(("10.77.0.1", 0))
-    s.connect((server, 53))
+    s.connect((server.removeprefix("tcp:"), 53))
     s.settimeout(float(sys.argv[2]))
     q = struct.pack(">HHHHHH", random.randrange(65536), 0x0100, 1, 0, 0, 0)
     for label in name.split("."):
         q += bytes([len(label)]) + label.encode()
     q += b"\0" + struct.pack(">HH", int(qtype), 1)
     t = time.monotonic()
-    s.send(q)
+    s.send(struct.pack(">H", len(q)) + q if tcp else q)
     if repeat == "1":
         s.send(q)
     try:
-        a = s.recv(512)
+        if tcp:
+            f = s.makefile("rb")
+            a = f.read(struct.unpack(">H", f.read(2))[0])
+            f.close()
+        else:
+            a = s.recv(512)
         flags = struct.unpack(">H", a[2:4])[0]
         rcodes[flags & 15] = rcodes.get(flags & 15, 0) + 1
         tc += 1 if flags & 0x0200 else 0
@@ -181,8 +205,12 @@ impl Agent {
             .filter(|(l, v)| l.get("pod").map(String::as_str) == Some("web-0") && *v != 0.0)
             .map(|(l, v)| {
                 let g = |k: &str| l.get(k).cloned().unwrap_or_default();
-                assert_eq!((g("namespace"), g("transport")), ("web".to_string(), "udp".to_string()));
+                assert_eq!(g("namespace"), "web");
                 let mut key = format!("{} {}", g("server_kind"), g("server"));
+                if g("transport") != "udp" {
+                    key.push(' ');
+                    key.push_str(&g("transport"));
+                }
                 for extra in ["qtype", "rcode"] {
                     if let Some(x) = l.get(extra) {
                         key.push(' ');
@@ -344,16 +372,30 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
     assert_eq!(agent.client("node_ebpf_pod_dns_latency_seconds_count").get(svc), Some(&4.0), "the late answer has no latency");
     assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total").get(svc), Some(&1.0));
 
-    // Phase 3: ten more servers; three per pod have series of their own.
+    // Phase 3: over TCP, as after a truncated answer.
+    let mut plan = queries(2, "tcp:10.77.0.2", "ok.test", 1, false);
+    plan.extend(queries(1, "tcp:10.77.0.2", "nx.test", 28, false));
+    let seen = run_client(&a, &ns, &client_py, &plan, 1.0);
+    assert_eq!((seen.rcodes.get("0"), seen.rcodes.get("3")), (Some(&2.0), Some(&1.0)), "the client's own counts");
+    let tcp = format!("{p} tcp");
+    let q = agent.client("node_ebpf_pod_dns_queries_total");
+    assert_eq!((q.get(&format!("{tcp} A")), q.get(&format!("{tcp} AAAA"))), (Some(&2.0), Some(&1.0)), "{q:?}");
+    let r = agent.client("node_ebpf_pod_dns_responses_total");
+    assert_eq!((r.get(&format!("{tcp} NOERROR")), r.get(&format!("{tcp} NXDOMAIN"))), (Some(&2.0), Some(&1.0)), "{r:?}");
+    assert_eq!(agent.client("node_ebpf_pod_dns_latency_seconds_count").get(&tcp), Some(&3.0));
+    assert_eq!(agent.client("node_ebpf_pod_dns_retransmits_total").get(&tcp), None);
+
+    // Phase 4: ten more servers; three per pod have series of their own.
     let plan: Vec<String> = (1..=10).map(|i| format!("10.78.0.{i} ok.test 1 0")).collect();
     let seen = run_client(&a, &ns, &client_py, &plan, 1.0);
     assert_eq!(seen.rcodes.get("0"), Some(&10.0));
     let q = agent.client("node_ebpf_pod_dns_queries_total");
-    eprintln!("phase 3, web-0: queries {q:?}");
-    let servers: std::collections::BTreeSet<&str> = q.keys().map(|k| k.rsplit_once(' ').map_or(k.as_str(), |x| x.0)).collect();
+    eprintln!("phase 4, web-0: queries {q:?}");
+    let servers: std::collections::BTreeSet<&str> =
+        q.keys().filter(|k| !k.contains(" tcp ")).map(|k| k.rsplit_once(' ').map_or(k.as_str(), |x| x.0)).collect();
     assert!(servers.len() <= 4, "{} servers for web-0 with max-servers 3: {servers:?}", servers.len());
     assert!(servers.iter().any(|s| s.starts_with("other")), "no other series: {servers:?}");
-    assert_eq!(q.values().sum::<f64>(), phase1 + 5.0 + 10.0, "every query, in some series");
+    assert_eq!(q.values().sum::<f64>(), phase1 + 5.0 + 3.0 + 10.0, "every query, in some series");
     let _ = server.kill();
     let _ = server.wait();
     let _ = std::io::stdout().flush();

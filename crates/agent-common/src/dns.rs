@@ -1,4 +1,4 @@
-//! `ebpf_dns`: DNS over UDP by cgroup and server, from two cgroup
+//! `ebpf_dns`: DNS over UDP and TCP by cgroup and server, from two cgroup
 //! socket-buffer programs on the cgroup v2 root (every socket of the node
 //! passes them): queries by type as they leave, responses by rcode as they
 //! arrive, matched to their query by socket and DNS id for the latency.
@@ -7,7 +7,7 @@
 //! agent and the response deletes it first counts it, once.
 //!
 //! The counts use `tcp_peers`' key and record ([`PeerKey`] with the server
-//! address, port 53 and [`TRANSPORT_UDP`] as `dir`; [`PeerCounters`] with
+//! address, port 53 and the transport ([`TRANSPORT_UDP`], [`TRANSPORT_TCP`]) as `dir`; [`PeerCounters`] with
 //! the words below), so that the agent folds and bounds them the same way.
 
 use crate::program::{Hook, Program};
@@ -47,6 +47,7 @@ pub const NUM_DROPS: u32 = 3;
 pub const PORT: u16 = 53;
 /// [`PeerKey::dir`] of the DNS counts: the transport.
 pub const TRANSPORT_UDP: u8 = 0;
+pub const TRANSPORT_TCP: u8 = 1;
 
 /// Words of the counters: queries by type (A, AAAA, SRV, PTR, other),
 /// responses by rcode (NOERROR, NXDOMAIN, SERVFAIL, REFUSED, other),

@@ -1,8 +1,9 @@
 //! `ebpf_dns`: two cgroup socket-buffer programs on the cgroup v2 root,
-//! which every socket of the node passes. Egress: a UDP datagram to port
-//! 53 that is a DNS query is counted by type for its socket's cgroup and
-//! server, and waits in `DNS_PENDING` by (socket, id). Ingress: a UDP
-//! datagram from port 53 that is a DNS response is counted by rcode; the
+//! which every socket of the node passes. Egress: a UDP datagram (or a TCP
+//! segment starting with a message) to port 53 that is a DNS query is
+//! counted by type for its socket's cgroup, server and transport, and
+//! waits in `DNS_PENDING` by (socket, id). Ingress: one from port 53 that
+//! is a DNS response is counted by rcode; the
 //! query waiting with its id on that socket gives the latency, and its
 //! entry is deleted (the agent deletes the ones waiting longer than the
 //! timeout, as timeouts: whoever deletes it first counts it). Both always
@@ -12,7 +13,7 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use agent_common::dns::{
     qtype_word, rcode_word, Config, Pending, PendingKey, DROP_LAT, DROP_PENDING, DROP_STATS, FLAG_QR, FLAG_TC, LATE, LATENCY_NS, MATCHED,
-    MAX_LABELS, MAX_LAT, MAX_PENDING, MAX_SERVERS, NUM_DROPS, PORT, RCODE_MASK, RETRANSMITS, TRANSPORT_UDP, TRUNCATED,
+    MAX_LABELS, MAX_LAT, MAX_PENDING, MAX_SERVERS, NUM_DROPS, PORT, RCODE_MASK, RETRANSMITS, TRANSPORT_TCP, TRANSPORT_UDP, TRUNCATED,
 };
 use agent_common::native_bucket;
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey, NUM_WORDS};
@@ -43,6 +44,7 @@ static DNS_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_DROPS, 
 static ZERO: PeerCounters = PeerCounters::ZERO;
 
 const IPPROTO_UDP: u8 = 17;
+const IPPROTO_TCP: u8 = 6;
 /// The packet lets through (a cgroup skb program returning 0 would drop it).
 const PASS: i32 = 1;
 
@@ -88,23 +90,24 @@ fn latency(peer: &PeerKey, ns: u64) {
     }
 }
 
-/// A UDP datagram's remote address (IPv4 as `::ffff:a.b.c.d`), remote
-/// port, local port and the offset of its payload, from the network
-/// header on (where a cgroup skb program's data starts). `out`: the
-/// remote end is the destination.
+/// A DNS packet's remote address (IPv4 as `::ffff:a.b.c.d`), its
+/// transport and the offset of its DNS header, from the network
+/// header on (where a cgroup skb program's data starts): a UDP datagram,
+/// or a TCP segment with a payload, which for DNS starts with a message's
+/// two-byte length (a message is read only where a segment starts with
+/// one), when the remote port is 53. `out`: the remote end is the
+/// destination.
 #[inline(always)]
-fn udp(ctx: &SkBuffContext, out: bool) -> Option<([u8; 16], u16, u16, usize)> {
+fn dns_packet(ctx: &SkBuffContext, out: bool) -> Option<([u8; 16], u8, usize)> {
     let first: u8 = ctx.load(0).ok()?;
     let mut addr = [0u8; 16];
-    let l4 = match first >> 4 {
+    let (proto, l4) = match first >> 4 {
         4 => {
-            if ctx.load::<u8>(9).ok()? != IPPROTO_UDP {
-                return None;
-            }
-            // A fragment after the first has no UDP header.
+            // A fragment after the first has no transport header.
             if u16::from_be(ctx.load::<u16>(6).ok()?) & 0x1fff != 0 {
                 return None;
             }
+            let proto: u8 = ctx.load(9).ok()?;
             let v4: [u8; 4] = ctx.load(if out { 16 } else { 12 }).ok()?;
             addr[10] = 0xff;
             addr[11] = 0xff;
@@ -112,22 +115,32 @@ fn udp(ctx: &SkBuffContext, out: bool) -> Option<([u8; 16], u16, u16, usize)> {
             addr[13] = v4[1];
             addr[14] = v4[2];
             addr[15] = v4[3];
-            ((first & 0x0f) as usize) * 4
+            (proto, ((first & 0x0f) as usize) * 4)
         }
         6 => {
-            // Extension headers are not followed: DNS datagrams carry none.
-            if ctx.load::<u8>(6).ok()? != IPPROTO_UDP {
-                return None;
-            }
+            // Extension headers are not followed: DNS packets carry none.
+            let proto: u8 = ctx.load(6).ok()?;
             addr = ctx.load(if out { 24 } else { 8 }).ok()?;
-            40
+            (proto, 40)
         }
         _ => return None,
     };
-    let sport = u16::from_be(ctx.load::<u16>(l4).ok()?);
-    let dport = u16::from_be(ctx.load::<u16>(l4 + 2).ok()?);
-    let (remote, local) = if out { (dport, sport) } else { (sport, dport) };
-    Some((addr, remote, local, l4 + 8))
+    let remote = u16::from_be(ctx.load::<u16>(if out { l4 + 2 } else { l4 }).ok()?);
+    if remote != PORT {
+        return None;
+    }
+    match proto {
+        IPPROTO_UDP => Some((addr, TRANSPORT_UDP, l4 + 8)),
+        IPPROTO_TCP => {
+            let payload = l4 + ((ctx.load::<u8>(l4 + 12).ok()? >> 4) as usize) * 4;
+            // A segment without a message's length and header (a SYN, an ACK).
+            if (ctx.len() as usize) < payload + 2 + 12 {
+                return None;
+            }
+            Some((addr, TRANSPORT_TCP, payload + 2))
+        }
+        _ => None,
+    }
 }
 
 /// The DNS header's id and flags at `dns`.
@@ -172,16 +185,13 @@ fn cookie(ctx: &SkBuffContext) -> u64 {
 }
 
 fn try_egress(ctx: &SkBuffContext) -> Option<()> {
-    let (addr, remote, _, dns) = udp(ctx, true)?;
-    if remote != PORT {
-        return None;
-    }
+    let (addr, transport, dns) = dns_packet(ctx, true)?;
     let (id, flags) = header(ctx, dns)?;
     if flags & FLAG_QR != 0 {
         return None;
     }
     let word = qtype_word(qtype(ctx, dns).unwrap_or(0));
-    let peer = PeerKey { cgroup: cgroup(ctx), addr, port: PORT, dir: TRANSPORT_UDP, pad: [0; 5] };
+    let peer = PeerKey { cgroup: cgroup(ctx), addr, port: PORT, dir: transport, pad: [0; 5] };
     let key = PendingKey { cookie: cookie(ctx), id, pad: [0; 6] };
     let c = counters(&peer)?;
     if DNS_PENDING.get_ptr(key).is_some() {
@@ -197,10 +207,7 @@ fn try_egress(ctx: &SkBuffContext) -> Option<()> {
 }
 
 fn try_ingress(ctx: &SkBuffContext) -> Option<()> {
-    let (addr, remote, _, dns) = udp(ctx, false)?;
-    if remote != PORT {
-        return None;
-    }
+    let (addr, transport, dns) = dns_packet(ctx, false)?;
     let (id, flags) = header(ctx, dns)?;
     if flags & FLAG_QR == 0 {
         return None;
@@ -216,7 +223,7 @@ fn try_ingress(ctx: &SkBuffContext) -> Option<()> {
     };
     let peer = match &matched {
         Some(w) => w.peer,
-        None => PeerKey { cgroup: cgroup(ctx), addr, port: PORT, dir: TRANSPORT_UDP, pad: [0; 5] },
+        None => PeerKey { cgroup: cgroup(ctx), addr, port: PORT, dir: transport, pad: [0; 5] },
     };
     let c = counters(&peer)?;
     add(c, rcode_word(flags & RCODE_MASK), 1);

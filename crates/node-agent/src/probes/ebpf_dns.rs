@@ -1,4 +1,4 @@
-//! `ebpf_dns`: DNS over UDP by pod and server, from two cgroup
+//! `ebpf_dns`: DNS over UDP and TCP by pod and server, from two cgroup
 //! socket-buffer programs on the node's cgroup v2 root (every socket of
 //! the node, any network namespace): queries by type (A, AAAA, SRV, PTR,
 //! other), responses by rcode (NOERROR, NXDOMAIN, SERVFAIL, REFUSED,
@@ -13,22 +13,26 @@
 //! a pod of this node, loopback (`local`), else `external` (the address).
 //! No domain is exported.
 //!
-//! Cardinality: per pod (and for the host, `namespace=""`), at most
-//! `--collector.ebpf_dns.max-servers` servers (default 4) with series of
-//! their own, the rest summed into `server_kind="other"`: with 250 pods and
-//! the default, at most 250 × 5 = 1,250 label sets, in 6 counter families
-//! (queries × 5 types, responses × 5 rcodes) and one histogram.
+//! Over TCP, a message is read where a segment starts with one (its
+//! two-byte length, then the header): the usual one query and one answer
+//! per connection, as after a truncated answer over UDP.
+//!
+//! Cardinality: per pod (and for the host, `namespace=""`) and transport,
+//! at most `--collector.ebpf_dns.max-servers` servers (default 4) with
+//! series of their own, the rest summed into `server_kind="other"`: with
+//! 250 pods and the default, at most 250 × 2 × 5 = 2,500 label sets, in 6
+//! counter families (queries × 5 types, responses × 5 rcodes) and one
+//! histogram.
 //!
 //! Needs CAP_NET_ADMIN to load the programs (the agent drops it after),
-//! and a cgroup v2 hierarchy (on cgroup v1 alone it is down). DNS over TCP
-//! is not counted.
+//! and a cgroup v2 hierarchy (on cgroup v1 alone it is down).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use agent_common::dns::{
     Pending, PendingKey, DROPPED, DROP_LAT, DROP_PENDING, DROP_STATS, LAT, LATE, LATENCY_NS, MATCHED, PENDING, PROGRAMS, Q_A, Q_AAAA,
-    Q_OTHER, Q_PTR, Q_SRV, RETRANSMITS, R_NOERROR, R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS, TIMEOUTS, TRUNCATED,
+    Q_OTHER, Q_PTR, Q_SRV, RETRANSMITS, R_NOERROR, R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS, TIMEOUTS, TRANSPORT_TCP, TRUNCATED,
 };
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
 use agent_common::NATIVE_OFFSET;
@@ -222,7 +226,8 @@ impl host::Collector for Collector {
 }
 
 fn labels<'a>(o: &'a Owner, l: &'a Label) -> [(&'static str, &'a str); 5] {
-    [("namespace", &o.0), ("pod", &o.1), ("server_kind", l.kind.label()), ("server", &l.peer), ("transport", "udp")]
+    let transport = if l.dir == TRANSPORT_TCP { "tcp" } else { "udp" };
+    [("namespace", &o.0), ("pod", &o.1), ("server_kind", l.kind.label()), ("server", &l.peer), ("transport", transport)]
 }
 
 fn emit(sink: &mut Sink, series: &BTreeMap<(Owner, Label), Counts>) {
