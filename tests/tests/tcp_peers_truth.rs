@@ -128,6 +128,29 @@ else:
 print(made, refused, wrote, read, flush=True)
 "#;
 
+/// Pod A's long-lived connection to B's 8080: 5,000 bytes, "sent", then
+/// when stdin has a line 300 more, its side shut, B's answer read; prints
+/// the bytes read.
+const LONG_CLIENT: &str = r#"
+import socket, sys
+s = socket.socket()
+s.bind(("10.77.0.1", 0))
+s.connect(("10.77.0.2", 8080))
+s.sendall(b"L" * 5000)
+print("sent", flush=True)
+sys.stdin.readline()
+s.sendall(b"M" * 300)
+s.shutdown(socket.SHUT_WR)
+n = 0
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    n += len(d)
+s.close()
+print(n, flush=True)
+"#;
+
 fn api() -> std::sync::Arc<Api> {
     let api = std::sync::Arc::new(Api::new());
     {
@@ -162,6 +185,7 @@ impl Agent {
             "--collector.ebpf_pods".into(),
             "--collector.ebpf_tcp_peers".into(),
             "--collector.ebpf_tcp_peers.max-peers=5".into(),
+            "--collector.ebpf_tcp_peers.sweep-interval=1s".into(),
             format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
             format!("--collector.ebpf_pods.node-name={NODE}"),
         ];
@@ -329,12 +353,49 @@ fn connects_bytes_and_peers_are_the_pods_own() {
     let b_accepted = agent.pod("node_ebpf_pod_tcp_peer_accepted_total", "db", "db-0");
     assert_eq!(b_accepted.get("in pod web/web-0 9090"), Some(&1003.0), "{b_accepted:?}");
 
+    // Phase 5: a long-lived connection's bytes show while it is open (a
+    // sweep), and the close adds only what came after.
+    let sent_before = out("node_ebpf_pod_tcp_peer_sent_bytes_total").get("out pod db/db-0 8080").copied().unwrap_or(-1.0);
+    let got_before = out("node_ebpf_pod_tcp_peer_received_bytes_total").get("out pod db/db-0 8080").copied().unwrap_or(-1.0);
+    let b_got_before = b_in("node_ebpf_pod_tcp_peer_received_bytes_total").unwrap_or(-1.0);
+    let long_py = dir.path().join("long.py");
+    std::fs::write(&long_py, LONG_CLIENT).expect("long-lived client script");
+    let mut long = a
+        .command(&format!("ip netns exec {} python3 {}", ns.0, long_py.display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("long-lived client");
+    let mut long_out = BufReader::new(long.stdout.take().expect("stdout")).lines();
+    assert_eq!(long_out.next().and_then(Result::ok).as_deref(), Some("sent"));
+    std::thread::sleep(Duration::from_millis(1100));
+    let open_sent = out("node_ebpf_pod_tcp_peer_sent_bytes_total").get("out pod db/db-0 8080").copied();
+    assert_eq!(open_sent, Some(sent_before + 5000.0), "bytes of the open connection, before it closes");
+    assert_eq!(b_in("node_ebpf_pod_tcp_peer_received_bytes_total"), Some(b_got_before + 5000.0), "and on B's side");
+    assert_eq!(out("node_ebpf_pod_tcp_peer_connections").get("out pod db/db-0 8080"), Some(&1.0), "one open");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(
+        out("node_ebpf_pod_tcp_peer_sent_bytes_total").get("out pod db/db-0 8080").copied(),
+        Some(sent_before + 5000.0),
+        "a second sweep adds nothing"
+    );
+    writeln!(long.stdin.as_mut().expect("stdin"), "go").expect("go");
+    let long_read: f64 = long_out.next().and_then(Result::ok).and_then(|l| l.trim().parse().ok()).expect("bytes the client read");
+    let _ = long.wait();
+    assert_eq!(long_read, 100.0);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(out("node_ebpf_pod_tcp_peer_sent_bytes_total").get("out pod db/db-0 8080").copied(), Some(sent_before + 5300.0));
+    assert_eq!(out("node_ebpf_pod_tcp_peer_received_bytes_total").get("out pod db/db-0 8080").copied(), Some(got_before + 100.0));
+    assert_eq!(b_in("node_ebpf_pod_tcp_peer_received_bytes_total"), Some(b_got_before + 5300.0));
+    assert_eq!(out("node_ebpf_pod_tcp_peer_connections").get("out pod db/db-0 8080"), Some(&0.0));
+    let wrote_long = 5300.0;
+
     // The server's own counts agree.
     drop(server.stdin.take());
     let line = lines.next().and_then(Result::ok).unwrap_or_default();
     let _ = server.wait();
     let v: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    assert_eq!(v, vec![7.0, wrote, 1003.0, wrote_s + wrote2], "the server's counts: {line}");
+    assert_eq!(v, vec![8.0, wrote + wrote_long, 1003.0, wrote_s + wrote2], "the server's counts: {line}");
     let _ = std::io::stdout().flush();
 }
 

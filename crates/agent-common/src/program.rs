@@ -11,6 +11,9 @@ pub enum Hook {
     /// A cgroup socket-buffer program (`BPF_PROG_TYPE_CGROUP_SKB`) on the
     /// cgroup v2 root: every socket's packets, one direction.
     CgroupSkb(SkbDirection),
+    /// A raw tracepoint program loaded but never attached: the agent runs
+    /// it (BPF_PROG_TEST_RUN) with arguments of its own.
+    Run,
 }
 
 /// The direction of a [`Hook::CgroupSkb`] program.

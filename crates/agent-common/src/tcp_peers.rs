@@ -19,7 +19,14 @@ pub const LAT: &str = "TCP_PEER_LAT";
 pub const DROPPED: &str = "TCP_PEER_DROPPED";
 
 pub const SET_STATE: Program = Program::raw("tcp_peers_set_state", "inet_sock_set_state");
-pub const PROGRAMS: [Program; 1] = [SET_STATE];
+/// Run by the agent at each scrape with up to [`SWEEP_BATCH`] followed
+/// sockets as arguments: adds the bytes and retransmits of each since it
+/// was last counted, so that a long-lived connection's bytes show before
+/// it closes.
+pub const SWEEP: Program = Program { name: "tcp_peers_sweep", hook: crate::program::Hook::Run };
+pub const PROGRAMS: [Program; 2] = [SET_STATE, SWEEP];
+/// Sockets per run of [`SWEEP`]: a raw tracepoint's arguments.
+pub const SWEEP_BATCH: usize = 12;
 
 /// Connections followed at once, at most, unless the agent sizes the map
 /// (`--collector.ebpf_tcp_peers.max-connections`). The hash maps are not
@@ -75,12 +82,17 @@ pub struct SockState {
     /// When it entered SYN_SENT (active opens).
     pub start_ns: u64,
     /// `tcp_sock.bytes_acked`, `bytes_received` and `total_retrans` when it
-    /// was established: the handshake's SYNs are not payload.
+    /// was last counted (established: the handshake's SYNs are not
+    /// payload; then each sweep, less a FIN already in them), exchanged
+    /// atomically by the sweep and the close, so that each byte is counted
+    /// once.
     pub base_acked: u64,
     pub base_received: u64,
-    pub base_retrans: u32,
+    /// A u64 for its atomic exchange (BPF has none of 32 bits before v3).
+    pub base_retrans: u64,
     /// [`ESTABLISHED_FLAG`] once established.
     pub flags: u32,
+    pub pad: u32,
 }
 
 pub const ESTABLISHED_FLAG: u32 = 1;
@@ -146,6 +158,7 @@ pub const EHOSTUNREACH: i32 = 113;
 pub const TCP_ESTABLISHED: i32 = 1;
 pub const TCP_SYN_SENT: i32 = 2;
 pub const TCP_SYN_RECV: i32 = 3;
+pub const TCP_FIN_WAIT1: i32 = 4;
 pub const TCP_FIN_WAIT2: i32 = 5;
 pub const TCP_CLOSE: i32 = 7;
 pub const TCP_LAST_ACK: i32 = 9;
@@ -178,6 +191,7 @@ pub struct Offsets {
     pub skc_dport: u32,
     pub skc_num: u32,
     pub skc_v6_daddr: u32,
+    pub skc_state: u32,
     pub sk_err: u32,
     pub sk_err_soft: u32,
     /// `sock.sk_flags` and the bit of `SOCK_DONE` in it.
@@ -204,6 +218,7 @@ impl Offsets {
         skc_dport: 0,
         skc_num: 0,
         skc_v6_daddr: 0,
+        skc_state: 0,
         sk_err: 0,
         sk_err_soft: 0,
         sk_flags: 0,
@@ -229,7 +244,7 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(core::mem::size_of::<PeerKey>(), 32);
         assert_eq!(core::mem::size_of::<LatKey>(), 40);
-        assert_eq!(core::mem::size_of::<SockState>(), 64);
+        assert_eq!(core::mem::size_of::<SockState>(), 72);
         assert_eq!(core::mem::size_of::<PeerCounters>(), 8 * NUM_WORDS);
     }
 

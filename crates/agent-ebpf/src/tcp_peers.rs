@@ -8,14 +8,14 @@
 //! listener's), so counts go to the right cgroup though state changes run
 //! in softirq.
 
-use core::intrinsics::{atomic_xadd, AtomicOrdering};
+use core::intrinsics::{atomic_xadd, atomic_xchg, AtomicOrdering};
 
 use agent_common::native_bucket;
 use agent_common::tcp_latency::IPPROTO_TCP;
 use agent_common::tcp_peers::{
     failure, payload, LatKey, Offsets, PeerCounters, PeerKey, SockState, ACCEPTED, AF_INET, AF_INET6, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT,
     CLOSED, DIR_IN, DIR_OUT, DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, ESTABLISHED_FLAG, LATENCY_NS, MAX_LAT, MAX_PEERS, MAX_SOCKS,
-    NUM_DROPS, RETRANSMITS, TCP_CLOSE, TCP_ESTABLISHED, TCP_SYN_RECV, TCP_SYN_SENT,
+    NUM_DROPS, RETRANSMITS, SWEEP_BATCH, TCP_CLOSE, TCP_ESTABLISHED, TCP_FIN_WAIT2, TCP_SYN_RECV, TCP_SYN_SENT,
 };
 use aya_ebpf::{
     macros::{map, raw_tracepoint},
@@ -118,7 +118,7 @@ fn follow(sk: u64, st: SockState) {
 fn baseline(sk: u64, off: &Offsets, st: &mut SockState) {
     st.base_acked = read_kernel(sk, off.bytes_acked).unwrap_or(0);
     st.base_received = read_kernel(sk, off.bytes_received).unwrap_or(0);
-    st.base_retrans = read_kernel(sk, off.total_retrans).unwrap_or(0);
+    st.base_retrans = read_kernel::<u32>(sk, off.total_retrans).unwrap_or(0) as u64;
     st.flags |= ESTABLISHED_FLAG;
 }
 
@@ -142,11 +142,19 @@ fn latency(peer: &PeerKey, ns: u64) {
     }
 }
 
-/// A followed connection closes: its payload and retransmits, from its
-/// baseline.
+/// Exchanges the last counted value at `p` for `v`: the old one. The sweep
+/// and the close may count one socket at once; each delta goes to one.
 #[inline(always)]
-fn closed(sk: u64, off: &Offsets, old: i32, st: &SockState) {
-    let Some(c) = counters(&st.peer) else { return };
+fn swap64(p: *mut u64, v: u64) -> u64 {
+    // SAFETY: `p` points into a map value, aligned for u64.
+    unsafe { atomic_xchg::<u64, { AtomicOrdering::Relaxed }>(p, v) }
+}
+
+/// A followed connection closes: its payload and retransmits since it was
+/// last counted (established, or the last sweep).
+#[inline(always)]
+fn closed(sk: u64, off: &Offsets, old: i32, p: *mut SockState, peer: &PeerKey) {
+    let Some(c) = counters(peer) else { return };
     add(c, CLOSED, 1);
     let acked: u64 = read_kernel(sk, off.bytes_acked).unwrap_or(0);
     let received: u64 = read_kernel(sk, off.bytes_received).unwrap_or(0);
@@ -155,11 +163,61 @@ fn closed(sk: u64, off: &Offsets, old: i32, st: &SockState) {
     let write_seq: u32 = read_kernel(sk, off.write_seq).unwrap_or(1);
     let flags: u64 = read_kernel(sk, off.sk_flags).unwrap_or(0);
     let peer_fin = (flags >> (off.sock_done_bit & 63)) & 1 == 1;
+    // SAFETY: `p` is this socket's entry, valid until deleted after this.
+    let (base_acked, base_received, base_retrans) = unsafe {
+        (
+            swap64(&raw mut (*p).base_acked, acked),
+            swap64(&raw mut (*p).base_received, received),
+            swap64(&raw mut (*p).base_retrans, retrans as u64),
+        )
+    };
     let (sent, got) =
-        payload(acked.saturating_sub(st.base_acked), received.saturating_sub(st.base_received), old, snd_una == write_seq, peer_fin);
+        payload(acked.saturating_sub(base_acked), received.saturating_sub(base_received), old, snd_una == write_seq, peer_fin);
     add(c, BYTES_SENT, sent);
     add(c, BYTES_RECEIVED, got);
-    add(c, RETRANSMITS, retrans.saturating_sub(st.base_retrans) as u64);
+    add(c, RETRANSMITS, (retrans as u64).saturating_sub(base_retrans));
+}
+
+/// Counts an open connection's payload and retransmits since it was last
+/// counted. The counters are read before the state and the flags: a FIN
+/// acknowledged or received meanwhile makes this count one byte short,
+/// which the next sweep or the close makes up (never one too many).
+#[inline(always)]
+fn sweep_one(sk: u64, off: &Offsets) {
+    let Some(p) = TCP_PEER_SOCKS.get_ptr_mut(sk) else { return };
+    // SAFETY: a copy of the entry's peer and flags, which only change when
+    // it is made.
+    let (peer, flags) = unsafe { ((*p).peer, (*p).flags) };
+    if flags & ESTABLISHED_FLAG == 0 {
+        return;
+    }
+    let (Some(acked), Some(received), Some(retrans)) =
+        (read_kernel::<u64>(sk, off.bytes_acked), read_kernel::<u64>(sk, off.bytes_received), read_kernel::<u32>(sk, off.total_retrans))
+    else {
+        return;
+    };
+    let state = read_kernel::<u8>(sk, off.skc_state).unwrap_or(0) as i32;
+    if state == TCP_CLOSE {
+        return;
+    }
+    let sk_flags: u64 = read_kernel(sk, off.sk_flags).unwrap_or(0);
+    let peer_fin = (sk_flags >> (off.sock_done_bit & 63)) & 1 == 1;
+    // Our FIN is acknowledged in FIN_WAIT2 (from CLOSING and LAST_ACK an
+    // acknowledgement closes the socket); the peer's came with SOCK_DONE.
+    let acked = acked.saturating_sub((state == TCP_FIN_WAIT2) as u64);
+    let received = received.saturating_sub(peer_fin as u64);
+    // SAFETY: as in `closed`: the entry stays until its socket closes.
+    let (base_acked, base_received, base_retrans) = unsafe {
+        (
+            swap64(&raw mut (*p).base_acked, acked),
+            swap64(&raw mut (*p).base_received, received),
+            swap64(&raw mut (*p).base_retrans, retrans as u64),
+        )
+    };
+    let Some(c) = counters(&peer) else { return };
+    add(c, BYTES_SENT, acked.saturating_sub(base_acked));
+    add(c, BYTES_RECEIVED, received.saturating_sub(base_received));
+    add(c, RETRANSMITS, (retrans as u64).saturating_sub(base_retrans));
 }
 
 fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
@@ -218,7 +276,7 @@ fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
                 add(c, failure(err, soft), 1);
             }
         } else if st.flags & ESTABLISHED_FLAG != 0 {
-            closed(sk, &off, old, &st);
+            closed(sk, &off, old, p, &st.peer);
         }
         let _ = TCP_PEER_SOCKS.remove(sk);
     }
@@ -230,3 +288,25 @@ pub fn tcp_peers_set_state(ctx: RawTracePointContext) -> i32 {
     let _ = try_set_state(&ctx);
     0
 }
+
+/// Never attached: the agent runs it with up to SWEEP_BATCH followed
+/// sockets' addresses as arguments (0 for none).
+#[raw_tracepoint(tracepoint = "inet_sock_set_state")]
+pub fn tcp_peers_sweep(ctx: RawTracePointContext) -> i32 {
+    let off = TCP_PEERS_OFFSETS.load();
+    // One read per argument at a constant offset: the verifier refuses a
+    // context read at a computed one.
+    macro_rules! each {
+        ($($i:literal)*) => {
+            $(
+                let sk: u64 = ctx.arg($i);
+                if sk != 0 {
+                    sweep_one(sk, &off);
+                }
+            )*
+        };
+    }
+    each!(0 1 2 3 4 5 6 7 8 9 10 11);
+    0
+}
+const _: () = assert!(SWEEP_BATCH == 12);

@@ -1147,7 +1147,9 @@ fn quartiles(v: &[f64]) -> (f64, f64, f64) {
 /// round.
 fn peer_rounds(rounds: usize, first: bool, c: &mut PeerCase) -> Res<PeerRow> {
     let per = |secs: f64| secs / c.events as f64 * 1e9;
-    let empties: Option<Vec<agent_common::Program>> = c.programs.iter().map(|p| agent_common::test_programs::empty_on(p.hook)).collect();
+    // Programs the agent runs itself (a sweep) have no hook to stand in for.
+    let empties: Option<Vec<agent_common::Program>> =
+        c.programs.iter().filter(|p| p.hook != agent_common::Hook::Run).map(|p| agent_common::test_programs::empty_on(p.hook)).collect();
     let empties = empties.filter(|_| !first);
     let arms = if empties.is_some() { 4 } else { 3 };
     let mut row = PeerRow { probe: c.probe, event: c.event, base_ns: 0.0, agent: Vec::new(), bpftrace: Vec::new(), floor: Vec::new() };

@@ -302,6 +302,7 @@ pub fn tcp_peers(btf: &crate::ebpf::btf::Btf) -> Result<agent_common::tcp_peers:
         skc_dport: common("skc_dport")?,
         skc_num: common("skc_num")?,
         skc_v6_daddr: common("skc_v6_daddr")?,
+        skc_state: common("skc_state")?,
         sk_err: off("sock", &["sk_err"])?,
         sk_err_soft: off("sock", &["sk_err_soft"])?,
         // `sk_flags` moved into sock_common as `skc_flags` (Linux 6.x).

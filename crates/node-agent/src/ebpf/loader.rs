@@ -371,6 +371,11 @@ impl Shared {
                 p.load().map_err(load)?;
                 p.attach(event).map_err(|e| attach(format!("raw tracepoint {event}"), Call::Bpf, e))?;
             }
+            Hook::Run => {
+                // Loaded only: the probe runs it (`Shared::run`).
+                let p: &mut RawTracePoint = prog.try_into().map_err(kind)?;
+                p.load().map_err(load)?;
+            }
             Hook::CgroupSkb(dir) => {
                 // Loading a cgroup skb program needs CAP_NET_ADMIN; attaching
                 // it, the cgroup directory opened (read-only is enough).
@@ -403,6 +408,27 @@ impl Shared {
             }
         }
         Ok(())
+    }
+
+    /// Runs loaded program `name` (a [`Hook::Run`] one) once per argument
+    /// array (BPF_PROG_TEST_RUN): the eBPF lock is held throughout.
+    pub fn run(&self, name: &str, batches: impl Iterator<Item = [u64; 12]>) -> Result<usize, AttachError> {
+        use aya::programs::{RawTracePointRunOptions, TestRun};
+        let mut ebpf = self.lock().ok_or(AttachError::Poisoned)?;
+        let prog: &mut RawTracePoint = ebpf
+            .program_mut(name)
+            .ok_or_else(|| AttachError::Type { program: "run", msg: format!("no program {name}") })?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| AttachError::Type { program: "run", msg: e.to_string() })?;
+        let mut runs = 0;
+        for args in batches {
+            prog.test_run(RawTracePointRunOptions { args, cpu: None }).map_err(|e| {
+                let (msg, errno) = chain(&e);
+                AttachError::Load { msg, reason: reason_of(Call::Bpf, errno) }
+            })?;
+            runs += 1;
+        }
+        Ok(runs)
     }
 
     /// Runs of a program the kernel skipped because another BPF program

@@ -49,7 +49,7 @@ mod tests {
             let found = obj.programs.get(p.name).unwrap_or_else(|| panic!("program {} is not in the object", p.name));
             let kind_ok = match p.hook {
                 Hook::TracePoint(..) => matches!(found.section, ProgramSection::TracePoint),
-                Hook::RawTracePoint(_) => matches!(found.section, ProgramSection::RawTracePoint),
+                Hook::RawTracePoint(_) | Hook::Run => matches!(found.section, ProgramSection::RawTracePoint),
                 Hook::CgroupSkb(dir) => matches!(
                     (&found.section, dir),
                     (ProgramSection::CgroupSkb { attach_type: Some(CgroupSkbAttachType::Ingress) }, SkbDirection::Ingress)

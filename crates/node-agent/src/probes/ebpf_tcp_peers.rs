@@ -18,16 +18,21 @@
 //! A peer idle for the grace period loses its series and its place; series
 //! go with their pod (after the pod attribution grace period).
 //! Connections open before the agent started are not counted, nor their
-//! bytes (there is no event to find them by). Bytes of a connection are
-//! counted when it closes: a connection open for hours shows its bytes then.
+//! bytes (there is no event to find them by). Bytes and retransmits of a
+//! connection are counted when it closes and, while it is open, by a sweep
+//! at most every `--collector.ebpf_tcp_peers.sweep-interval` (10s) at
+//! scrape time: a program run by the agent over every followed socket
+//! (`tcp_peers_sweep`), which adds what each sent and received since it
+//! was last counted (the close and the sweep exchange that mark
+//! atomically, so nothing is counted twice).
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use agent_common::tcp_peers::{
-    LatKey, Offsets, PeerCounters, PeerKey, ABORTED, ACCEPTED, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT, CLOSED, DIR_IN, DROPPED, DROP_LAT,
-    DROP_SOCKS, DROP_STATS, ESTABLISHED, LAT, LATENCY_NS, OFFSETS, OTHER, PROGRAMS, REFUSED, RESET, RETRANSMITS, SOCKS, STATS, TIMEOUT,
-    UNREACHABLE,
+    LatKey, Offsets, PeerCounters, PeerKey, SockState, ABORTED, ACCEPTED, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT, CLOSED, DIR_IN, DROPPED,
+    DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, LAT, LATENCY_NS, OFFSETS, OTHER, PROGRAMS, REFUSED, RESET, RETRANSMITS, SOCKS, STATS,
+    SWEEP, SWEEP_BATCH, TIMEOUT, UNREACHABLE,
 };
 use agent_common::NATIVE_OFFSET;
 use clap::Arg;
@@ -60,6 +65,22 @@ pub const MAX_CONNECTIONS: ParsedFlag<u32> = ParsedFlag {
     parse: parse_connections,
 };
 
+pub const SWEEP_INTERVAL: ParsedFlag<Duration> = ParsedFlag {
+    name: "collector.ebpf_tcp_peers.sweep-interval",
+    value_name: "DURATION",
+    default: "10s",
+    env: None,
+    help: "How often, at most, a scrape reads the bytes and retransmits of open connections (counted otherwise when they close), e.g. 5s, 30s.",
+    parse: parse_sweep,
+};
+
+fn parse_sweep(s: &str) -> Result<Duration, String> {
+    match crate::pods::parse_duration(s) {
+        Some(d) if (Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&d) => Ok(d),
+        _ => Err(format!("not a duration from 1s to 1h: {s:?} (e.g. 5s, 30s)")),
+    }
+}
+
 fn parse_connections(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
         Ok(n) if (1024..=1 << 20).contains(&n) => Ok(n),
@@ -75,7 +96,7 @@ fn parse_max(s: &str) -> Result<usize, String> {
 }
 
 pub fn args() -> Vec<Arg> {
-    flags::args(&[&MAX_PEERS, &MAX_CONNECTIONS])
+    flags::args(&[&MAX_PEERS, &MAX_CONNECTIONS, &SWEEP_INTERVAL])
 }
 
 /// The offsets, from the kernel's BTF; sockets are attributed to their
@@ -94,6 +115,10 @@ struct Active {
     probe: Probe,
     resolver: Resolver,
     peers: Peers,
+    sweep_every: Duration,
+    swept: Option<Instant>,
+    /// The sweep failed once (said at warn, then at debug).
+    sweep_failed: bool,
 }
 
 pub struct Collector {
@@ -110,7 +135,34 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
         Ok(_) => Probe::attach(ctx.ebpf(), &PROGRAMS),
         Err(why) => Probe::down(&PROGRAMS, why),
     };
-    Ok(Box::new(Collector { active: Active { probe, resolver: Resolver::new(pods, &p.sysfs), peers: Peers::new(max, grace) } }))
+    let sweep_every = SWEEP_INTERVAL.get(f)?;
+    Ok(Box::new(Collector {
+        active: Active {
+            probe,
+            resolver: Resolver::new(pods, &p.sysfs),
+            peers: Peers::new(max, grace),
+            sweep_every,
+            swept: None,
+            sweep_failed: false,
+        },
+    }))
+}
+
+/// Counts the open connections' bytes and retransmits so far: the sweep
+/// program run over every followed socket, [`SWEEP_BATCH`] at a time.
+fn sweep(shared: &crate::ebpf::Shared) -> Result<usize, String> {
+    let socks: Vec<u64> = {
+        let ebpf = shared.lock().ok_or("eBPF state poisoned")?;
+        let m: aya::maps::HashMap<_, u64, SockState> =
+            aya::maps::HashMap::try_from(ebpf.map(SOCKS).ok_or("no map")?).map_err(|e| e.to_string())?;
+        m.keys().filter_map(Result::ok).collect()
+    };
+    let batches = socks.chunks(SWEEP_BATCH).map(|c| {
+        let mut args = [0u64; 12];
+        args[..c.len()].copy_from_slice(c);
+        args
+    });
+    shared.run(SWEEP.name, batches).map_err(|e| e.to_string())
 }
 
 /// The kernel's entries, and the events it could not record.
@@ -151,8 +203,19 @@ impl host::Collector for Collector {
         let a = &mut self.active;
         a.probe.self_metrics(sink);
         let Some(shared) = a.probe.shared.clone() else { return Ok(()) };
+        let now = Instant::now();
+        if a.probe.up() && a.swept.is_none_or(|t| now.duration_since(t) >= a.sweep_every) {
+            a.swept = Some(now);
+            if let Err(e) = sweep(&shared) {
+                if !std::mem::replace(&mut a.sweep_failed, true) {
+                    tracing::warn!(err = %e, "ebpf_tcp_peers: reading open connections failed (their bytes are counted when they close)");
+                } else {
+                    tracing::debug!(err = %e, "ebpf_tcp_peers: reading open connections failed");
+                }
+            }
+        }
         let (stats, lat, drops) = read(&*shared.lock().ok_or(MapError::Poisoned)?)?;
-        let (pass, services_known) = a.resolver.pass(&mut a.peers, &stats, &lat, Instant::now());
+        let (pass, services_known) = a.resolver.pass(&mut a.peers, &stats, &lat, now);
         delete(&mut *shared.lock().ok_or(MapError::Poisoned)?, &pass.delete, &pass.delete_lat)?;
         emit(sink, &pass.series);
         sink.family(
@@ -248,17 +311,17 @@ fn emit(sink: &mut Sink, series: &BTreeMap<(Owner, Label), Counts>) {
     for (name, help, w) in [
         (
             "node_ebpf_pod_tcp_peer_sent_bytes_total",
-            "Payload bytes the pod sent the peer and the peer acknowledged, counted when the connection closes.",
+            "Payload bytes the pod sent the peer and the peer acknowledged, counted while the connection is open (every sweep interval) and when it closes.",
             BYTES_SENT,
         ),
         (
             "node_ebpf_pod_tcp_peer_received_bytes_total",
-            "Payload bytes the pod received from the peer, counted when the connection closes.",
+            "Payload bytes the pod received from the peer, counted while the connection is open (every sweep interval) and when it closes.",
             BYTES_RECEIVED,
         ),
         (
             "node_ebpf_pod_tcp_peer_retransmits_total",
-            "TCP segments the pod retransmitted to the peer, counted when the connection closes.",
+            "TCP segments the pod retransmitted to the peer, counted while the connection is open (every sweep interval) and when it closes.",
             RETRANSMITS,
         ),
         ("node_ebpf_pod_tcp_peer_closed_total", "TCP connections of the pod with the peer that closed after being established.", CLOSED),
