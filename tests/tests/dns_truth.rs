@@ -400,3 +400,90 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
     let _ = server.wait();
     let _ = std::io::stdout().flush();
 }
+
+/// The two programs see every packet of the node's sockets: whatever a
+/// packet holds (DNS or not, whole or cut short, IPv4, IPv6, garbage),
+/// they let it through (a cgroup skb program returning 0 drops it). Run
+/// with BPF_PROG_TEST_RUN on made-up packets (an Ethernet header, then the
+/// network one).
+#[test]
+fn every_packet_is_let_through() {
+    if !root_or_skip("the DNS truth test") {
+        return;
+    }
+    use aya::programs::{CgroupSkb, TestRun, TestRunOptions};
+    let mut ctx = node_agent::probes::Context::with_object(node_agent::ebpf::OBJECT, false);
+    let shared = ctx.ebpf().expect("the object loads");
+    let probe = node_agent::ebpf::Probe::attach(Ok(shared.clone()), &agent_common::dns::PROGRAMS);
+    assert!(probe.up(), "the DNS programs load and attach");
+    let eth = |ethertype: [u8; 2]| -> Vec<u8> {
+        let mut p = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+        p.extend(ethertype);
+        p
+    };
+    let dns = |response: bool| -> Vec<u8> {
+        let mut d = vec![0x12, 0x34, if response { 0x81 } else { 0x01 }, if response { 0x83 } else { 0 }, 0, 1, 0, 0, 0, 0, 0, 0];
+        d.extend([3, b'f', b'o', b'o', 0, 0, 1, 0, 1]);
+        d
+    };
+    let ipv4 = |proto: u8, sport: u16, dport: u16, payload: &[u8]| -> Vec<u8> {
+        let len = 20 + 8 + payload.len();
+        let mut p = eth([0x08, 0x00]);
+        p.extend([0x45, 0, (len >> 8) as u8, len as u8, 0, 0, 0x40, 0, 64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        p.extend(sport.to_be_bytes());
+        p.extend(dport.to_be_bytes());
+        p.extend([0, (8 + payload.len()) as u8, 0, 0]);
+        p.extend(payload);
+        p
+    };
+    let mut ipv6_query = eth([0x86, 0xdd]);
+    let q = dns(false);
+    ipv6_query.extend([0x60, 0, 0, 0, 0, (8 + q.len()) as u8, 17, 64]);
+    ipv6_query.extend([0u8; 15].iter().chain(&[1u8]).chain(&[0u8; 15]).chain(&[2u8]));
+    ipv6_query.extend(40000u16.to_be_bytes());
+    ipv6_query.extend(53u16.to_be_bytes());
+    ipv6_query.extend([0, (8 + q.len()) as u8, 0, 0]);
+    ipv6_query.extend(&q);
+    let mut cut = ipv4(17, 40000, 53, &dns(false));
+    cut.truncate(14 + 20 + 8 + 5);
+    let mut garbage = eth([0x08, 0x00]);
+    garbage.extend((0..64u8).map(|i| i.wrapping_mul(37)));
+    let mut labels = dns(false);
+    labels.truncate(12);
+    labels.extend(std::iter::repeat_n([63u8].into_iter().chain(std::iter::repeat_n(b'a', 63)), 8).flatten());
+    let packets: Vec<(&str, Vec<u8>)> = vec![
+        ("a query over UDP", ipv4(17, 40000, 53, &dns(false))),
+        ("a response over UDP", ipv4(17, 53, 40000, &dns(true))),
+        ("a query over IPv6", ipv6_query),
+        ("a query cut short", cut),
+        ("a name of 8 labels of 63 bytes, unterminated", ipv4(17, 40000, 53, &labels)),
+        ("a datagram to another port", ipv4(17, 40000, 5353, &dns(false))),
+        ("a TCP segment from port 53 without a payload", ipv4(6, 53, 40000, &[0x50, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])),
+        ("garbage after an IPv4 ethertype", garbage),
+    ];
+    let mut ebpf = shared.lock().expect("eBPF");
+    for name in ["dns_egress", "dns_ingress"] {
+        let prog: &mut CgroupSkb = ebpf.program_mut(name).expect("program").try_into().expect("a cgroup skb program");
+        for (what, packet) in &packets {
+            let r = prog.test_run(TestRunOptions { data_in: Some(packet), repeat: 1, ..Default::default() }).expect("test run");
+            assert_eq!(r.return_value, 1, "{name} on {what}: not let through");
+        }
+    }
+    // And they read them: the query to 10.0.0.2 counted once as an A query
+    // out (two more whose question cannot be read as other), the response from 10.0.0.1 once as an NXDOMAIN in (late: no
+    // query waited for it on that socket).
+    let stats: aya::maps::HashMap<_, agent_common::tcp_peers::PeerKey, agent_common::tcp_peers::PeerCounters> =
+        aya::maps::HashMap::try_from(ebpf.map(agent_common::dns::STATS).expect("DNS_STATS")).expect("a hash map");
+    let of = |last: u8| {
+        stats
+            .iter()
+            .filter_map(Result::ok)
+            .find(|(k, _)| k.cgroup == 0 && k.addr[10..] == [0xff, 0xff, 10, 0, 0, last] && k.dir == agent_common::dns::TRANSPORT_UDP)
+            .map(|(_, c)| c.words)
+            .expect("counts for the address")
+    };
+    use agent_common::dns::{LATE, Q_A, Q_OTHER, R_NXDOMAIN};
+    let (to, from) = (of(2), of(1));
+    assert_eq!((to[Q_A], to[Q_OTHER]), (1, 2), "the query; the one cut short and the unterminated name, of no type read: {to:?}");
+    assert_eq!((from[R_NXDOMAIN], from[LATE]), (1, 1), "{from:?}");
+}
