@@ -165,6 +165,7 @@ impl Agent {
             "--collector.ebpf_dns".into(),
             "--collector.ebpf_dns.timeout=1s".into(),
             "--collector.ebpf_dns.max-servers=3".into(),
+            "--collector.ebpf_dns.failing-domains=2".into(),
             format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
             format!("--collector.ebpf_pods.node-name={NODE}"),
         ];
@@ -293,6 +294,8 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
     plan.extend(queries(1, pod, "ok.in-addr.arpa", 12, false));
     plan.extend(queries(1, pod, "ok.test", 15, false));
     plan.extend(queries(2, pod, "nx.test", 1, false));
+    plan.extend(queries(1, pod, "nx.one.test", 1, false));
+    plan.extend(queries(1, pod, "nx.two.test", 1, false));
     plan.extend(queries(2, pod, "fail.test", 1, false));
     plan.extend(queries(1, pod, "ref.test", 28, false));
     plan.extend(queries(1, pod, "tc.test", 1, false));
@@ -309,7 +312,7 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
     eprintln!("phase 1, web-0: queries {q:?}\nresponses {r:?}");
     let p = "pod kube-system/coredns-0";
     let want_q: BTreeMap<String, f64> =
-        [("A", 3.0 + 2.0 + 2.0 + 1.0 + 4.0 + 2.0), ("AAAA", 2.0 + 1.0 + 1.0), ("SRV", 1.0), ("PTR", 1.0), ("other", 1.0)]
+        [("A", 3.0 + 4.0 + 2.0 + 1.0 + 4.0 + 2.0), ("AAAA", 2.0 + 1.0 + 1.0), ("SRV", 1.0), ("PTR", 1.0), ("other", 1.0)]
             .into_iter()
             .map(|(t, n)| (format!("{p} {t}"), n))
             .collect();
@@ -324,7 +327,27 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
     let want_r: BTreeMap<String, f64> = seen.rcodes.iter().map(|(c, n)| (format!("{p} {}", name(c)), *n)).collect();
     assert_eq!(r, want_r, "responses by rcode: what the client received");
     assert_eq!(r.get(&format!("{p} NOERROR")), Some(&(3.0 + 2.0 + 1.0 + 1.0 + 1.0 + 1.0 + 4.0)));
+    assert_eq!(r.get(&format!("{p} NXDOMAIN")), Some(&4.0));
     assert_eq!(agent.client("node_ebpf_pod_dns_truncated_total").get(p), Some(&1.0));
+    // The failing answers by name: two names per rcode, the busiest first,
+    // the rest under domain="".
+    let names: BTreeMap<String, f64> = agent
+        .samples("node_ebpf_pod_dns_failing_domain_responses_total")
+        .into_iter()
+        .filter(|(l, _)| l.get("pod").map(String::as_str) == Some("web-0"))
+        .map(|(l, v)| (format!("{} {}", l["rcode"], l["domain"]), v))
+        .collect();
+    let want: BTreeMap<String, f64> = [
+        ("NXDOMAIN nx.test", 2.0),
+        ("NXDOMAIN nx.one.test", 1.0),
+        ("NXDOMAIN ", 1.0),
+        ("SERVFAIL fail.test", 2.0),
+        ("REFUSED ref.test", 1.0),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(names, want, "failing answers by name");
     assert_eq!(agent.client("node_ebpf_pod_dns_retransmits_total").get(p), Some(&1.0));
     let answered: f64 = seen.rcodes.values().sum();
     assert_eq!(agent.client("node_ebpf_pod_dns_latency_seconds_count").get(p), Some(&answered), "one latency per answer");

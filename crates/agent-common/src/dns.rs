@@ -23,7 +23,11 @@ pub const STATS: &str = "DNS_STATS";
 /// `tcp_peers::LatKey` to a count: the non-empty native buckets of each
 /// server's response latency.
 pub const LAT: &str = "DNS_LAT";
-/// Per-CPU counters of events not recorded: [`DROP_PENDING`], [`DROP_STATS`], [`DROP_LAT`].
+/// Failing answers by name (opt-in): [`NameKey`] to a count, cumulative.
+pub const NAMES: &str = "DNS_NAMES";
+/// Per-CPU scratch for the [`NameKey`] being built (too big for the stack).
+pub const NAME_SCRATCH: &str = "DNS_NAME_SCRATCH";
+/// Per-CPU counters of events not recorded: [`DROP_PENDING`], [`DROP_STATS`], [`DROP_LAT`], [`DROP_NAMES`].
 pub const DROPPED: &str = "DNS_DROPPED";
 
 pub const EGRESS: Program = Program { name: "dns_egress", hook: Hook::CgroupSkb(crate::program::SkbDirection::Egress) };
@@ -41,7 +45,13 @@ pub const MAX_LAT: u32 = 8192;
 pub const DROP_PENDING: u32 = 0;
 pub const DROP_STATS: u32 = 1;
 pub const DROP_LAT: u32 = 2;
-pub const NUM_DROPS: u32 = 3;
+pub const DROP_NAMES: u32 = 3;
+pub const NUM_DROPS: u32 = 4;
+/// Distinct (cgroup, rcode, name) triples of failing answers at once.
+pub const MAX_NAMES: u32 = 1024;
+/// Bytes of a name kept (wire format: length-prefixed labels, then 0);
+/// longer names are kept cut.
+pub const NAME_BYTES: usize = 128;
 
 /// The port DNS servers listen on.
 pub const PORT: u16 = 53;
@@ -129,19 +139,43 @@ pub struct Pending {
 }
 
 /// The programs' settings; `attribute` is 0 when sockets are not
-/// attributed to cgroups (every count under cgroup 0).
+/// attributed to cgroups (every count under cgroup 0); `names` is not 0
+/// when failing answers are counted by name ([`NAMES`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
     pub attribute: u32,
-    pub pad: u32,
+    pub names: u32,
 }
 
 impl Config {
-    pub const DEFAULT: Config = Config { attribute: 0, pad: 0 };
+    pub const DEFAULT: Config = Config { attribute: 0, names: 0 };
 }
 
-crate::pod!(PendingKey, Pending, Config);
+/// A failing answer's cgroup, rcode and question name (wire format, the
+/// rest zero); `len` is the name's length with its final 0, or 0 when it
+/// is longer than [`NAME_BYTES`] (kept cut).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NameKey {
+    pub cgroup: u64,
+    pub rcode: u8,
+    pub len: u8,
+    pub pad: [u8; 6],
+    pub name: [u8; NAME_BYTES],
+}
+
+impl NameKey {
+    pub const ZERO: NameKey = NameKey { cgroup: 0, rcode: 0, len: 0, pad: [0; 6], name: [0; NAME_BYTES] };
+}
+
+/// Whether an rcode's answers are counted by name: NXDOMAIN, SERVFAIL, REFUSED.
+#[inline(always)]
+pub fn failing(rcode: u16) -> bool {
+    matches!(rcode, 2 | 3 | 5)
+}
+
+crate::pod!(PendingKey, Pending, Config, NameKey);
 
 #[cfg(test)]
 mod tests {
@@ -152,6 +186,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<PendingKey>(), 16);
         assert_eq!(core::mem::size_of::<Pending>(), 40);
         assert_eq!(core::mem::size_of::<Config>(), 8);
+        assert_eq!(core::mem::size_of::<NameKey>(), 16 + NAME_BYTES);
     }
 
     #[test]

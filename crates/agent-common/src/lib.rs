@@ -44,6 +44,8 @@ pub const MAPS: &[&str] = &[
     dns::STATS,
     dns::LAT,
     dns::DROPPED,
+    dns::NAMES,
+    dns::NAME_SCRATCH,
     oom_kills::KILLS,
     pods::STATS,
     pods::DROPPED,

@@ -12,8 +12,9 @@
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use agent_common::dns::{
-    qtype_word, rcode_word, Config, Pending, PendingKey, DROP_LAT, DROP_PENDING, DROP_STATS, FLAG_QR, FLAG_TC, LATE, LATENCY_NS, MATCHED,
-    MAX_LABELS, MAX_LAT, MAX_PENDING, MAX_SERVERS, NUM_DROPS, PORT, RCODE_MASK, RETRANSMITS, TRANSPORT_TCP, TRANSPORT_UDP, TRUNCATED,
+    failing, qtype_word, rcode_word, Config, NameKey, Pending, PendingKey, DROP_LAT, DROP_NAMES, DROP_PENDING, DROP_STATS, FLAG_QR,
+    FLAG_TC, LATE, LATENCY_NS, MATCHED, MAX_LABELS, MAX_LAT, MAX_NAMES, MAX_PENDING, MAX_SERVERS, NAME_BYTES, NUM_DROPS, PORT, RCODE_MASK,
+    RETRANSMITS, TRANSPORT_TCP, TRANSPORT_UDP, TRUNCATED,
 };
 use agent_common::native_bucket;
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey, NUM_WORDS};
@@ -39,6 +40,10 @@ static DNS_STATS: HashMap<PeerKey, PeerCounters> = HashMap::with_max_entries(MAX
 static DNS_LAT: HashMap<LatKey, u64> = HashMap::with_max_entries(MAX_LAT, BPF_F_NO_PREALLOC);
 #[map]
 static DNS_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_DROPS, 0);
+#[map]
+static DNS_NAMES: HashMap<NameKey, u64> = HashMap::with_max_entries(MAX_NAMES, BPF_F_NO_PREALLOC);
+#[map]
+static DNS_NAME_SCRATCH: PerCpuArray<NameKey> = PerCpuArray::with_max_entries(1, 0);
 
 /// Zeroed counters in read-only data, to create map entries with.
 static ZERO: PeerCounters = PeerCounters::ZERO;
@@ -184,6 +189,50 @@ fn cookie(ctx: &SkBuffContext) -> u64 {
     unsafe { aya_ebpf::helpers::bpf_get_socket_cookie(ctx.as_ptr()) }
 }
 
+/// Counts a failing answer by its cgroup, rcode and question name (read
+/// byte by byte up to NAME_BYTES: failing answers are few).
+#[inline(always)]
+fn record_name(ctx: &SkBuffContext, dns: usize, cgroup: u64, rcode: u8) -> Option<()> {
+    let k = DNS_NAME_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: this CPU's scratch slot, used by one program at a time.
+    let k = unsafe { &mut *k };
+    *k = NameKey::ZERO;
+    k.cgroup = cgroup;
+    k.rcode = rcode;
+    let mut next = 0usize;
+    for i in 0..NAME_BYTES {
+        let b: u8 = ctx.load(dns + 12 + i).ok()?;
+        if let Some(slot) = k.name.get_mut(i) {
+            *slot = b;
+        }
+        if i == next {
+            if b == 0 {
+                k.len = (i + 1) as u8;
+                break;
+            }
+            if b & 0xc0 != 0 {
+                return None;
+            }
+            next = i + b as usize + 1;
+        }
+    }
+    if let Some(p) = DNS_NAMES.get_ptr_mut(*k) {
+        // SAFETY: a map value of one u64; every CPU adds to it, atomically.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1) };
+        return Some(());
+    }
+    if DNS_NAMES.insert(*k, 1, 1).is_err() {
+        match DNS_NAMES.get_ptr_mut(*k) {
+            // SAFETY: as above.
+            Some(p) => unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1);
+            },
+            None => inc(&DNS_DROPPED, DROP_NAMES),
+        }
+    }
+    Some(())
+}
+
 fn try_egress(ctx: &SkBuffContext) -> Option<()> {
     let (addr, transport, dns) = dns_packet(ctx, true)?;
     let (id, flags) = header(ctx, dns)?;
@@ -238,6 +287,10 @@ fn try_ingress(ctx: &SkBuffContext) -> Option<()> {
             latency(&peer, ns);
         }
         None => add(c, LATE, 1),
+    }
+    let rcode = flags & RCODE_MASK;
+    if failing(rcode) && DNS_CONFIG.load().names != 0 {
+        record_name(ctx, dns, peer.cgroup, rcode as u8);
     }
     Some(())
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
 
 use super::cgroup::{self, Cgroup};
-use super::peers::{self, Owner, Pass, Peers, Resolution};
+use super::peers::{self, Kind, Owner, Pass, Peers, Resolution};
 use super::Watched;
 
 /// What a probe keeps to name owners and peers between scrapes.
@@ -35,6 +35,19 @@ impl Resolver {
     /// One pass of `peers` over the kernel's entries, with owners and peer
     /// names as known now; and the number of Services known by ClusterIP.
     pub fn pass(&mut self, peers: &mut Peers, stats: &[(PeerKey, PeerCounters)], lat: &[(LatKey, u64)], now: Instant) -> (Pass, usize) {
+        self.pass_named(peers, stats, lat, now, None)
+    }
+
+    /// As [`Resolver::pass`], with the keys' addresses named by `name`
+    /// instead (keys whose address stands for something else).
+    pub fn pass_named(
+        &mut self,
+        peers: &mut Peers,
+        stats: &[(PeerKey, PeerCounters)],
+        lat: &[(LatKey, u64)],
+        now: Instant,
+        name: Option<&dyn Fn(IpAddr) -> (Kind, String)>,
+    ) -> (Pass, usize) {
         // A cgroup not seen before calls for a walk (at most one a second).
         if let Some(root) = &self.root {
             let unknown = stats.iter().any(|(k, _)| k.cgroup != 0 && !self.cgroups.contains_key(&k.cgroup));
@@ -44,8 +57,8 @@ impl Resolver {
             }
         }
         let Some(w) = &self.pods else {
-            let name = |addr: IpAddr| peers::name(addr, None, &HashMap::new());
-            return (peers.update(stats, lat, |_| Resolution::Owner(Owner::default()), |_| true, name, now), 0);
+            let named = |addr: IpAddr| name.map_or_else(|| peers::name(addr, None, &HashMap::new()), |f| f(addr));
+            return (peers.update(stats, lat, |_| Resolution::Owner(Owner::default()), |_| true, named, now), 0);
         };
         let idx = w.lock();
         let grace = peers.grace;
@@ -68,7 +81,10 @@ impl Resolver {
         };
         let services = w.services.as_ref().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()));
         let known = services.as_ref().map_or(0, |s| s.len());
-        let name = |addr: IpAddr| peers::name(addr, services.as_deref(), by_ip.get_or_init(pods_by_ip));
-        (peers.update(stats, lat, resolve, |o| o.0.is_empty() || live.contains(o), name, now), known)
+        let named = |addr: IpAddr| match name {
+            Some(f) => f(addr),
+            None => peers::name(addr, services.as_deref(), by_ip.get_or_init(pods_by_ip)),
+        };
+        (peers.update(stats, lat, resolve, |o| o.0.is_empty() || live.contains(o), named, now), known)
     }
 }

@@ -31,8 +31,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use agent_common::dns::{
-    Pending, PendingKey, DROPPED, DROP_LAT, DROP_PENDING, DROP_STATS, LAT, LATE, LATENCY_NS, MATCHED, PENDING, PROGRAMS, Q_A, Q_AAAA,
-    Q_OTHER, Q_PTR, Q_SRV, RETRANSMITS, R_NOERROR, R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS, TIMEOUTS, TRANSPORT_TCP, TRUNCATED,
+    NameKey, Pending, PendingKey, DROPPED, DROP_LAT, DROP_NAMES, DROP_PENDING, DROP_STATS, LAT, LATE, LATENCY_NS, MATCHED, NAMES, PENDING,
+    PROGRAMS, Q_A, Q_AAAA, Q_OTHER, Q_PTR, Q_SRV, RETRANSMITS, R_NOERROR, R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS, TIMEOUTS,
+    TRANSPORT_TCP, TRUNCATED,
 };
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
 use agent_common::NATIVE_OFFSET;
@@ -65,6 +66,22 @@ pub const MAX_SERVERS: ParsedFlag<usize> = ParsedFlag {
     parse: parse_max,
 };
 
+pub const FAILING_DOMAINS: ParsedFlag<usize> = ParsedFlag {
+    name: "collector.ebpf_dns.failing-domains",
+    value_name: "N",
+    default: "0",
+    env: None,
+    help: "Count NXDOMAIN, SERVFAIL and REFUSED answers by question name too: at most N names per pod and rcode (the most frequent first), the rest summed into domain=\"\" (0: off).",
+    parse: parse_domains,
+};
+
+fn parse_domains(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n <= 100 => Ok(n),
+        _ => Err(format!("not a number of names from 0 (off) to 100: {s:?}")),
+    }
+}
+
 fn parse_timeout(s: &str) -> Result<Duration, String> {
     match crate::pods::parse_duration(s) {
         Some(d) if (Duration::from_secs(1)..=Duration::from_secs(600)).contains(&d) => Ok(d),
@@ -80,13 +97,13 @@ fn parse_max(s: &str) -> Result<usize, String> {
 }
 
 pub fn args() -> Vec<Arg> {
-    flags::args(&[&TIMEOUT, &MAX_SERVERS])
+    flags::args(&[&TIMEOUT, &MAX_SERVERS, &FAILING_DOMAINS])
 }
 
 /// Queries are counted by cgroup when the pods are known (a Kubernetes API).
 pub fn globals(_: &crate::ebpf::kernel::Kernel, ctx: &mut Context, g: &mut Globals) {
     let attribute = u32::from(ctx.kube);
-    g.set(agent_common::dns::CONFIG, &agent_common::dns::Config { attribute, pad: 0 });
+    g.set(agent_common::dns::CONFIG, &agent_common::dns::Config { attribute, names: u32::from(ctx.dns_names) });
 }
 
 /// [`PeerKey::dir`] of the agent's own records of timeouts, beside the
@@ -102,6 +119,65 @@ pub struct Collector {
     /// key (with [`TIMEOUT_RECORD`]): the agent's own "map", folded and
     /// deleted as the kernel's are.
     timeouts: HashMap<PeerKey, u64>,
+    /// Failing answers by name, when asked for: each (cgroup, rcode, name)
+    /// as a key of its own whose address is a digest of the name.
+    names: Option<Peers>,
+}
+
+/// A question name in wire format (`len` bytes with the final 0, or 0 when
+/// cut) in presentation form: labels joined by dots, bytes other than
+/// letters, digits, `-` and `_` as `\DDD`, `.` for the root; a cut name
+/// ends with `...`.
+pub fn decode_name(name: &[u8], len: u8) -> String {
+    let end = if len == 0 { name.len() } else { (len as usize).min(name.len()) };
+    let mut out = String::new();
+    let mut i = 0;
+    while i < end {
+        let n = name[i] as usize;
+        if n == 0 {
+            break;
+        }
+        if !out.is_empty() {
+            out.push('.');
+        }
+        for &b in name.get(i + 1..(i + 1 + n).min(end)).unwrap_or_default() {
+            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("\\{b:03}"));
+            }
+        }
+        i += 1 + n;
+    }
+    if len == 0 {
+        out.push_str("...");
+    }
+    if out.is_empty() {
+        out.push('.');
+    }
+    out
+}
+
+/// A failing answer's name as a key of [`Peers`]: its address a digest of
+/// the rcode and name, its direction the rcode.
+fn name_key(k: &NameKey) -> PeerKey {
+    use std::hash::{Hash, Hasher};
+    let mut addr = [0u8; 16];
+    for (i, half) in addr.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (i, k.rcode, k.len, &k.name[..]).hash(&mut h);
+        half.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    PeerKey { cgroup: k.cgroup, addr, port: 0, dir: k.rcode, pad: [0; 5] }
+}
+
+fn rcode_name(rcode: u8) -> &'static str {
+    match rcode {
+        2 => "SERVFAIL",
+        3 => "NXDOMAIN",
+        5 => "REFUSED",
+        _ => "other",
+    }
 }
 
 /// How busy a server is: the queries sent to it.
@@ -124,6 +200,10 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
         peers: Peers::new(max, grace).ranked_by(queries).labelled_by(|d| d & !TIMEOUT_RECORD),
         timeout,
         timeouts: HashMap::new(),
+        names: match FAILING_DOMAINS.get(f)? {
+            0 => None,
+            n => Some(Peers::new(n, grace).ranked_by(|c| c.words[0])),
+        },
     }))
 }
 
@@ -153,7 +233,25 @@ fn reap(ebpf: &mut aya::Ebpf, timeout: Duration) -> Result<(Vec<PeerKey>, usize)
     Ok((timed_out.clone(), waiting.len() - timed_out.len()))
 }
 
-type Read = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>, [u64; 3]);
+type Read = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>, [u64; 4]);
+
+fn read_names(ebpf: &aya::Ebpf) -> Result<Vec<(NameKey, u64)>, MapError> {
+    let m: aya::maps::HashMap<_, NameKey, u64> = aya::maps::HashMap::try_from(ebpf.map(NAMES).ok_or(MapError::Missing(NAMES))?)
+        .map_err(|source| MapError::Map { map: NAMES, source })?;
+    Ok(m.iter().filter_map(Result::ok).collect())
+}
+
+fn delete_names(ebpf: &mut aya::Ebpf, keys: &[NameKey]) -> Result<(), MapError> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let mut m: aya::maps::HashMap<_, NameKey, u64> = aya::maps::HashMap::try_from(ebpf.map_mut(NAMES).ok_or(MapError::Missing(NAMES))?)
+        .map_err(|source| MapError::Map { map: NAMES, source })?;
+    for k in keys {
+        let _ = m.remove(k);
+    }
+    Ok(())
+}
 
 fn read(ebpf: &aya::Ebpf) -> Result<Read, MapError> {
     let stats: aya::maps::HashMap<_, PeerKey, PeerCounters> =
@@ -161,8 +259,12 @@ fn read(ebpf: &aya::Ebpf) -> Result<Read, MapError> {
             .map_err(|source| MapError::Map { map: STATS, source })?;
     let lat: aya::maps::HashMap<_, LatKey, u64> =
         aya::maps::HashMap::try_from(ebpf.map(LAT).ok_or(MapError::Missing(LAT))?).map_err(|source| MapError::Map { map: LAT, source })?;
-    let drops =
-        [maps::counter(ebpf, DROPPED, DROP_PENDING)?, maps::counter(ebpf, DROPPED, DROP_STATS)?, maps::counter(ebpf, DROPPED, DROP_LAT)?];
+    let drops = [
+        maps::counter(ebpf, DROPPED, DROP_PENDING)?,
+        maps::counter(ebpf, DROPPED, DROP_STATS)?,
+        maps::counter(ebpf, DROPPED, DROP_LAT)?,
+        maps::counter(ebpf, DROPPED, DROP_NAMES)?,
+    ];
     Ok((stats.iter().filter_map(Result::ok).collect(), lat.iter().filter_map(Result::ok).collect(), drops))
 }
 
@@ -209,6 +311,39 @@ impl host::Collector for Collector {
         // The agent's timeout records and the kernel's counts of one
         // server share its label, hence its series.
         emit(sink, &pass.series);
+        if let Some(names) = &mut self.names {
+            let entries = read_names(&*shared.lock().ok_or(MapError::Poisoned)?)?;
+            let by_digest: HashMap<PeerKey, NameKey> = entries.iter().map(|(k, _)| (name_key(k), *k)).collect();
+            let stats: Vec<(PeerKey, PeerCounters)> = entries
+                .iter()
+                .map(|(k, n)| {
+                    let mut c = PeerCounters::ZERO;
+                    c.words[0] = *n;
+                    (name_key(k), c)
+                })
+                .collect();
+            let by_addr: HashMap<[u8; 16], String> = by_digest.iter().map(|(d, k)| (d.addr, decode_name(&k.name, k.len))).collect();
+            let name = |addr: std::net::IpAddr| {
+                let raw = match addr {
+                    std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                    std::net::IpAddr::V6(v6) => v6.octets(),
+                };
+                (crate::pods::peers::Kind::External, by_addr.get(&raw).cloned().unwrap_or_default())
+            };
+            let (npass, _) = self.resolver.pass_named(names, &stats, &[], Instant::now(), Some(&name));
+            let gone: Vec<NameKey> = npass.delete.iter().filter_map(|d| by_digest.get(d).copied()).collect();
+            delete_names(&mut *shared.lock().ok_or(MapError::Poisoned)?, &gone)?;
+            let mut f = sink.family(
+                "node_ebpf_pod_dns_failing_domain_responses_total",
+                "NXDOMAIN, SERVFAIL and REFUSED answers the pod received, by question name (at most --collector.ebpf_dns.failing-domains \
+                 names per pod and rcode; the rest under domain=\"\").",
+                Kind::Counter,
+            );
+            for ((o, l), c) in &npass.series {
+                let domain = if l.kind == crate::pods::peers::Kind::Other { "" } else { l.peer.as_str() };
+                f.sample(&[("namespace", &o.0), ("pod", &o.1), ("rcode", rcode_name(l.dir)), ("domain", domain)], c.words[0] as f64);
+            }
+        }
         sink.family(
             "node_ebpf_dns_tracked",
             "What ebpf_dns keeps: servers with counts in user space, cgroups whose pod is not known yet, queries waiting for an answer, \
@@ -310,6 +445,37 @@ mod tests {
         assert_eq!(parse_max("4"), Ok(4));
         assert!(parse_max("0").is_err());
         assert!(parse_max("101").is_err());
+    }
+
+    #[test]
+    fn names_are_decoded_from_the_wire() {
+        let wire = b"\x03api\x07example\x03com\x00";
+        assert_eq!(decode_name(wire, wire.len() as u8), "api.example.com");
+        assert_eq!(decode_name(b"\x00", 1), ".");
+        assert_eq!(decode_name(b"\x03a b\x00", 5), "a\\032b");
+        assert_eq!(decode_name(b"\x04ab\"c\x00", 6), "ab\\034c");
+        // Cut: no final 0 within the bytes kept.
+        assert_eq!(decode_name(b"\x03abc\x05de", 0), "abc.de...");
+        // A length past the end reads what is there.
+        assert_eq!(decode_name(b"\x09ab", 3), "ab");
+        assert_eq!(parse_domains("0"), Ok(0));
+        assert!(parse_domains("101").is_err());
+    }
+
+    #[test]
+    fn name_keys_differ_by_rcode_and_name() {
+        let mut a = NameKey::ZERO;
+        a.name[..5].copy_from_slice(b"\x03abc\x00");
+        a.len = 5;
+        a.rcode = 3;
+        let mut b = a;
+        b.rcode = 2;
+        let mut c = a;
+        c.name[1] = b'x';
+        assert_ne!(name_key(&a).addr, name_key(&b).addr);
+        assert_ne!(name_key(&a).addr, name_key(&c).addr);
+        assert_eq!(name_key(&a), name_key(&a));
+        assert_eq!(name_key(&b).dir, 2);
     }
 
     #[test]

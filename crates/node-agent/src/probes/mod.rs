@@ -68,6 +68,8 @@ pub struct Context {
     pub services: bool,
     /// Connections `ebpf_tcp_peers` follows at once (its map's size).
     pub tcp_connections: u32,
+    /// `ebpf_dns` counts failing answers by name (`--collector.ebpf_dns.failing-domains` above 0).
+    pub dns_names: bool,
     /// `ebpf_pods` is on: it expires deleted pods from the shared index.
     pub pods_attribution: bool,
     /// The events pod attribution serves on this kernel (`agent_common::pods` bits).
@@ -91,6 +93,7 @@ impl Context {
         ctx.pods_attribution = on("ebpf_pods");
         ctx.services = on("ebpf_tcp_peers") || on("ebpf_dns");
         ctx.tcp_connections = ebpf_tcp_peers::MAX_CONNECTIONS.get(f)?;
+        ctx.dns_names = on("ebpf_dns") && ebpf_dns::FAILING_DOMAINS.get(f)? > 0;
         if ctx.pods_attribution || on("pod_cpu_throttling") || on("pod_tcp_listen") || on("ebpf_tcp_peers") || on("ebpf_dns") {
             ebpf_pods::prepare(f, &mut ctx)?;
         }
@@ -109,6 +112,7 @@ impl Context {
             kube: false,
             services: false,
             tcp_connections: agent_common::tcp_peers::MAX_SOCKS,
+            dns_names: false,
             pods_attribution: false,
             pod_events: 0,
             procfs: "/proc".into(),
