@@ -197,13 +197,13 @@ impl MapStats {
             let labels = [("map", name)];
             sink.family(
                 "node_ebpf_map_max_entries",
-                "The eBPF map's capacity in entries (label map: the object's map names, at most 32).",
+                "The eBPF map's capacity in entries (label map: the object's map names, at most 48).",
                 Kind::Gauge,
             )
             .sample(&labels, f64::from(info.max_entries));
             sink.family(
                 "node_ebpf_map_memory_bytes",
-                "Memory the kernel charges for the eBPF map (memlock in its fdinfo; label map: the object's map names, at most 32).",
+                "Memory the kernel charges for the eBPF map (memlock in its fdinfo; label map: the object's map names, at most 48).",
                 Kind::Gauge,
             )
             .sample(&labels, info.memlock as f64);
@@ -215,7 +215,7 @@ impl MapStats {
             *max = (*max).max(n);
             sink.family(
                 "node_ebpf_map_entries",
-                "Entries in the eBPF hash map, counted at the scrape (only maps of at most 4096 entries; label map: the object's map names, at most 32).",
+                "Entries in the eBPF hash map, counted at the scrape (only maps of at most 4096 entries; label map: the object's map names, at most 48).",
                 Kind::Gauge,
             )
             .sample(&labels, n as f64);
