@@ -13,6 +13,7 @@
 //!        node-agent-bench --only memory --agent PATH [--quick] (memory the kubelet's way, both side-by-side runs; printed)
 //!        node-agent-bench --only services --agent PATH [--quick] (the Service watch's memory at 0, 1,000, 10,000 Services; printed)
 //!        node-agent-bench --only tricks --agent PATH [--quick] (each memory trick of runtime::memory turned off in turn, the working set; printed)
+//!        node-agent-bench --only sweep [--quick] (ebpf_tcp_peers's collector time with 0, 1,000, 5,000 connections open, sweeping or not; printed)
 //!        node-agent-bench --image-only [--out FILE]  (rewrites FILE's Image section alone, from `cargo xtask image`'s record)
 
 use std::collections::BTreeMap;
@@ -2021,6 +2022,82 @@ fn services_memory(agent: &Path, counts: &[usize]) -> Res<Vec<(usize, MemAt)>> {
     Ok(rows)
 }
 
+/// The ebpf_tcp_peers collector's time per scrape with `n` loopback
+/// connections held open (2n sockets followed), sweeping at every scrape
+/// (`--collector.ebpf_tcp_peers.sweep-interval=1s`, scrapes 1.05 s apart)
+/// and never (1h): median of the rounds' `node_scrape_collector_duration_seconds`.
+fn sweep_costs(quick: bool) -> Res<Vec<(usize, f64, f64)>> {
+    // Two file descriptors per connection, and the listener's.
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read and write one rlimit we own.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        lim.rlim_cur = lim.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    }
+    let counts: &[usize] = if quick { &[0, 1000] } else { &[0, 1000, 5000] };
+    let rounds = if quick { 3 } else { 7 };
+    let mut rows = Vec::new();
+    for &n in counts {
+        let mut times = [0.0f64; 2];
+        for (i, interval) in ["1s", "1h"].iter().enumerate() {
+            let args = vec![
+                "node-agent".to_string(),
+                "--collector.disable-defaults".into(),
+                "--collector.ebpf_tcp_peers".into(),
+                format!("--collector.ebpf_tcp_peers.sweep-interval={interval}"),
+            ];
+            let m = node_agent::cmd::command().try_get_matches_from(args).map_err(|e| e.to_string())?;
+            let cfg = node_agent::config::resolve(&m).map_err(|e| e.to_string())?;
+            let scraper = node_agent::agent::scraper(cfg.collectors, false);
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            let mut held = Vec::with_capacity(2 * n);
+            for _ in 0..n {
+                let c = std::net::TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+                let (a, _) = listener.accept().map_err(|e| e.to_string())?;
+                held.push(c);
+                held.push(a);
+            }
+            let duration = || -> f64 {
+                let text = String::from_utf8(scraper.scrape(&runtime::Selection::default(), expo::Format::Text)).unwrap_or_default();
+                node_agent_tests::samples(&text, "node_scrape_collector_duration_seconds")
+                    .into_iter()
+                    .find(|(l, _)| l.get("collector").map(String::as_str) == Some("ebpf_tcp_peers"))
+                    .map_or(f64::NAN, |s| s.1)
+            };
+            // The first scrape sweeps in both; the rounds after, only with 1s.
+            duration();
+            let mut d: Vec<f64> = (0..rounds)
+                .map(|_| {
+                    std::thread::sleep(Duration::from_millis(1050));
+                    duration() * 1e3
+                })
+                .collect();
+            d.sort_by(f64::total_cmp);
+            times[i] = percentile(&d, 0.5);
+            drop(held);
+        }
+        rows.push((n, times[0], times[1]));
+    }
+    Ok(rows)
+}
+
+fn sweep_section(rows: &[(usize, f64, f64)]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "## Open connections' bytes (ebpf_tcp_peers' sweep)
+");
+    let _ = writeln!(md, "The ebpf_tcp_peers collector's time per scrape (`node_scrape_collector_duration_seconds`, median of the rounds) with loopback connections held open, both ends followed, sweeping at every scrape or never; the sweep reads the followed sockets' keys (one bpf(2) call each) and runs `tcp_peers_sweep` over them, 12 per BPF_PROG_TEST_RUN. Run in the bench's process.
+");
+    let _ = writeln!(md, "| connections open | sockets followed | scrape, sweeping | scrape, not sweeping | sweep per socket |");
+    let _ = writeln!(md, "|---|---|---|---|---|");
+    for (n, with, without) in rows {
+        let per = if *n > 0 { format!("{:.0} ns", (with - without) * 1e6 / (2 * n) as f64) } else { "-".into() };
+        let _ = writeln!(md, "| {n} | {} | {with:.2} ms | {without:.2} ms | {per} |", 2 * n);
+    }
+    md
+}
+
 /// The Service watch's memory, markdown.
 fn services_section(rows: &[(usize, MemAt)]) -> String {
     let mut md = String::new();
@@ -2346,6 +2423,10 @@ fn run() -> Res<()> {
         print!("{}", services_section(&services_memory(&agent, &counts)?));
         return Ok(());
     }
+    if get("--only").as_deref() == Some("sweep") {
+        print!("{}", sweep_section(&sweep_costs(quick)?));
+        return Ok(());
+    }
     if get("--only").as_deref() == Some("tricks") {
         let agent = PathBuf::from(get("--agent").ok_or("--agent PATH is required")?);
         let ne = compare::which("prometheus-node-exporter").ok_or("prometheus-node-exporter is not installed")?;
@@ -2407,6 +2488,8 @@ fn run() -> Res<()> {
     let growth = growth_section(&agent, &ne, quick)?;
     eprintln!("bench: the Service watch's memory");
     let services = services_memory(&agent, &if quick { vec![0, 1000] } else { vec![0, 1000, 10_000] })?;
+    eprintln!("bench: the sweep of open connections");
+    let sweeps = sweep_costs(quick)?;
     eprintln!("bench: planner");
     let plans = planner(quick);
 
@@ -2501,6 +2584,8 @@ fn run() -> Res<()> {
     md.push_str(&growth);
     md.push('\n');
     md.push_str(&services_section(&services));
+    md.push('\n');
+    md.push_str(&sweep_section(&sweeps));
     let _ = writeln!(md, "\n## Planner\n\nOne `plan` (a full controller sync, mid-rollout, as many pods as nodes), median; `cargo bench -p node-agent-planner --bench plan` runs the same with criterion.\n");
     let _ = writeln!(md, "| nodes | time |\n|---|---|");
     for (n, ms) in &plans {
