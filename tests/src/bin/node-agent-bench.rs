@@ -2085,10 +2085,8 @@ fn sweep_costs(quick: bool) -> Res<Vec<(usize, f64, f64)>> {
 
 fn sweep_section(rows: &[(usize, f64, f64)]) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "## Open connections' bytes (ebpf_tcp_peers' sweep)
-");
-    let _ = writeln!(md, "The ebpf_tcp_peers collector's time per scrape (`node_scrape_collector_duration_seconds`, median of the rounds) with loopback connections held open, both ends followed, sweeping at every scrape or never; the sweep reads the followed sockets' keys (one bpf(2) call each) and runs `tcp_peers_sweep` over them, 12 per BPF_PROG_TEST_RUN. Run in the bench's process.
-");
+    let _ = writeln!(md, "## Open connections' bytes (ebpf_tcp_peers' sweep)\n");
+    let _ = writeln!(md, "The ebpf_tcp_peers collector's time per scrape (`node_scrape_collector_duration_seconds`, median of the rounds) with loopback connections held open, both ends followed, sweeping at every scrape or never; the sweep reads the followed sockets' keys (one bpf(2) call each) and runs `tcp_peers_sweep` over them, 12 per BPF_PROG_TEST_RUN. Run in the bench's process.\n");
     let _ = writeln!(md, "| connections open | sockets followed | scrape, sweeping | scrape, not sweeping | sweep per socket |");
     let _ = writeln!(md, "|---|---|---|---|---|");
     for (n, with, without) in rows {
