@@ -8,6 +8,8 @@ pub mod disk;
 pub mod fuse;
 pub mod fuzz;
 pub mod host;
+#[cfg(feature = "agent")]
+pub mod inproc;
 pub mod memcg;
 pub mod netns;
 #[cfg(feature = "agent")]

@@ -19,14 +19,13 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use expo::Format;
 use node_agent_tests::apiserver::{pod, Api, Running};
 use node_agent_tests::host::root_or_skip;
+use node_agent_tests::inproc::InProcess;
 use node_agent_tests::netns::Netns;
 use node_agent_tests::pods::{pod_cgroup, CID_A, CID_B, NODE, UID_A, UID_B};
-use runtime::{Scraper, Selection};
 
 /// Pod B: a DNS server on UDP port 53 of 10.77.0.2, 10.96.0.10 and
 /// 10.78.0.1-10. It answers a query by its name's first label: `ok` NOERROR,
@@ -152,50 +151,30 @@ fn api() -> std::sync::Arc<Api> {
     api
 }
 
-struct Agent {
-    scraper: Scraper,
-}
+struct Agent(InProcess);
 
 impl Agent {
     fn new(c: &Running) -> Agent {
-        let args = vec![
-            "node-agent".to_string(),
-            "--collector.disable-defaults".into(),
-            "--collector.ebpf_pods".into(),
-            "--collector.ebpf_dns".into(),
-            "--collector.ebpf_dns.timeout=1s".into(),
-            "--collector.ebpf_dns.max-servers=3".into(),
-            "--collector.ebpf_dns.failing-domains=2".into(),
-            format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
-            format!("--collector.ebpf_pods.node-name={NODE}"),
-        ];
-        let m = node_agent::cmd::command().try_get_matches_from(args).expect("flags");
-        let cfg = node_agent::config::resolve(&m).expect("config");
-        let a = Agent { scraper: node_agent::agent::scraper(cfg.collectors, false) };
-        let up = a.samples("node_ebpf_program_up");
-        for p in ["dns_egress", "dns_ingress"] {
-            assert!(
-                up.iter().any(|(l, v)| l.get("program").map(String::as_str) == Some(p) && *v == 1.0),
-                "{p} is not up: {up:?} (it needs CAP_NET_ADMIN and a cgroup v2 hierarchy)"
-            );
-        }
-        let t = Instant::now();
-        let services = || {
-            a.samples("node_ebpf_dns_tracked").into_iter().find(|(l, _)| l.get("what").map(String::as_str) == Some("services")).map(|s| s.1)
-        };
-        while a.samples("node_ebpf_pod_attribution_synced").first().map(|s| s.1) != Some(1.0) || services() != Some(1.0) {
-            assert!(t.elapsed() < Duration::from_secs(20), "the pods of {NODE} and the Services were never listed");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let a = Agent(InProcess::start(
+            &[
+                "--collector.disable-defaults".into(),
+                "--collector.ebpf_pods".into(),
+                "--collector.ebpf_dns".into(),
+                "--collector.ebpf_dns.timeout=1s".into(),
+                "--collector.ebpf_dns.max-servers=3".into(),
+                "--collector.ebpf_dns.failing-domains=2".into(),
+                format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
+                format!("--collector.ebpf_pods.node-name={NODE}"),
+            ],
+            &["ebpf_pods", "ebpf_dns"],
+        ));
+        a.0.assert_up(&["dns_egress", "dns_ingress"], "they need CAP_NET_ADMIN and a cgroup v2 hierarchy");
+        a.0.wait_for_pods_and_services("node_ebpf_dns_tracked", 1.0);
         a
     }
 
     fn samples(&self, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-        let text = String::from_utf8(self.scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8");
-        for c in ["ebpf_pods", "ebpf_dns"] {
-            assert!(text.contains(&format!("node_scrape_collector_success{{collector=\"{c}\"}} 1")), "{c} failed:\n{text}");
-        }
-        node_agent_tests::samples(&text, name)
+        self.0.samples(name)
     }
 
     /// Pod web-0's series of `name`, by "server_kind server[ qtype|rcode]",

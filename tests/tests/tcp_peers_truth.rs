@@ -17,14 +17,13 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use expo::Format;
 use node_agent_tests::apiserver::{pod, Api, Running};
 use node_agent_tests::host::root_or_skip;
+use node_agent_tests::inproc::InProcess;
 use node_agent_tests::netns::Netns;
 use node_agent_tests::pods::{pod_cgroup, CID_A, CID_B, NODE, UID_A, UID_B};
-use runtime::{Scraper, Selection};
 
 /// Pod B: answers every connection on 10.77.0.2:8080 and on port 9090 of
 /// any address with 100 bytes once the client has shut down its side,
@@ -173,50 +172,29 @@ fn api() -> std::sync::Arc<Api> {
     api
 }
 
-struct Agent {
-    scraper: Scraper,
-}
+struct Agent(InProcess);
 
 impl Agent {
     fn new(c: &Running) -> Agent {
-        let args = vec![
-            "node-agent".to_string(),
-            "--collector.disable-defaults".into(),
-            "--collector.ebpf_pods".into(),
-            "--collector.ebpf_tcp_peers".into(),
-            "--collector.ebpf_tcp_peers.max-peers=5".into(),
-            "--collector.ebpf_tcp_peers.sweep-interval=1s".into(),
-            format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
-            format!("--collector.ebpf_pods.node-name={NODE}"),
-        ];
-        let m = node_agent::cmd::command().try_get_matches_from(args).expect("flags");
-        let cfg = node_agent::config::resolve(&m).expect("config");
-        let a = Agent { scraper: node_agent::agent::scraper(cfg.collectors, false) };
-        let up = a.samples("node_ebpf_program_up");
-        assert!(
-            up.iter().any(|(l, v)| l.get("program").map(String::as_str) == Some("tcp_peers_set_state") && *v == 1.0),
-            "tcp_peers_set_state is not up: {up:?}"
-        );
-        let t = Instant::now();
-        let services = || {
-            a.samples("node_ebpf_tcp_peers_tracked")
-                .into_iter()
-                .find(|(l, _)| l.get("what").map(String::as_str) == Some("services"))
-                .map(|s| s.1)
-        };
-        while a.samples("node_ebpf_pod_attribution_synced").first().map(|s| s.1) != Some(1.0) || services() != Some(1.0) {
-            assert!(t.elapsed() < Duration::from_secs(20), "the pods of {NODE} and the Services were never listed");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let a = Agent(InProcess::start(
+            &[
+                "--collector.disable-defaults".into(),
+                "--collector.ebpf_pods".into(),
+                "--collector.ebpf_tcp_peers".into(),
+                "--collector.ebpf_tcp_peers.max-peers=5".into(),
+                "--collector.ebpf_tcp_peers.sweep-interval=1s".into(),
+                format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
+                format!("--collector.ebpf_pods.node-name={NODE}"),
+            ],
+            &["ebpf_pods", "ebpf_tcp_peers"],
+        ));
+        a.0.assert_up(&["tcp_peers_set_state", "tcp_peers_sweep"], "CAP_BPF and the kernel's BTF");
+        a.0.wait_for_pods_and_services("node_ebpf_tcp_peers_tracked", 1.0);
         a
     }
 
     fn samples(&self, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-        let text = String::from_utf8(self.scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8");
-        for c in ["ebpf_pods", "ebpf_tcp_peers"] {
-            assert!(text.contains(&format!("node_scrape_collector_success{{collector=\"{c}\"}} 1")), "{c} failed:\n{text}");
-        }
-        node_agent_tests::samples(&text, name)
+        self.0.samples(name)
     }
 
     /// The pod's series of `name`, by (direction, peer_kind, peer, port[, result]).

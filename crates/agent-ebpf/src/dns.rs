@@ -9,15 +9,13 @@
 //! timeout, as timeouts: whoever deletes it first counts it). Both always
 //! let the packet through.
 
-use core::intrinsics::{atomic_xadd, AtomicOrdering};
-
 use agent_common::dns::{
     failing, qtype_word, rcode_word, Config, NameKey, Pending, PendingKey, DROP_LAT, DROP_NAMES, DROP_PENDING, DROP_STATS, FLAG_QR,
     FLAG_TC, LATE, LATENCY_NS, MATCHED, MAX_LABELS, MAX_LAT, MAX_NAMES, MAX_PENDING, MAX_SERVERS, NAME_BYTES, NUM_DROPS, PORT, RCODE_MASK,
     RETRANSMITS, TRANSPORT_TCP, TRANSPORT_UDP, TRUNCATED,
 };
 use agent_common::native_bucket;
-use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey, NUM_WORDS};
+use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
 use aya_ebpf::{
     macros::{cgroup_skb, map},
     maps::{HashMap, PerCpuArray},
@@ -26,6 +24,7 @@ use aya_ebpf::{
 };
 
 use crate::helpers::{inc, now_ns, BPF_F_NO_PREALLOC};
+use crate::peer_maps::{self, add};
 
 // SAFETY: the symbol name is unique in the object; user space finds the
 // global by it (EbpfLoader::set_global) and nothing else defines it.
@@ -45,54 +44,20 @@ static DNS_NAMES: HashMap<NameKey, u64> = HashMap::with_max_entries(MAX_NAMES, B
 #[map]
 static DNS_NAME_SCRATCH: PerCpuArray<NameKey> = PerCpuArray::with_max_entries(1, 0);
 
-/// Zeroed counters in read-only data, to create map entries with.
-static ZERO: PeerCounters = PeerCounters::ZERO;
-
 const IPPROTO_UDP: u8 = 17;
 const IPPROTO_TCP: u8 = 6;
 /// The packet lets through (a cgroup skb program returning 0 would drop it).
 const PASS: i32 = 1;
 
-/// The counters of `peer`, made first if need be.
 #[inline(always)]
 fn counters(peer: &PeerKey) -> Option<*mut PeerCounters> {
-    if let Some(p) = DNS_STATS.get_ptr_mut(peer) {
-        return Some(p);
-    }
-    let _ = DNS_STATS.insert(peer, ZERO, 1);
-    let p = DNS_STATS.get_ptr_mut(peer);
-    if p.is_none() {
-        inc(&DNS_DROPPED, DROP_STATS);
-    }
-    p
-}
-
-/// Adds to word `w` of `p`, atomically.
-#[inline(always)]
-fn add(p: *mut PeerCounters, w: usize, v: u64) {
-    if w < NUM_WORDS {
-        // SAFETY: `p` points to a map value of NUM_WORDS aligned u64 words; `w` is in range.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>((p as *mut u64).add(w), v) };
-    }
+    peer_maps::counters(&DNS_STATS, peer, &DNS_DROPPED, DROP_STATS)
 }
 
 #[inline(always)]
 fn latency(peer: &PeerKey, ns: u64) {
     let key = LatKey { peer: *peer, slot: native_bucket(ns.max(1)) as u32, pad: 0 };
-    if let Some(p) = DNS_LAT.get_ptr_mut(key) {
-        // SAFETY: a map value of one u64; every CPU adds to it, atomically.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1) };
-        return;
-    }
-    if DNS_LAT.insert(key, 1, 1).is_err() {
-        match DNS_LAT.get_ptr_mut(key) {
-            // SAFETY: as above.
-            Some(p) => unsafe {
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1);
-            },
-            None => inc(&DNS_DROPPED, DROP_LAT),
-        }
-    }
+    peer_maps::count(&DNS_LAT, &key, &DNS_DROPPED, DROP_LAT);
 }
 
 /// A DNS packet's remote address (IPv4 as `::ffff:a.b.c.d`), its
@@ -216,20 +181,7 @@ fn record_name(ctx: &SkBuffContext, dns: usize, cgroup: u64, rcode: u8) -> Optio
             next = i + b as usize + 1;
         }
     }
-    if let Some(p) = DNS_NAMES.get_ptr_mut(*k) {
-        // SAFETY: a map value of one u64; every CPU adds to it, atomically.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1) };
-        return Some(());
-    }
-    if DNS_NAMES.insert(*k, 1, 1).is_err() {
-        match DNS_NAMES.get_ptr_mut(*k) {
-            // SAFETY: as above.
-            Some(p) => unsafe {
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1);
-            },
-            None => inc(&DNS_DROPPED, DROP_NAMES),
-        }
-    }
+    peer_maps::count(&DNS_NAMES, k, &DNS_DROPPED, DROP_NAMES);
     Some(())
 }
 

@@ -20,6 +20,7 @@ mod block_io;
 mod dns;
 mod helpers;
 mod oom_kills;
+mod peer_maps;
 mod pods;
 mod process;
 mod runqueue;

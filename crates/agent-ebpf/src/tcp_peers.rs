@@ -8,7 +8,7 @@
 //! listener's), so counts go to the right cgroup though state changes run
 //! in softirq.
 
-use core::intrinsics::{atomic_xadd, atomic_xchg, AtomicOrdering};
+use core::intrinsics::{atomic_xchg, AtomicOrdering};
 
 use agent_common::native_bucket;
 use agent_common::tcp_latency::IPPROTO_TCP;
@@ -25,6 +25,7 @@ use aya_ebpf::{
 };
 
 use crate::helpers::{inc, now_ns, read_kernel, BPF_F_NO_PREALLOC};
+use crate::peer_maps::{self, add};
 
 // SAFETY: the symbol name is unique in the object; user space finds the
 // global by it (EbpfLoader::set_global) and nothing else defines it.
@@ -44,31 +45,9 @@ static TCP_PEER_LAT: HashMap<LatKey, u64> = HashMap::with_max_entries(MAX_LAT, B
 #[map]
 static TCP_PEER_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_DROPS, 0);
 
-/// Zeroed counters in read-only data, to create map entries with.
-static ZERO: PeerCounters = PeerCounters::ZERO;
-
-/// The counters of `peer`, made first if need be (BPF_NOEXIST: another CPU
-/// may make them meanwhile).
 #[inline(always)]
 fn counters(peer: &PeerKey) -> Option<*mut PeerCounters> {
-    if let Some(p) = TCP_PEER_STATS.get_ptr_mut(peer) {
-        return Some(p);
-    }
-    let _ = TCP_PEER_STATS.insert(peer, ZERO, 1);
-    let p = TCP_PEER_STATS.get_ptr_mut(peer);
-    if p.is_none() {
-        inc(&TCP_PEER_DROPPED, DROP_STATS);
-    }
-    p
-}
-
-/// Adds to word `w` of `p`, atomically (every CPU adds to the same entry).
-#[inline(always)]
-fn add(p: *mut PeerCounters, w: usize, v: u64) {
-    if w < agent_common::tcp_peers::NUM_WORDS {
-        // SAFETY: `p` points to a map value of NUM_WORDS aligned u64 words; `w` is in range.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>((p as *mut u64).add(w), v) };
-    }
+    peer_maps::counters(&TCP_PEER_STATS, peer, &TCP_PEER_DROPPED, DROP_STATS)
 }
 
 /// The socket's peer: its cgroup v2 id (0 without attribution), remote
@@ -125,21 +104,7 @@ fn baseline(sk: u64, off: &Offsets, st: &mut SockState) {
 #[inline(always)]
 fn latency(peer: &PeerKey, ns: u64) {
     let key = LatKey { peer: *peer, slot: native_bucket(ns.max(1)) as u32, pad: 0 };
-    if let Some(p) = TCP_PEER_LAT.get_ptr_mut(key) {
-        // SAFETY: a map value of one u64; every CPU adds to it, atomically.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1) };
-        return;
-    }
-    // BPF_NOEXIST: if another CPU made it meanwhile, add to theirs.
-    if TCP_PEER_LAT.insert(key, 1, 1).is_err() {
-        match TCP_PEER_LAT.get_ptr_mut(key) {
-            // SAFETY: as above.
-            Some(p) => unsafe {
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1);
-            },
-            None => inc(&TCP_PEER_DROPPED, DROP_LAT),
-        }
-    }
+    peer_maps::count(&TCP_PEER_LAT, &key, &TCP_PEER_DROPPED, DROP_LAT);
 }
 
 /// Exchanges the last counted value at `p` for `v`: the old one. The sweep

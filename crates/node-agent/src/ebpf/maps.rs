@@ -33,6 +33,27 @@ pub fn per_cpu_array<'a, T: aya::Pod>(ebpf: &'a Ebpf, map: &'static str) -> Resu
     PerCpuArray::try_from(m).map_err(|source| MapError::Map { map, source })
 }
 
+/// Every entry of hash map `map` (entries that vanish while it is read are
+/// left out).
+pub fn hash_entries<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, map: &'static str) -> Result<Vec<(K, V)>, MapError> {
+    let m: aya::maps::HashMap<_, K, V> =
+        aya::maps::HashMap::try_from(ebpf.map(map).ok_or(MapError::Missing(map))?).map_err(|source| MapError::Map { map, source })?;
+    Ok(m.iter().filter_map(Result::ok).collect())
+}
+
+/// Deletes `keys` from hash map `map` (keys already gone are no error).
+pub fn hash_delete<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, map: &'static str, keys: &[K]) -> Result<(), MapError> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let mut m: aya::maps::HashMap<_, K, V> =
+        aya::maps::HashMap::try_from(ebpf.map_mut(map).ok_or(MapError::Missing(map))?).map_err(|source| MapError::Map { map, source })?;
+    for k in keys {
+        let _ = m.remove(k);
+    }
+    Ok(())
+}
+
 /// Slot `index` of a per-CPU `u64` array, summed over CPUs.
 pub fn counter(ebpf: &Ebpf, map: &'static str, index: u32) -> Result<u64, MapError> {
     let arr = per_cpu_array::<u64>(ebpf, map)?;

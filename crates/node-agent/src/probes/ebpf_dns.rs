@@ -235,56 +235,19 @@ fn reap(ebpf: &mut aya::Ebpf, timeout: Duration) -> Result<(Vec<PeerKey>, usize)
 
 type Read = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>, [u64; 4]);
 
-fn read_names(ebpf: &aya::Ebpf) -> Result<Vec<(NameKey, u64)>, MapError> {
-    let m: aya::maps::HashMap<_, NameKey, u64> = aya::maps::HashMap::try_from(ebpf.map(NAMES).ok_or(MapError::Missing(NAMES))?)
-        .map_err(|source| MapError::Map { map: NAMES, source })?;
-    Ok(m.iter().filter_map(Result::ok).collect())
-}
-
-fn delete_names(ebpf: &mut aya::Ebpf, keys: &[NameKey]) -> Result<(), MapError> {
-    if keys.is_empty() {
-        return Ok(());
-    }
-    let mut m: aya::maps::HashMap<_, NameKey, u64> = aya::maps::HashMap::try_from(ebpf.map_mut(NAMES).ok_or(MapError::Missing(NAMES))?)
-        .map_err(|source| MapError::Map { map: NAMES, source })?;
-    for k in keys {
-        let _ = m.remove(k);
-    }
-    Ok(())
-}
-
 fn read(ebpf: &aya::Ebpf) -> Result<Read, MapError> {
-    let stats: aya::maps::HashMap<_, PeerKey, PeerCounters> =
-        aya::maps::HashMap::try_from(ebpf.map(STATS).ok_or(MapError::Missing(STATS))?)
-            .map_err(|source| MapError::Map { map: STATS, source })?;
-    let lat: aya::maps::HashMap<_, LatKey, u64> =
-        aya::maps::HashMap::try_from(ebpf.map(LAT).ok_or(MapError::Missing(LAT))?).map_err(|source| MapError::Map { map: LAT, source })?;
     let drops = [
         maps::counter(ebpf, DROPPED, DROP_PENDING)?,
         maps::counter(ebpf, DROPPED, DROP_STATS)?,
         maps::counter(ebpf, DROPPED, DROP_LAT)?,
         maps::counter(ebpf, DROPPED, DROP_NAMES)?,
     ];
-    Ok((stats.iter().filter_map(Result::ok).collect(), lat.iter().filter_map(Result::ok).collect(), drops))
+    Ok((maps::hash_entries(ebpf, STATS)?, maps::hash_entries(ebpf, LAT)?, drops))
 }
 
 fn delete(ebpf: &mut aya::Ebpf, keys: &[PeerKey], lat_keys: &[LatKey]) -> Result<(), MapError> {
-    if !keys.is_empty() {
-        let mut m: aya::maps::HashMap<_, PeerKey, PeerCounters> =
-            aya::maps::HashMap::try_from(ebpf.map_mut(STATS).ok_or(MapError::Missing(STATS))?)
-                .map_err(|source| MapError::Map { map: STATS, source })?;
-        for k in keys {
-            let _ = m.remove(k);
-        }
-    }
-    if !lat_keys.is_empty() {
-        let mut m: aya::maps::HashMap<_, LatKey, u64> = aya::maps::HashMap::try_from(ebpf.map_mut(LAT).ok_or(MapError::Missing(LAT))?)
-            .map_err(|source| MapError::Map { map: LAT, source })?;
-        for k in lat_keys {
-            let _ = m.remove(k);
-        }
-    }
-    Ok(())
+    maps::hash_delete::<_, PeerCounters>(ebpf, STATS, keys)?;
+    maps::hash_delete::<_, u64>(ebpf, LAT, lat_keys)
 }
 
 impl host::Collector for Collector {
@@ -312,7 +275,7 @@ impl host::Collector for Collector {
         // server share its label, hence its series.
         emit(sink, &pass.series);
         if let Some(names) = &mut self.names {
-            let entries = read_names(&*shared.lock().ok_or(MapError::Poisoned)?)?;
+            let entries: Vec<(NameKey, u64)> = maps::hash_entries(&*shared.lock().ok_or(MapError::Poisoned)?, NAMES)?;
             let by_digest: HashMap<PeerKey, NameKey> = entries.iter().map(|(k, _)| (name_key(k), *k)).collect();
             let stats: Vec<(PeerKey, PeerCounters)> = entries
                 .iter()
@@ -332,7 +295,7 @@ impl host::Collector for Collector {
             };
             let (npass, _) = self.resolver.pass_named(names, &stats, &[], Instant::now(), Some(&name));
             let gone: Vec<NameKey> = npass.delete.iter().filter_map(|d| by_digest.get(d).copied()).collect();
-            delete_names(&mut *shared.lock().ok_or(MapError::Poisoned)?, &gone)?;
+            maps::hash_delete::<_, u64>(&mut *shared.lock().ok_or(MapError::Poisoned)?, NAMES, &gone)?;
             let mut f = sink.family(
                 "node_ebpf_pod_dns_failing_domain_responses_total",
                 "NXDOMAIN, SERVFAIL and REFUSED answers the pod received, by question name (at most --collector.ebpf_dns.failing-domains \

@@ -169,33 +169,14 @@ fn sweep(shared: &crate::ebpf::Shared) -> Result<usize, String> {
 type Read = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>, [u64; 3]);
 
 fn read(ebpf: &aya::Ebpf) -> Result<Read, MapError> {
-    let stats: aya::maps::HashMap<_, PeerKey, PeerCounters> =
-        aya::maps::HashMap::try_from(ebpf.map(STATS).ok_or(MapError::Missing(STATS))?)
-            .map_err(|source| MapError::Map { map: STATS, source })?;
-    let lat: aya::maps::HashMap<_, LatKey, u64> =
-        aya::maps::HashMap::try_from(ebpf.map(LAT).ok_or(MapError::Missing(LAT))?).map_err(|source| MapError::Map { map: LAT, source })?;
     let drops =
         [maps::counter(ebpf, DROPPED, DROP_SOCKS)?, maps::counter(ebpf, DROPPED, DROP_STATS)?, maps::counter(ebpf, DROPPED, DROP_LAT)?];
-    Ok((stats.iter().filter_map(Result::ok).collect(), lat.iter().filter_map(Result::ok).collect(), drops))
+    Ok((maps::hash_entries(ebpf, STATS)?, maps::hash_entries(ebpf, LAT)?, drops))
 }
 
 fn delete(ebpf: &mut aya::Ebpf, keys: &[PeerKey], lat_keys: &[LatKey]) -> Result<(), MapError> {
-    if !keys.is_empty() {
-        let mut m: aya::maps::HashMap<_, PeerKey, PeerCounters> =
-            aya::maps::HashMap::try_from(ebpf.map_mut(STATS).ok_or(MapError::Missing(STATS))?)
-                .map_err(|source| MapError::Map { map: STATS, source })?;
-        for k in keys {
-            let _ = m.remove(k);
-        }
-    }
-    if !lat_keys.is_empty() {
-        let mut m: aya::maps::HashMap<_, LatKey, u64> = aya::maps::HashMap::try_from(ebpf.map_mut(LAT).ok_or(MapError::Missing(LAT))?)
-            .map_err(|source| MapError::Map { map: LAT, source })?;
-        for k in lat_keys {
-            let _ = m.remove(k);
-        }
-    }
-    Ok(())
+    maps::hash_delete::<_, PeerCounters>(ebpf, STATS, keys)?;
+    maps::hash_delete::<_, u64>(ebpf, LAT, lat_keys)
 }
 
 impl host::Collector for Collector {
