@@ -34,6 +34,32 @@ pub fn api() -> Arc<Api> {
     api
 }
 
+/// An API server's objects for the peer truth tests: pods of this node
+/// (uid, namespace, name, container, container id, address) with their
+/// addresses, and ClusterIP Services (namespace, name, address, port,
+/// protocol).
+pub fn api_with_addresses(pods: &[(&str, &str, &str, &str, &str, &str)], services: &[(&str, &str, &str, u16, &str)]) -> Arc<Api> {
+    let api = Arc::new(Api::new());
+    {
+        let mut st = api.state.lock().expect("state");
+        for (uid, ns, name, c, cid, ip) in pods {
+            let mut p = pod(uid, ns, name, NODE, c, cid);
+            p["status"]["podIP"] = (*ip).into();
+            p["status"]["podIPs"] = serde_json::json!([{ "ip": ip }]);
+            api.put(&mut st, "pods", ns, name, p, false);
+        }
+        for (i, (ns, name, ip, port, proto)) in services.iter().enumerate() {
+            let svc = serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": ns, "uid": format!("5e7c0000-0000-4000-8000-{i:012}")},
+                "spec": {"clusterIP": ip, "clusterIPs": [ip], "ports": [{"port": port, "protocol": proto}]}
+            });
+            api.put(&mut st, "services", ns, name, svc, false);
+        }
+    }
+    api
+}
+
 /// A shell that fails to open a missing file `n` times (a redirection of
 /// the regular builtin `true`: one failed openat each, nothing else).
 pub fn failing_opens(n: u32) -> String {

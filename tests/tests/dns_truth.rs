@@ -21,7 +21,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 use std::time::Duration;
 
-use node_agent_tests::apiserver::{pod, Api, Running};
+use node_agent_tests::apiserver::{Api, Running};
 use node_agent_tests::host::root_or_skip;
 use node_agent_tests::inproc::InProcess;
 use node_agent_tests::netns::Netns;
@@ -130,25 +130,10 @@ print(json.dumps({"rcodes": rcodes, "tc": tc, "unanswered": unanswered, "slow": 
 "#;
 
 fn api() -> std::sync::Arc<Api> {
-    let api = std::sync::Arc::new(Api::new());
-    {
-        let mut st = api.state.lock().expect("state");
-        for (uid, ns, name, c, cid, ip) in
-            [(UID_A, "web", "web-0", "app", CID_A, "10.77.0.1"), (UID_B, "kube-system", "coredns-0", "coredns", CID_B, "10.77.0.2")]
-        {
-            let mut p = pod(uid, ns, name, NODE, c, cid);
-            p["status"]["podIP"] = ip.into();
-            p["status"]["podIPs"] = serde_json::json!([{ "ip": ip }]);
-            api.put(&mut st, "pods", ns, name, p, false);
-        }
-        let svc = serde_json::json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "kube-dns", "namespace": "kube-system", "uid": "5e7c0000-0000-4000-8000-000000000053"},
-            "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"], "ports": [{"port": 53, "protocol": "UDP"}]}
-        });
-        api.put(&mut st, "services", "kube-system", "kube-dns", svc, false);
-    }
-    api
+    node_agent_tests::pods::api_with_addresses(
+        &[(UID_A, "web", "web-0", "app", CID_A, "10.77.0.1"), (UID_B, "kube-system", "coredns-0", "coredns", CID_B, "10.77.0.2")],
+        &[("kube-system", "kube-dns", "10.96.0.10", 53, "UDP")],
+    )
 }
 
 struct Agent(InProcess);

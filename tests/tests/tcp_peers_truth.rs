@@ -19,7 +19,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 use std::time::Duration;
 
-use node_agent_tests::apiserver::{pod, Api, Running};
+use node_agent_tests::apiserver::{Api, Running};
 use node_agent_tests::host::root_or_skip;
 use node_agent_tests::inproc::InProcess;
 use node_agent_tests::netns::Netns;
@@ -151,25 +151,10 @@ print(n, flush=True)
 "#;
 
 fn api() -> std::sync::Arc<Api> {
-    let api = std::sync::Arc::new(Api::new());
-    {
-        let mut st = api.state.lock().expect("state");
-        for (uid, ns, name, c, cid, ip) in
-            [(UID_A, "web", "web-0", "app", CID_A, "10.77.0.1"), (UID_B, "db", "db-0", "pg", CID_B, "10.77.0.2")]
-        {
-            let mut p = pod(uid, ns, name, NODE, c, cid);
-            p["status"]["podIP"] = ip.into();
-            p["status"]["podIPs"] = serde_json::json!([{ "ip": ip }]);
-            api.put(&mut st, "pods", ns, name, p, false);
-        }
-        let svc = serde_json::json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "pg", "namespace": "db", "uid": "5e7c0000-0000-4000-8000-000000000001"},
-            "spec": {"clusterIP": "10.96.7.7", "clusterIPs": ["10.96.7.7"], "ports": [{"port": 9090, "protocol": "TCP"}]}
-        });
-        api.put(&mut st, "services", "db", "pg", svc, false);
-    }
-    api
+    node_agent_tests::pods::api_with_addresses(
+        &[(UID_A, "web", "web-0", "app", CID_A, "10.77.0.1"), (UID_B, "db", "db-0", "pg", CID_B, "10.77.0.2")],
+        &[("db", "pg", "10.96.7.7", 9090, "TCP")],
+    )
 }
 
 struct Agent(InProcess);

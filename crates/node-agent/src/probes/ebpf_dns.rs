@@ -76,24 +76,15 @@ pub const FAILING_DOMAINS: ParsedFlag<usize> = ParsedFlag {
 };
 
 fn parse_domains(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if n <= 100 => Ok(n),
-        _ => Err(format!("not a number of names from 0 (off) to 100: {s:?}")),
-    }
+    super::bounds::count(s, 0, 100, "names (0: off)")
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
-    match crate::pods::parse_duration(s) {
-        Some(d) if (Duration::from_secs(1)..=Duration::from_secs(600)).contains(&d) => Ok(d),
-        _ => Err(format!("not a duration from 1s to 10m: {s:?} (e.g. 2s, 5s, 1m)")),
-    }
+    super::bounds::duration(s, Duration::from_secs(1), Duration::from_secs(600), "1s to 10m", "2s, 5s, 1m")
 }
 
 fn parse_max(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if (1..=100).contains(&n) => Ok(n),
-        _ => Err(format!("not a number of servers from 1 to 100: {s:?}")),
-    }
+    super::bounds::count(s, 1, 100, "servers")
 }
 
 pub fn args() -> Vec<Arg> {

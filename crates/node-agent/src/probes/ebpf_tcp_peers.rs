@@ -75,24 +75,15 @@ pub const SWEEP_INTERVAL: ParsedFlag<Duration> = ParsedFlag {
 };
 
 fn parse_sweep(s: &str) -> Result<Duration, String> {
-    match crate::pods::parse_duration(s) {
-        Some(d) if (Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&d) => Ok(d),
-        _ => Err(format!("not a duration from 1s to 1h: {s:?} (e.g. 5s, 30s)")),
-    }
+    super::bounds::duration(s, Duration::from_secs(1), Duration::from_secs(3600), "1s to 1h", "5s, 30s")
 }
 
 fn parse_connections(s: &str) -> Result<u32, String> {
-    match s.parse::<u32>() {
-        Ok(n) if (1024..=1 << 20).contains(&n) => Ok(n),
-        _ => Err(format!("not a number of connections from 1024 to 1048576: {s:?}")),
-    }
+    super::bounds::count(s, 1024, 1 << 20, "connections")
 }
 
 fn parse_max(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if (1..=1000).contains(&n) => Ok(n),
-        _ => Err(format!("not a number of peers from 1 to 1000: {s:?}")),
-    }
+    super::bounds::count(s, 1, 1000, "peers")
 }
 
 pub fn args() -> Vec<Arg> {

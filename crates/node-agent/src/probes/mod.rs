@@ -28,6 +28,7 @@ pub const BPF_STATS: BoolFlag = BoolFlag {
     help: "Enable the kernel's BPF run-time statistics while running, for node_ebpf_program_run_seconds_total and node_ebpf_program_runs_total.",
 };
 
+pub mod bounds;
 pub mod counters;
 pub mod ebpf_block_io;
 pub mod ebpf_dns;
