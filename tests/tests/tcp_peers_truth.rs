@@ -224,17 +224,25 @@ fn connects_bytes_and_peers_are_the_pods_own() {
     }
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let ns = Netns::new("peers");
-    // The Service's ClusterIP on loopback (as kube-proxy's IPVS mode puts
-    // ClusterIPs on a local device); 10.79.0.0/24 and 10.80.0.0/24 through a veth pair where nothing
+    // The Service's ClusterIP as kube-proxy's iptables mode makes it: routed
+    // out (here the veth), and rewritten to the backend (pod B) by a DNAT
+    // rule in OUTPUT, below the socket, which keeps the ClusterIP as its
+    // peer. 10.79.0.0/24 and 10.80.0.0/24 through a veth pair where nothing
     // answers: 10.79.0.1's neighbour never resolves (one probe, 100 ms), so
     // the kernel answers the SYN with an ICMP host unreachable; 10.80.0.1
     // has a made-up neighbour, so its SYNs go unanswered.
     ns.batch(
-        "link set lo up\naddr add 10.77.0.1/32 dev lo\naddr add 10.77.0.2/32 dev lo\naddr add 10.96.7.7/32 dev lo\nroute add local 10.78.0.0/22 dev lo\n\
+        "link set lo up\naddr add 10.77.0.1/32 dev lo\naddr add 10.77.0.2/32 dev lo\nroute add local 10.78.0.0/22 dev lo\n\
          link add v0 type veth peer name v1\nlink set v1 up\nlink set v0 up\nroute add 10.79.0.0/24 dev v0\n\
-         route add 10.80.0.0/24 dev v0\nneigh add 10.80.0.1 lladdr 02:00:00:00:00:01 dev v0 nud permanent\n\
+         route add 10.80.0.0/24 dev v0\nroute add 10.96.0.0/12 dev v0\nneigh add 10.80.0.1 lladdr 02:00:00:00:00:01 dev v0 nud permanent\n\
          ntable change name arp_cache dev v0 ucast_probes 1 mcast_probes 1 retrans 100\n",
     );
+    let dnat = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.0, "iptables", "-t", "nat", "-A", "OUTPUT", "-d", "10.96.7.7/32", "-p", "tcp", "--dport", "9090"])
+        .args(["-j", "DNAT", "--to-destination", "10.77.0.2:9090"])
+        .output()
+        .expect("iptables (Debian's iptables package)");
+    assert!(dnat.status.success(), "the Service's DNAT rule: {}", String::from_utf8_lossy(&dnat.stderr));
     let cluster = Running::start(api()).expect("API server");
     let agent = Agent::new(&cluster);
     let (a, b) = (pod_cgroup('A', None), pod_cgroup('B', None));
@@ -292,7 +300,7 @@ fn connects_bytes_and_peers_are_the_pods_own() {
     assert_eq!(connects.get("out external 10.80.0.1 80 aborted"), Some(&5.0));
     assert_eq!(out("node_ebpf_pod_tcp_peer_connect_attempts_total").get("out external 10.80.0.1 80"), Some(&7.0));
 
-    // Phase 3: a Service, by its ClusterIP.
+    // Phase 3: a Service, by its ClusterIP (DNAT to pod B below the socket).
     let [made_s, _, wrote_s, read_s] = client(&a, &ns, &client_py, "service");
     assert_eq!((made_s, wrote_s, read_s), (3.0, 60.0, 300.0), "the client's own counts");
     std::thread::sleep(Duration::from_millis(200));

@@ -133,6 +133,9 @@ const TEST_PACKAGES: &[&str] = &[
     "prometheus-node-exporter",
     "mount",
     "iproute2",
+    // The Service's DNAT rule (kube-proxy's iptables mode) in the TCP peers
+    // truth test.
+    "iptables",
     "wrk",
     "util-linux",
     "python3",
