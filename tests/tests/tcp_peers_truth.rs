@@ -168,6 +168,7 @@ impl Agent {
                 "--collector.ebpf_tcp_peers".into(),
                 "--collector.ebpf_tcp_peers.max-peers=5".into(),
                 "--collector.ebpf_tcp_peers.sweep-interval=1s".into(),
+                "--collector.ebpf_tcp_peers.external-cidrs=blackhole=10.80.0.0/24".into(),
                 format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
                 format!("--collector.ebpf_pods.node-name={NODE}"),
             ],
@@ -296,9 +297,9 @@ fn connects_bytes_and_peers_are_the_pods_own() {
     let connects = out("node_ebpf_pod_tcp_peer_connects_total");
     eprintln!("phase 2, web-0: connects {:?}", connects.iter().filter(|(_, v)| **v > 0.0).collect::<Vec<_>>());
     assert_eq!(connects.get("out external 10.79.0.1 80 unreachable"), Some(&3.0));
-    assert_eq!(connects.get("out external 10.80.0.1 80 timeout"), Some(&2.0));
-    assert_eq!(connects.get("out external 10.80.0.1 80 aborted"), Some(&5.0));
-    assert_eq!(out("node_ebpf_pod_tcp_peer_connect_attempts_total").get("out external 10.80.0.1 80"), Some(&7.0));
+    assert_eq!(connects.get("out external blackhole 80 timeout"), Some(&2.0));
+    assert_eq!(connects.get("out external blackhole 80 aborted"), Some(&5.0));
+    assert_eq!(out("node_ebpf_pod_tcp_peer_connect_attempts_total").get("out external blackhole 80"), Some(&7.0));
 
     // Phase 3: a Service, by its ClusterIP (DNAT to pod B below the socket).
     let [made_s, _, wrote_s, read_s] = client(&a, &ns, &client_py, "service");

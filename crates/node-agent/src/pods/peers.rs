@@ -127,9 +127,66 @@ pub fn address(raw: [u8; 16]) -> IpAddr {
     }
 }
 
+/// An address block (`10.0.0.0/8`, `2001:db8::/32`) with a name, to group
+/// external peers by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    pub name: String,
+    pub net: IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    /// `NAME=ADDRESS/PREFIX`; the address's host bits must be 0.
+    pub fn parse(s: &str) -> Result<Cidr, String> {
+        let bad = || format!("not NAME=ADDRESS/PREFIX (e.g. corp=10.0.0.0/8): {s:?}");
+        let (name, block) = s.split_once('=').ok_or_else(bad)?;
+        let (addr, prefix) = block.split_once('/').ok_or_else(bad)?;
+        let net: IpAddr = addr.trim().parse().map_err(|_| bad())?;
+        let prefix: u8 = prefix.trim().parse().map_err(|_| bad())?;
+        let bits = if net.is_ipv4() { 32 } else { 128 };
+        if name.trim().is_empty() || prefix > bits {
+            return Err(bad());
+        }
+        let c = Cidr { name: name.trim().to_string(), net, prefix };
+        if !c.contains(net) || c.masked(net) != Cidr::bits(net) {
+            return Err(format!("{s:?}: the address has bits set past the prefix /{prefix}"));
+        }
+        Ok(c)
+    }
+
+    fn bits(a: IpAddr) -> u128 {
+        match a {
+            IpAddr::V4(v4) => u32::from(v4) as u128,
+            IpAddr::V6(v6) => u128::from(v6),
+        }
+    }
+
+    fn masked(&self, a: IpAddr) -> u128 {
+        let width = if a.is_ipv4() { 32 } else { 128 };
+        let keep = u32::from(self.prefix);
+        if keep == 0 {
+            return 0;
+        }
+        let v = Cidr::bits(a);
+        v >> (width - keep) << (width - keep)
+    }
+
+    pub fn contains(&self, a: IpAddr) -> bool {
+        a.is_ipv4() == self.net.is_ipv4() && self.masked(a) == Cidr::bits(self.net)
+    }
+}
+
 /// Names an address: a Service by ClusterIP (`services`), else `pods` maps
-/// this node's pod addresses to `namespace/workload`.
-pub fn name(addr: IpAddr, services: Option<&super::services::ServiceIndex>, pods: &HashMap<IpAddr, String>) -> (Kind, String) {
+/// this node's pod addresses to `namespace/workload`, else loopback, else
+/// the first of `cidrs` holding it (`external`, its name), else the
+/// address (`external`).
+pub fn name(
+    addr: IpAddr,
+    services: Option<&super::services::ServiceIndex>,
+    pods: &HashMap<IpAddr, String>,
+    cidrs: &[Cidr],
+) -> (Kind, String) {
     if let Some(s) = services.and_then(|s| s.get(&addr)) {
         return (Kind::Service, s.to_string());
     }
@@ -138,6 +195,9 @@ pub fn name(addr: IpAddr, services: Option<&super::services::ServiceIndex>, pods
     }
     if addr.is_loopback() {
         return (Kind::Local, addr.to_string());
+    }
+    if let Some(c) = cidrs.iter().find(|c| c.contains(addr)) {
+        return (Kind::External, c.name.clone());
     }
     (Kind::External, addr.to_string())
 }
@@ -413,6 +473,22 @@ impl Peers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn external_peers_are_grouped_by_the_first_block_holding_them() {
+        let cidrs =
+            [Cidr::parse("corp=10.0.0.0/8").unwrap(), Cidr::parse("all=0.0.0.0/0").unwrap(), Cidr::parse("v6=2001:db8::/32").unwrap()];
+        let n = |a: &str| name(a.parse().unwrap(), None, &HashMap::new(), &cidrs);
+        assert_eq!(n("10.1.2.3"), (Kind::External, "corp".into()));
+        assert_eq!(n("192.0.2.1"), (Kind::External, "all".into()));
+        assert_eq!(n("2001:db8::1"), (Kind::External, "v6".into()));
+        assert_eq!(n("2001:db9::1"), (Kind::External, "2001:db9::1".into()));
+        assert_eq!(n("127.0.0.1"), (Kind::Local, "127.0.0.1".into()), "loopback before any block");
+        for bad in ["10.0.0.0/8", "=10.0.0.0/8", "x=10.0.0.1/8", "x=10.0.0.0/33", "x=10.0.0.0", "x=nope/8"] {
+            assert!(Cidr::parse(bad).is_err(), "{bad}");
+        }
+        assert!(Cidr::parse("x=10.0.0.1/32").is_ok());
+    }
     use agent_common::tcp_peers::{ATTEMPTS, DIR_IN, DIR_OUT, ESTABLISHED};
 
     fn key(cgroup: u64, ip: [u8; 4], port: u16, dir: u8) -> PeerKey {
@@ -454,7 +530,7 @@ mod tests {
         let mut services = super::super::services::ServiceIndex::default();
         let svc = serde_json::json!({"metadata": {"uid": "s", "namespace": "web", "name": "front"}, "spec": {"clusterIP": "10.96.0.10"}});
         services.apply(&serde_json::from_value(svc).expect("service"));
-        let n = |a: &str| name(a.parse().expect("address"), Some(&services), &pods);
+        let n = |a: &str| name(a.parse().expect("address"), Some(&services), &pods, &[]);
         assert_eq!(n("10.96.0.10"), (Kind::Service, "web/front".into()));
         assert_eq!(n("10.1.0.5"), (Kind::Pod, "db/pg".into()));
         assert_eq!(n("127.0.0.1"), (Kind::Local, "127.0.0.1".into()));
@@ -467,7 +543,7 @@ mod tests {
         let mut p = Peers::new(20, Duration::from_secs(300));
         let t = Instant::now();
         let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
-        let pods = |a: IpAddr| name(a, None, &HashMap::new());
+        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
         let a = p.update(&[(k, counters(3, 30))], &[], resolve, |_| true, pods, t);
         assert!(a.delete.is_empty());
         assert_eq!(attempts(&a, Kind::External, "10.0.0.1"), 3);
@@ -486,7 +562,7 @@ mod tests {
     fn a_thousand_peers_make_max_plus_one_series_that_never_decrease() {
         let mut p = Peers::new(20, Duration::from_secs(300));
         let t = Instant::now();
-        let pods = |a: IpAddr| name(a, None, &HashMap::new());
+        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
         let stats: Vec<_> =
             (0..1000u32).map(|i| (key(1, [10, 78, (i >> 8) as u8, i as u8], 80, DIR_OUT), counters(1, u64::from(i)))).collect();
         let a = p.update(&stats, &[], resolve, |_| true, pods, t);
@@ -512,7 +588,7 @@ mod tests {
     #[test]
     fn idle_peers_give_their_place_and_a_late_one_starts_at_zero() {
         let mut p = Peers::new(1, Duration::from_secs(10));
-        let pods = |a: IpAddr| name(a, None, &HashMap::new());
+        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
         let t = Instant::now();
         let (a, b) = (key(1, [10, 0, 0, 1], 80, DIR_OUT), key(1, [10, 0, 0, 2], 80, DIR_OUT));
         // a is admitted (busier), b counted in other.
@@ -533,7 +609,7 @@ mod tests {
     #[test]
     fn directions_have_their_own_bound() {
         let mut p = Peers::new(1, Duration::from_secs(300));
-        let pods = |a: IpAddr| name(a, None, &HashMap::new());
+        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
         let stats = [(key(1, [10, 0, 0, 1], 80, DIR_OUT), counters(1, 1)), (key(1, [10, 0, 0, 2], 8080, DIR_IN), counters(1, 1))];
         let a = p.update(&stats, &[], resolve, |_| true, pods, Instant::now());
         assert!(a.series.keys().all(|(_, l)| l.kind == Kind::External), "{:?}", a.series.keys());
@@ -542,7 +618,7 @@ mod tests {
     #[test]
     fn pending_cgroups_wait_then_go_and_gone_pods_take_their_counts() {
         let mut p = Peers::new(20, Duration::from_secs(10));
-        let pods = |a: IpAddr| name(a, None, &HashMap::new());
+        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
         let t = Instant::now();
         let k = key(7, [10, 0, 0, 1], 80, DIR_OUT);
         let a = p.update(&[(k, counters(1, 1))], &[], resolve, |_| true, pods, t);
@@ -559,7 +635,7 @@ mod tests {
     #[test]
     fn latency_buckets_fold_with_their_peer() {
         let mut p = Peers::new(20, Duration::from_secs(300));
-        let pods = |a: IpAddr| name(a, None, &HashMap::new());
+        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
         let t = Instant::now();
         let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
         let lat = [(LatKey { peer: k, slot: 300, pad: 0 }, 2)];

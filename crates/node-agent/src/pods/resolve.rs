@@ -19,6 +19,8 @@ use super::Watched;
 /// What a probe keeps to name owners and peers between scrapes.
 pub struct Resolver {
     pods: Option<Arc<Watched>>,
+    /// Address blocks external peers are grouped by.
+    pub cidrs: Vec<peers::Cidr>,
     root: Option<PathBuf>,
     cgroups: HashMap<u64, Cgroup>,
     walked: Option<Instant>,
@@ -29,7 +31,7 @@ impl Resolver {
     /// node's, where the cgroup v2 hierarchy is.
     pub fn new(pods: Option<Arc<Watched>>, sysfs: &std::path::Path) -> Resolver {
         let root = pods.as_ref().and_then(|_| cgroup::v2_root(sysfs));
-        Resolver { pods, root, cgroups: HashMap::new(), walked: None }
+        Resolver { pods, cidrs: Vec::new(), root, cgroups: HashMap::new(), walked: None }
     }
 
     /// One pass of `peers` over the kernel's entries, with owners and peer
@@ -57,7 +59,8 @@ impl Resolver {
             }
         }
         let Some(w) = &self.pods else {
-            let named = |addr: IpAddr| name.map_or_else(|| peers::name(addr, None, &HashMap::new()), |f| f(addr));
+            let cidrs = &self.cidrs;
+            let named = |addr: IpAddr| name.map_or_else(|| peers::name(addr, None, &HashMap::new(), cidrs), |f| f(addr));
             return (peers.update(stats, lat, |_| Resolution::Owner(Owner::default()), |_| true, named, now), 0);
         };
         let idx = w.lock();
@@ -83,7 +86,7 @@ impl Resolver {
         let known = services.as_ref().map_or(0, |s| s.len());
         let named = |addr: IpAddr| match name {
             Some(f) => f(addr),
-            None => peers::name(addr, services.as_deref(), by_ip.get_or_init(pods_by_ip)),
+            None => peers::name(addr, services.as_deref(), by_ip.get_or_init(pods_by_ip), &self.cidrs),
         };
         (peers.update(stats, lat, resolve, |o| o.0.is_empty() || live.contains(o), named, now), known)
     }

@@ -5,9 +5,11 @@
 //! port, connections open, and the payload bytes and retransmits of each
 //! connection, counted when it closes.
 //!
-//! The peer is named in user space (`pods::peers`): a pod of this node by
-//! its address (`peer_kind="pod"`, `peer="namespace/workload"`), loopback
-//! (`local`), else `external` (the address). Out, `port` is the remote port;
+//! The peer is named in user space (`pods::peers`): a Service by its
+//! ClusterIP (`peer_kind="service"`), a pod of this node by its address
+//! (`peer_kind="pod"`, `peer="namespace/workload"`), loopback (`local`),
+//! else `external`: the name of the first block of
+//! `--collector.ebpf_tcp_peers.external-cidrs` holding it, or the address. Out, `port` is the remote port;
 //! in, the local (listening) one, and the peer the client's address.
 //!
 //! Cardinality: per pod (and for the host, `namespace=""`), per direction,
@@ -44,7 +46,7 @@ use super::Context;
 use crate::ebpf::kernel::Kernel;
 use crate::ebpf::maps::{self, MapError, NativeSum};
 use crate::ebpf::{Globals, Probe};
-use crate::pods::peers::{Counts, Label, Owner, Peers};
+use crate::pods::peers::{Cidr, Counts, Label, Owner, Peers};
 use crate::pods::resolve::Resolver;
 
 pub const MAX_PEERS: ParsedFlag<usize> = ParsedFlag {
@@ -74,6 +76,23 @@ pub const SWEEP_INTERVAL: ParsedFlag<Duration> = ParsedFlag {
     parse: parse_sweep,
 };
 
+pub const EXTERNAL_CIDRS: ParsedFlag<Vec<Cidr>> = ParsedFlag {
+    name: "collector.ebpf_tcp_peers.external-cidrs",
+    value_name: "NAME=CIDR,...",
+    default: "",
+    env: None,
+    help: "Group external peers by address block: a peer in the first block holding it is named by the block's name (peer_kind=\"external\"), e.g. corp=10.0.0.0/8,internet=0.0.0.0/0; at most 64 blocks.",
+    parse: parse_cidrs,
+};
+
+fn parse_cidrs(s: &str) -> Result<Vec<Cidr>, String> {
+    let cidrs = s.split(',').filter(|c| !c.trim().is_empty()).map(Cidr::parse).collect::<Result<Vec<_>, _>>()?;
+    if cidrs.len() > 64 {
+        return Err(format!("{} address blocks, at most 64", cidrs.len()));
+    }
+    Ok(cidrs)
+}
+
 fn parse_sweep(s: &str) -> Result<Duration, String> {
     super::bounds::duration(s, Duration::from_secs(1), Duration::from_secs(3600), "1s to 1h", "5s, 30s")
 }
@@ -87,7 +106,7 @@ fn parse_max(s: &str) -> Result<usize, String> {
 }
 
 pub fn args() -> Vec<Arg> {
-    flags::args(&[&MAX_PEERS, &MAX_CONNECTIONS, &SWEEP_INTERVAL])
+    flags::args(&[&MAX_PEERS, &MAX_CONNECTIONS, &SWEEP_INTERVAL, &EXTERNAL_CIDRS])
 }
 
 /// The offsets, from the kernel's BTF; sockets are attributed to their
@@ -127,15 +146,10 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
         Err(why) => Probe::down(&PROGRAMS, why),
     };
     let sweep_every = SWEEP_INTERVAL.get(f)?;
+    let mut resolver = Resolver::new(pods, &p.sysfs);
+    resolver.cidrs = EXTERNAL_CIDRS.get(f)?;
     Ok(Box::new(Collector {
-        active: Active {
-            probe,
-            resolver: Resolver::new(pods, &p.sysfs),
-            peers: Peers::new(max, grace),
-            sweep_every,
-            swept: None,
-            sweep_failed: false,
-        },
+        active: Active { probe, resolver, peers: Peers::new(max, grace), sweep_every, swept: None, sweep_failed: false },
     }))
 }
 
