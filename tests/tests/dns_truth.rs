@@ -342,9 +342,15 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("client");
-    std::thread::sleep(Duration::from_millis(1300));
+    // Once the client has sent it (its start may take a while on a busy
+    // machine) and a second has passed, a scrape finds it timed out.
     let svc = "service kube-system/kube-dns";
-    assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total").get(svc), Some(&1.0), "the held query timed out");
+    let t = std::time::Instant::now();
+    while agent.client("node_ebpf_pod_dns_timeouts_total").get(svc).is_none() {
+        assert!(t.elapsed() < Duration::from_secs(15), "the held query never timed out");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total").get(svc), Some(&1.0), "the held query timed out, once");
     writeln!(server.stdin.as_mut().expect("stdin"), "release").expect("release");
     assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("released"));
     let out = client.wait_with_output().expect("client");

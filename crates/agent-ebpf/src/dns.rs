@@ -69,48 +69,46 @@ fn latency(peer: &PeerKey, ns: u64) {
 /// destination.
 #[inline(always)]
 fn dns_packet(ctx: &SkBuffContext, out: bool) -> Option<([u8; 16], u8, usize)> {
-    let first: u8 = ctx.load(0).ok()?;
-    let mut addr = [0u8; 16];
-    let (proto, l4) = match first >> 4 {
-        4 => {
-            // A fragment after the first has no transport header.
-            if u16::from_be(ctx.load::<u16>(6).ok()?) & 0x1fff != 0 {
-                return None;
-            }
-            let proto: u8 = ctx.load(9).ok()?;
-            let v4: [u8; 4] = ctx.load(if out { 16 } else { 12 }).ok()?;
-            addr[10] = 0xff;
-            addr[11] = 0xff;
-            addr[12] = v4[0];
-            addr[13] = v4[1];
-            addr[14] = v4[2];
-            addr[15] = v4[3];
-            (proto, ((first & 0x0f) as usize) * 4)
-        }
-        6 => {
-            // Extension headers are not followed: DNS packets carry none.
-            let proto: u8 = ctx.load(6).ok()?;
-            addr = ctx.load(if out { 24 } else { 8 }).ok()?;
-            (proto, 40)
-        }
+    // Two loads for a packet that is not DNS, the node's usual: the first
+    // 20 bytes of the network header (all of IPv4's but options; IPv6's
+    // version and next header), then the two ports.
+    let h: [u8; 20] = ctx.load(0).ok()?;
+    let (proto, l4) = match h[0] >> 4 {
+        // A fragment after the first has no transport header.
+        4 if u16::from_be_bytes([h[6], h[7]]) & 0x1fff == 0 => (h[9], ((h[0] & 0x0f) as usize) * 4),
+        // Extension headers are not followed: DNS packets carry none.
+        6 => (h[6], 40),
         _ => return None,
     };
-    let remote = u16::from_be(ctx.load::<u16>(if out { l4 + 2 } else { l4 }).ok()?);
+    if proto != IPPROTO_UDP && proto != IPPROTO_TCP {
+        return None;
+    }
+    let ports: [u8; 4] = ctx.load(l4).ok()?;
+    let remote = if out { u16::from_be_bytes([ports[2], ports[3]]) } else { u16::from_be_bytes([ports[0], ports[1]]) };
     if remote != PORT {
         return None;
     }
-    match proto {
-        IPPROTO_UDP => Some((addr, TRANSPORT_UDP, l4 + 8)),
-        IPPROTO_TCP => {
-            let payload = l4 + ((ctx.load::<u8>(l4 + 12).ok()? >> 4) as usize) * 4;
-            // A segment without a message's length and header (a SYN, an ACK).
-            if (ctx.len() as usize) < payload + 2 + 12 {
-                return None;
-            }
-            Some((addr, TRANSPORT_TCP, payload + 2))
-        }
-        _ => None,
+    let mut addr = [0u8; 16];
+    if h[0] >> 4 == 4 {
+        let at = if out { 16 } else { 12 };
+        addr[10] = 0xff;
+        addr[11] = 0xff;
+        addr[12] = h[at];
+        addr[13] = h[at + 1];
+        addr[14] = h[at + 2];
+        addr[15] = h[at + 3];
+    } else {
+        addr = ctx.load(if out { 24 } else { 8 }).ok()?;
     }
+    if proto == IPPROTO_UDP {
+        return Some((addr, TRANSPORT_UDP, l4 + 8));
+    }
+    let payload = l4 + ((ctx.load::<u8>(l4 + 12).ok()? >> 4) as usize) * 4;
+    // A segment without a message's length and header (a SYN, an ACK).
+    if (ctx.len() as usize) < payload + 2 + 12 {
+        return None;
+    }
+    Some((addr, TRANSPORT_TCP, payload + 2))
 }
 
 /// The DNS header's id and flags at `dns`.
