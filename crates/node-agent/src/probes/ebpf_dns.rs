@@ -215,13 +215,9 @@ fn reap(ebpf: &mut aya::Ebpf, timeout: Duration) -> Result<(Vec<PeerKey>, usize)
             .map_err(|source| MapError::Map { map: PENDING, source })?;
     let waiting: Vec<(PendingKey, Pending)> = m.iter().filter_map(Result::ok).collect();
     let cutoff = monotonic_ns().saturating_sub(timeout.as_nanos() as u64);
-    let mut timed_out = Vec::new();
-    for (k, v) in &waiting {
-        if v.start_ns <= cutoff && m.remove(k).is_ok() {
-            timed_out.push(v.peer);
-        }
-    }
-    Ok((timed_out.clone(), waiting.len() - timed_out.len()))
+    let timed_out = waiting.iter().filter(|(k, v)| v.start_ns <= cutoff && m.remove(k).is_ok()).map(|(_, v)| v.peer).collect();
+    let in_flight = waiting.iter().filter(|(_, v)| v.start_ns > cutoff).count();
+    Ok((timed_out, in_flight))
 }
 
 type Read = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>, [u64; 4]);
