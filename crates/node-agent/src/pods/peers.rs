@@ -1,14 +1,16 @@
 //! From per-(cgroup, peer) kernel counters to bounded per-pod, per-peer
-//! series (`ebpf_tcp_peers`). Pure: the caller passes the map entries, who
-//! owns each cgroup and what each address is.
+//! series (`ebpf_tcp_peers`; `ebpf_dns`'s servers and failing names too).
+//! Pure: the caller passes the map entries, who owns each cgroup and what
+//! each address is.
 //!
 //! - **Counters stay counters** while the kernel's map stays small: an
 //!   entry unchanged over a whole scrape interval is folded into user
 //!   space and deleted from the kernel (a busy peer's entry stays; an event
 //!   racing the delete of an entry idle that long is the only loss).
-//! - **A peer's name is decided once**, when its entry first appears: a pod
-//!   of this node by address (`pod`, `namespace/workload`), loopback
-//!   (`local`), else `external` (the address). An address reused by
+//! - **A peer's name is decided once**, when its entry first appears: a
+//!   Service by ClusterIP (`service`), a pod of this node by address
+//!   (`pod`, `namespace/workload`), loopback (`local`), else `external`
+//!   (a named address block holding it, or the address). An address reused by
 //!   another pod later does not rename counts already made.
 //! - **At most `max_peers` series per pod** (and for the host), per
 //!   direction: peers are admitted while there is room, the busiest first
