@@ -90,7 +90,7 @@ struct Inner {
     slow: Duration,
     pool: Arc<Pool>,
     /// Scrapes in flight, for the memory policy.
-    overlap: crate::memory::Overlap,
+    overlap: Arc<crate::memory::Overlap>,
     /// Calls of [`supervise`] for this scraper's scrapes.
     #[cfg(test)]
     looks: AtomicUsize,

@@ -1,8 +1,10 @@
 //! The agent's memory policy, in one place: one malloc arena, and freed
 //! heap given back to the system at the moments it pays, through the hooks
 //! below: after a scrape grew a sink past what is kept for reuse, once
-//! scrapes that overlapped are all over (both the scraper's), and after a
-//! burst of connections (the HTTP server's). A lone scraper (Prometheus,
+//! scrapes that overlapped are all over (both the scraper's; at most every
+//! [`TRIM_INTERVAL`], an overlap within it trimmed when it is over, whether
+//! or not another scrape comes), and after a burst of connections (the
+//! HTTP server's). A lone scraper (Prometheus,
 //! one scrape at a time) never pays for a trim: its scrapes reuse the same
 //! freed memory. What each of these does to the working set the kubelet
 //! sees is measured in BENCHMARKS.md ("Each memory trick, as the kubelet
@@ -93,6 +95,19 @@ fn millis_since_start() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
 }
 
+/// What the end of a scrape asks of the memory policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trim {
+    /// Nothing: one scrape at a time, or still others in flight.
+    No,
+    /// Trim now: the last of scrapes that overlapped.
+    Now,
+    /// Scrapes overlapped, but the last trim was less than
+    /// [`TRIM_INTERVAL`] ago: trim once it is that old ([`Overlap::later`]),
+    /// unless a scrape ending first does.
+    Later(Duration),
+}
+
 /// Scrapes in flight and the most at once since the last trim: scrapes
 /// that overlap each hold a body, its encoding and its gzip stream at the
 /// same time, and the allocator keeps the pages they freed.
@@ -104,6 +119,8 @@ pub struct Overlap {
     pending: AtomicBool,
     /// When the last trim for overlapping scrapes was (0: never).
     last_ms: AtomicU64,
+    /// A deferred trim is waiting ([`Overlap::later`]).
+    deferred: AtomicBool,
 }
 
 impl Overlap {
@@ -113,31 +130,61 @@ impl Overlap {
         self.peak.fetch_max(n, Ordering::AcqRel);
     }
 
-    /// A scrape ended: whether to trim now (it was the last of scrapes
-    /// that overlapped, and the last such trim is [`TRIM_INTERVAL`] ago; an
-    /// overlap within the interval is trimmed at the end of the first scrape
-    /// after it).
-    pub fn leave(&self) -> bool {
+    /// A scrape ended: whether to trim, now (it was the last of scrapes
+    /// that overlapped, and the last such trim is [`TRIM_INTERVAL`] ago) or
+    /// later (the same within the interval: trimmed when the interval is
+    /// over, by [`Overlap::later`] or by a scrape ending first).
+    pub fn leave(&self) -> Trim {
         self.leave_at(millis_since_start())
     }
 
-    fn leave_at(&self, now_ms: u64) -> bool {
+    fn leave_at(&self, now_ms: u64) -> Trim {
         if self.now.fetch_sub(1, Ordering::AcqRel) != 1 {
-            return false;
+            return Trim::No;
         }
         if self.peak.swap(0, Ordering::AcqRel) >= 2 {
             self.pending.store(true, Ordering::Release);
         }
+        self.due_at(now_ms)
+    }
+
+    /// Whether a held-over trim is due at `now_ms` (and taken if so).
+    fn due_at(&self, now_ms: u64) -> Trim {
         if !self.pending.load(Ordering::Acquire) {
-            return false;
+            return Trim::No;
         }
         let last = self.last_ms.load(Ordering::Acquire);
-        if last != 0 && now_ms.saturating_sub(last) < TRIM_INTERVAL.as_millis() as u64 {
-            return false;
+        let interval = TRIM_INTERVAL.as_millis() as u64;
+        if last != 0 && now_ms.saturating_sub(last) < interval {
+            return Trim::Later(Duration::from_millis(last + interval - now_ms));
         }
         self.last_ms.store(now_ms, Ordering::Release);
         self.pending.store(false, Ordering::Release);
-        true
+        Trim::Now
+    }
+
+    /// A trim held over by [`Trim::Later`]: a short-lived thread (one at a
+    /// time) waits `delay` and trims then, unless a scrape is in flight
+    /// (whose end trims instead) or one ending meanwhile already did. An
+    /// agent scraped by two Prometheus replicas at once would otherwise
+    /// keep the heap of their last overlap until its next scrape, up to a
+    /// scrape interval of working set the kubelet counts.
+    pub fn later(self: &std::sync::Arc<Self>, delay: Duration) {
+        if TRIM_OFF.load(Ordering::Relaxed) || self.deferred.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = std::sync::Arc::clone(self);
+        let spawned = std::thread::Builder::new().name("memory-trim".into()).stack_size(64 << 10).spawn(move || {
+            std::thread::sleep(delay);
+            me.deferred.store(false, Ordering::Release);
+            if me.now.load(Ordering::Acquire) == 0 && me.due_at(millis_since_start()) == Trim::Now {
+                trim();
+            }
+        });
+        if spawned.is_err() {
+            // The next scrape's end trims instead.
+            self.deferred.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -159,7 +206,7 @@ mod tests {
         let o = Overlap::default();
         for t in 0..100 {
             o.enter();
-            assert!(!o.leave_at(1 + t * 10_000));
+            assert_eq!(o.leave_at(1 + t * 10_000), Trim::No);
         }
     }
 
@@ -168,17 +215,51 @@ mod tests {
         let o = Overlap::default();
         o.enter();
         o.enter();
-        assert!(!o.leave_at(1_000), "one still runs");
-        assert!(o.leave_at(1_001), "the last of the overlap");
-        // Another overlap 2 s later: within the interval, held over.
+        assert_eq!(o.leave_at(1_000), Trim::No, "one still runs");
+        assert_eq!(o.leave_at(1_001), Trim::Now, "the last of the overlap");
+        // Another overlap 2 s later: within the interval, held over until
+        // the interval is over (5 s after the trim at 1_001).
         o.enter();
         o.enter();
-        assert!(!o.leave_at(3_000));
-        assert!(!o.leave_at(3_001), "within the interval");
+        assert_eq!(o.leave_at(3_000), Trim::No);
+        assert_eq!(o.leave_at(3_001), Trim::Later(Duration::from_millis(3_000)), "within the interval");
         // A lone scrape after the interval trims what was held over, once.
         o.enter();
-        assert!(o.leave_at(7_000));
+        assert_eq!(o.leave_at(7_000), Trim::Now);
         o.enter();
-        assert!(!o.leave_at(20_000), "nothing held over any more");
+        assert_eq!(o.leave_at(20_000), Trim::No, "nothing held over any more");
+    }
+
+    #[test]
+    fn a_held_over_trim_is_due_once_when_the_interval_is_over() {
+        let o = Overlap::default();
+        for _ in 0..2 {
+            o.enter();
+        }
+        o.leave_at(1_000);
+        assert_eq!(o.leave_at(1_000), Trim::Now);
+        for _ in 0..2 {
+            o.enter();
+        }
+        o.leave_at(2_000);
+        assert_eq!(o.leave_at(2_000), Trim::Later(Duration::from_millis(4_000)));
+        assert_eq!(o.due_at(5_999), Trim::Later(Duration::from_millis(1)), "not yet");
+        assert_eq!(o.due_at(6_000), Trim::Now, "the deferred trim");
+        assert_eq!(o.due_at(9_000), Trim::No, "taken once");
+    }
+
+    #[test]
+    fn a_deferred_trim_happens_without_another_scrape() {
+        let o = std::sync::Arc::new(Overlap::default());
+        o.pending.store(true, Ordering::Release);
+        let before = trims();
+        o.later(Duration::from_millis(10));
+        o.later(Duration::from_millis(10));
+        let t = Instant::now();
+        while (o.pending.load(Ordering::Acquire) || trims() == before) && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!o.pending.load(Ordering::Acquire), "the held-over trim was taken");
+        assert!(trims() > before, "and made");
     }
 }

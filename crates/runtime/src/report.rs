@@ -84,11 +84,14 @@ pub(super) fn finish(inner: &Arc<Inner>, job: &Arc<Job>) {
     // trim never delays an answer.
     let overlapped = inner.overlap.leave();
     #[cfg(test)]
-    inner.overlap_trims.fetch_add(usize::from(overlapped), Ordering::Relaxed);
+    inner.overlap_trims.fetch_add(usize::from(overlapped == crate::memory::Trim::Now), Ordering::Relaxed);
     if let Some(done) = done {
         done(out);
     }
-    if overlapped | freed | large {
+    if let crate::memory::Trim::Later(delay) = overlapped {
+        inner.overlap.later(delay);
+    }
+    if overlapped == crate::memory::Trim::Now || freed || large {
         crate::memory::trim();
     }
 }

@@ -242,6 +242,34 @@ fn bench_cluster() -> Res<node_agent_tests::apiserver::Running> {
     Running::start(api).map_err(|e| format!("API server: {e}"))
 }
 
+/// `--only hold`: the agent as the kubelet table runs it with eBPF (every
+/// probe, pod attribution against the in-memory API server's pods), in a
+/// memory cgroup of its own, warmed up with 20 scrapes and then left idle
+/// for `secs`, its address, PID and cgroup printed: for looking inside it
+/// (smaps, the cgroup's memory.stat, a profiler) between bench runs.
+fn hold(agent: &Path, secs: Duration) -> Res<()> {
+    let mut flags: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
+    let api = bench_cluster()?;
+    flags.push(format!("--collector.ebpf_pods.kubeconfig={}", api.kubeconfig.path().display()));
+    flags.push(format!("--collector.ebpf_pods.node-name={BENCH_NODE}"));
+    let mut cg = MemCg::new("agent").map_err(|e| format!("memory cgroup: {e}"))?;
+    let (_a, url, pid) = start_in(agent, &flags, &cg)?;
+    wait_for_sample(&url, "node_ebpf_pod_attribution_synced", 1.0)?;
+    sequential(&[(&url, pid)], 1, 20);
+    let r = cg.read().unwrap_or_default();
+    println!(
+        "url {url} pid {pid} cgroup {} working_set {} anon {} kernel {} active_file {} peak {}",
+        cg.path().display(),
+        r.working_set,
+        r.anon,
+        r.kernel,
+        r.active_file,
+        r.peak
+    );
+    std::thread::sleep(secs);
+    Ok(())
+}
+
 /// Waits (up to 20 s) until a scrape of `url` has the unlabelled sample
 /// `name` at `value`.
 fn wait_for_sample(url: &str, name: &str, value: f64) -> Res<()> {
@@ -2414,6 +2442,11 @@ fn run() -> Res<()> {
         let (ae, ne2) = scrape_phase(&agent, &ne, true, quick)?;
         print!("{}", kubelet_memory_section(quick, [&a, &n, &ae, &ne2]));
         return Ok(());
+    }
+    if get("--only").as_deref() == Some("hold") {
+        let agent = PathBuf::from(get("--agent").ok_or("--agent PATH is required")?);
+        let secs: u64 = get("--hold-secs").and_then(|s| s.parse().ok()).unwrap_or(600);
+        return hold(&agent, Duration::from_secs(secs));
     }
     if get("--only").as_deref() == Some("services") {
         let agent = PathBuf::from(get("--agent").ok_or("--agent PATH is required")?);
