@@ -250,8 +250,7 @@ fn bench_cluster() -> Res<node_agent_tests::apiserver::Running> {
 fn hold(agent: &Path, secs: Duration) -> Res<()> {
     let mut flags: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
     let api = bench_cluster()?;
-    flags.push(format!("--collector.ebpf_pods.kubeconfig={}", api.kubeconfig.path().display()));
-    flags.push(format!("--collector.ebpf_pods.node-name={BENCH_NODE}"));
+    flags.extend(pod_flags(&api));
     let mut cg = MemCg::new("agent").map_err(|e| format!("memory cgroup: {e}"))?;
     let (_a, url, pid) = start_in(agent, &flags, &cg)?;
     wait_for_sample(&url, "node_ebpf_pod_attribution_synced", 1.0)?;
@@ -268,6 +267,15 @@ fn hold(agent: &Path, secs: Duration) -> Res<()> {
     );
     std::thread::sleep(secs);
     Ok(())
+}
+
+/// The flags that point the agent's pod attribution at `api`, for the
+/// bench's node.
+fn pod_flags(api: &node_agent_tests::apiserver::Running) -> [String; 2] {
+    [
+        format!("--collector.ebpf_pods.kubeconfig={}", api.kubeconfig.path().display()),
+        format!("--collector.ebpf_pods.node-name={BENCH_NODE}"),
+    ]
 }
 
 /// Waits (up to 20 s) until a scrape of `url` has the unlabelled sample
@@ -316,8 +324,7 @@ fn scrape_phase(agent_bin: &Path, ne_bin: &Path, ebpf: bool, quick: bool) -> Res
     // HTTP) lists the node's pods to the agent, which watches them.
     let _api = if ebpf {
         let api = bench_cluster()?;
-        agent_flags.push(format!("--collector.ebpf_pods.kubeconfig={}", api.kubeconfig.path().display()));
-        agent_flags.push(format!("--collector.ebpf_pods.node-name={BENCH_NODE}"));
+        agent_flags.extend(pod_flags(&api));
         Some(api)
     } else {
         agent_flags.extend(node_agent::manifests::agent_only_collectors().iter().map(|c| format!("--no-collector.{c}")));
@@ -1642,8 +1649,7 @@ struct TrickRun {
 fn trick_run(agent_bin: &Path, off: &str, quick: bool) -> Res<TrickRun> {
     let api = bench_cluster()?;
     let mut flags: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
-    flags.push(format!("--collector.ebpf_pods.kubeconfig={}", api.kubeconfig.path().display()));
-    flags.push(format!("--collector.ebpf_pods.node-name={BENCH_NODE}"));
+    flags.extend(pod_flags(&api));
     let mut cg = MemCg::new("tricks").map_err(|e| format!("memory cgroup: {e}"))?;
     uncache(agent_bin);
     let (_a, url, pid) = node_agent_tests::start_exporter_prepared(agent_bin, &flags, std::process::Stdio::null(), |c| {
@@ -2023,13 +2029,9 @@ fn services_memory(agent: &Path, counts: &[usize]) -> Res<Vec<(usize, MemAt)>> {
             }
         }
         let running = Running::start(api).map_err(|e| format!("API server: {e}"))?;
-        let flags: Vec<String> = vec![
-            "--collector.disable-defaults".into(),
-            "--collector.ebpf_pods".into(),
-            "--collector.ebpf_tcp_peers".into(),
-            format!("--collector.ebpf_pods.kubeconfig={}", running.kubeconfig.path().display()),
-            format!("--collector.ebpf_pods.node-name={BENCH_NODE}"),
-        ];
+        let mut flags: Vec<String> =
+            vec!["--collector.disable-defaults".into(), "--collector.ebpf_pods".into(), "--collector.ebpf_tcp_peers".into()];
+        flags.extend(pod_flags(&running));
         let mut cg = MemCg::new(&format!("services{count}")).map_err(|e| format!("memory cgroup: {e}"))?;
         let (guard, url, pid) = start_in(agent, &flags, &cg)?;
         wait_for_sample(&url, "node_ebpf_pod_attribution_synced", 1.0)?;
@@ -2191,8 +2193,7 @@ fn pod_growth(agent: &Path, ne: &Path, counts: &[usize], quick: bool) -> Res<Vec
         let _cgroups = PodCgroup { made, v2: root.clone(), memory: None };
         let running = Running::start(api).map_err(|e| format!("API server: {e}"))?;
         let mut flags: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
-        flags.push(format!("--collector.ebpf_pods.kubeconfig={}", running.kubeconfig.path().display()));
-        flags.push(format!("--collector.ebpf_pods.node-name={BENCH_NODE}"));
+        flags.extend(pod_flags(&running));
         let ready = |url: &str| {
             wait_for_sample(url, "node_ebpf_pod_attribution_synced", 1.0)?;
             // A short process in each container's cgroup, for the probes to count.
