@@ -873,7 +873,7 @@ fn with_without(reps: usize, programs: &[agent_common::Program], pods: bool, mut
     let mut stats = BTreeMap::new();
     for p in programs {
         let name = p.name;
-        if let Some(s) = shared.run_stats(name) {
+        if let Some(s) = shared.program_stats(name).and_then(|s| s.run) {
             stats.insert(name.to_string(), s);
         }
     }

@@ -431,10 +431,12 @@ impl Shared {
         Ok(runs)
     }
 
-    /// Runs of a program the kernel skipped because another BPF program
-    /// was running on that CPU (`recursion_misses`, Linux 5.12+): events
-    /// the probe could not see.
-    pub fn misses(&self, program: &str) -> Option<u64> {
+    /// What the kernel says of a loaded program, in one
+    /// BPF_OBJ_GET_INFO_BY_FD call: the runs it skipped because another BPF
+    /// program was running on that CPU (`recursion_misses`, Linux 5.12+:
+    /// events the probe could not see) and, when run-time statistics are on
+    /// (kernel.bpf_stats_enabled), its run time and runs.
+    pub fn program_stats(&self, program: &str) -> Option<ProgramStats> {
         use std::os::fd::{AsFd, AsRawFd};
         let ebpf = self.lock()?;
         let fd = ebpf.program(program)?.fd().ok()?.as_fd().as_raw_fd();
@@ -448,9 +450,19 @@ impl Shared {
         let mut info: aya_obj::generated::bpf_prog_info = unsafe { std::mem::zeroed() };
         let mut attr = InfoAttr { bpf_fd: fd as u32, info_len: std::mem::size_of_val(&info) as u32, info: &mut info as *mut _ as u64 };
         // SAFETY: BPF_OBJ_GET_INFO_BY_FD (15) writes at most info_len bytes
-        // into `info`, which lives until after the call.
+        // into `info`, which lives until after the call; its pointer fields
+        // are zero, so the kernel copies out nothing through them.
         let rc = unsafe { libc::syscall(libc::SYS_bpf, 15, &mut attr as *mut InfoAttr, std::mem::size_of::<InfoAttr>()) };
-        (rc == 0).then_some(info.recursion_misses)
+        (rc == 0).then(|| ProgramStats {
+            misses: info.recursion_misses,
+            run: self.stats.then(|| (std::time::Duration::from_nanos(info.run_time_ns).as_secs_f64(), info.run_cnt)),
+        })
+    }
+
+    /// Notes the entries a collector counted reading `map` whole, for the
+    /// next `node_ebpf_map_entries` ([`crate::ebpf::map_stats::MapStats::note_entries`]).
+    pub fn note_entries(&self, map: &'static str, entries: usize) {
+        self.map_stats.note_entries(map, entries as u64);
     }
 
     /// Writes the `node_ebpf_map_*` families of every map of the object.
@@ -459,16 +471,15 @@ impl Shared {
             self.map_stats.write(&ebpf, sink);
         }
     }
+}
 
-    /// Kernel run-time statistics of a program: (seconds, runs).
-    pub fn run_stats(&self, program: &str) -> Option<(f64, u64)> {
-        if !self.stats {
-            return None;
-        }
-        let ebpf = self.lock()?;
-        let info = ebpf.program(program)?.info().ok()?;
-        Some((info.run_time().as_secs_f64(), info.run_count()))
-    }
+/// A loaded program's figures from the kernel ([`Shared::program_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProgramStats {
+    /// Runs skipped for recursion (`recursion_misses`).
+    pub misses: u64,
+    /// (seconds, runs) while run-time statistics are on.
+    pub run: Option<(f64, u64)>,
 }
 
 /// The programs of one probe collector and their state.
@@ -557,15 +568,14 @@ impl Probe {
                 .sample(&[("program", name), ("reason", e.reason().label())], 1.0);
                 continue;
             }
-            if let Some(m) = self.shared.as_ref().and_then(|s| s.misses(name)) {
-                sink.family(
+            let Some(stats) = self.shared.as_ref().and_then(|s| s.program_stats(name)) else { continue };
+            sink.family(
                     "node_ebpf_program_misses_total",
                     "Runs of the eBPF program the kernel skipped because another BPF program was running on that CPU: events the probe did not see.",
                     Kind::Counter,
                 )
-                .sample(&[("program", name)], m as f64);
-            }
-            if let Some((secs, runs)) = self.shared.as_ref().and_then(|s| s.run_stats(name)) {
+            .sample(&[("program", name)], stats.misses as f64);
+            if let Some((secs, runs)) = stats.run {
                 sink.family(
                     "node_ebpf_program_run_seconds_total",
                     "Time the kernel spent running the eBPF program (kernel.bpf_stats_enabled).",
