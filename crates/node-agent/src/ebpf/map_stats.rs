@@ -3,12 +3,14 @@
 //! sections, 23 today; aya-log's ring buffer, 29 kB, is held by the logger
 //! and not among them): `node_ebpf_map_max_entries`,
 //! `node_ebpf_map_memory_bytes` (the kernel's `memlock` figure from the
-//! map's `/proc/self/fdinfo` entry, read at each scrape: one small read per
-//! map) and, for the small hash maps, `node_ebpf_map_entries` and its
+//! map's `/proc/self/fdinfo` entry: read at each scrape for the maps that
+//! allocate entries as they come, whose figure follows them, and once for
+//! the others, whose figure is fixed when they are made) and, for the small hash maps, `node_ebpf_map_entries` and its
 //! high-water mark `node_ebpf_map_entries_max`.
 //!
-//! Entries are counted by walking the keys (one bpf(2) call per entry), so
-//! only for hash maps of at most [`COUNTED_MAX_ENTRIES`] entries
+//! Entries are counted by walking the keys (one bpf(2) call per entry), or
+//! taken from the count the map's own collector made reading it whole since
+//! the last scrape ([`MapStats::note_entries`]), and only for hash maps of at most [`COUNTED_MAX_ENTRIES`] entries
 //! (`POD_STATS`, `BIO_HIST`: about 2.5 µs a key measured on the 2-CPU test
 //! machine, so 13 ms for both maps full and microseconds for the tens of
 //! entries they usually hold; their probes read them whole at every scrape
@@ -174,26 +176,72 @@ fn count_keys(fd: i32, key_size: u32, limit: u32) -> Option<u64> {
     Some(n)
 }
 
-/// The high-water marks of the counted maps, kept for the agent's life.
+/// `BPF_F_NO_PREALLOC`: the map allocates its entries as they come, and its
+/// `memlock` follows them.
+const NO_PREALLOC: u32 = 1;
+
+/// Whether the map's fdinfo figures stay as they were at load: everything
+/// but `memlock` always does, and `memlock` too unless the map allocates
+/// its entries as they come (hash maps, tries and local storage with
+/// `BPF_F_NO_PREALLOC`). Preallocated maps, arrays and ring buffers are
+/// charged their whole size when they are made.
+pub fn fixed(info: &FdInfo) -> bool {
+    info.map_flags & NO_PREALLOC == 0
+}
+
+/// What the scrapes keep of the maps: the high-water marks of the counted
+/// maps, and the fdinfo of the maps whose figures never change (read once,
+/// so a scrape opens the fdinfo of the maps that grow only).
 #[derive(Default)]
 pub struct MapStats {
-    entries_max: Mutex<BTreeMap<String, u64>>,
+    kept: Mutex<Kept>,
+}
+
+#[derive(Default)]
+struct Kept {
+    entries_max: BTreeMap<String, u64>,
+    fixed: BTreeMap<String, FdInfo>,
+    /// Entries a collector counted reading a map whole since the last
+    /// write ([`MapStats::note_entries`]), taken by the next write.
+    noted: BTreeMap<&'static str, u64>,
+}
+
+/// The fdinfo of the map `fd`, read now.
+fn read_fdinfo(fd: i32, text: &mut String) -> Option<FdInfo> {
+    text.clear();
+    let mut f = std::fs::File::open(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    std::io::Read::read_to_string(&mut f, text).ok()?;
+    parse_fdinfo(text)
 }
 
 impl MapStats {
+    /// Notes the entries of `map` that a collector just read whole (its
+    /// probe's own read of the map, at its scrape), so that the next
+    /// [`MapStats::write`] takes this count instead of walking the map's
+    /// keys again: the same figure, at half the bpf(2) calls. The count is
+    /// at most one scrape older than a walk would be (the collectors of one
+    /// scrape run side by side); a map nobody noted is walked.
+    pub fn note_entries(&self, map: &'static str, entries: u64) {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).noted.insert(map, entries);
+    }
+
     /// Writes the families for every map of `ebpf`.
     pub fn write(&self, ebpf: &Ebpf, sink: &mut Sink) {
         let mut maps: Vec<(&str, i32)> = ebpf.maps().filter_map(|(name, m)| Some((name, fd_of(m)?))).collect();
         maps.sort_unstable();
-        let mut high = self.entries_max.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         let mut text = String::new();
         for (name, fd) in maps {
-            text.clear();
-            let Ok(mut f) = std::fs::File::open(format!("/proc/self/fdinfo/{fd}")) else { continue };
-            if std::io::Read::read_to_string(&mut f, &mut text).is_err() {
-                continue;
-            }
-            let Some(info) = parse_fdinfo(&text) else { continue };
+            let info = match kept.fixed.get(name) {
+                Some(info) => *info,
+                None => {
+                    let Some(info) = read_fdinfo(fd, &mut text) else { continue };
+                    if fixed(&info) {
+                        kept.fixed.insert(name.to_string(), info);
+                    }
+                    info
+                }
+            };
             let labels = [("map", name)];
             sink.family(
                 "node_ebpf_map_max_entries",
@@ -210,8 +258,9 @@ impl MapStats {
             if !matches!(info.map_type, HASH | PERCPU_HASH) || info.max_entries > COUNTED_MAX_ENTRIES {
                 continue;
             }
-            let Some(n) = count_keys(fd, info.key_size, info.max_entries) else { continue };
-            let max = high.entry(name.to_string()).or_default();
+            let noted = kept.noted.remove(name);
+            let Some(n) = noted.or_else(|| count_keys(fd, info.key_size, info.max_entries)) else { continue };
+            let max = kept.entries_max.entry(name.to_string()).or_default();
             *max = (*max).max(n);
             sink.family(
                 "node_ebpf_map_entries",
@@ -238,6 +287,16 @@ mod tests {
         let text = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t2061\nmap_type:\t1\nkey_size:\t8\nvalue_size:\t16\n\
                     max_entries:\t65536\nmap_flags:\t0x1\nmap_extra:\t0x0\nmemlock:\t1050368\nmap_id:\t42\nfrozen:\t0\n";
         assert_eq!(parse_fdinfo(text), Some(FdInfo { map_type: 1, key_size: 8, max_entries: 65536, map_flags: 1, memlock: 1050368 }));
+    }
+
+    #[test]
+    fn only_maps_allocating_as_they_go_are_read_again() {
+        let info = |map_type, map_flags| FdInfo { map_type, key_size: 8, max_entries: 1024, map_flags, memlock: 4096 };
+        assert!(!fixed(&info(HASH, NO_PREALLOC)), "a hash map without preallocation grows");
+        assert!(!fixed(&info(PERCPU_HASH, NO_PREALLOC | 0x80)), "whatever other flags it has");
+        assert!(fixed(&info(HASH, 0)), "a preallocated hash map is charged whole at once");
+        assert!(fixed(&info(9, 0)), "so is an LRU map");
+        assert!(fixed(&info(6, 0)) && fixed(&info(2, 0x80)), "and arrays, read-only or not");
     }
 
     #[test]

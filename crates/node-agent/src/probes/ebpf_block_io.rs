@@ -107,9 +107,11 @@ fn op_label(op: u32) -> Option<&'static str> {
 
 impl host::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
-        self.probe.self_metrics(sink);
-        let Some(shared) = self.probe.ebpf().cloned() else { return Ok(()) };
-        let (series, dropped) = {
+        let Some(shared) = self.probe.ebpf().cloned() else {
+            self.probe.self_metrics(sink);
+            return Ok(());
+        };
+        let read = || -> Result<_, MapError> {
             let ebpf = shared.lock().ok_or(MapError::Poisoned)?;
             let err = |source| MapError::Map { map: HIST, source };
             let map = ebpf.map(HIST).ok_or(MapError::Missing(HIST))?;
@@ -119,8 +121,13 @@ impl host::Collector for Collector {
                 let (key, per_cpu) = item.map_err(err)?;
                 series.push((key, maps::to_prometheus(&per_cpu)));
             }
-            (series, maps::counter(&ebpf, DROPPED, 0)?)
+            // Read whole: the maps' figures take this count, not a walk of their own.
+            shared.note_entries(HIST, series.len());
+            Ok((series, maps::counter(&ebpf, DROPPED, 0)?))
         };
+        let read = read();
+        self.probe.self_metrics(sink);
+        let (series, dropped) = read?;
         for (key, (buckets, sum, count)) in series {
             let Some(op) = op_label(key.op) else { continue };
             let device = self.device(key.dev).to_string();

@@ -258,15 +258,23 @@ fn walk_due(walked: Option<Instant>, new_cgroup: bool, now: Instant) -> bool {
 impl host::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
         let Some(a) = &mut self.active else { return Ok(()) };
-        a.probe.self_metrics(sink);
-        let Some(shared) = a.probe.shared.clone() else { return Ok(()) };
-        let entries: Vec<(u64, PodCounters)> = {
+        let Some(shared) = a.probe.shared.clone() else {
+            a.probe.self_metrics(sink);
+            return Ok(());
+        };
+        let read = || -> Result<Vec<(u64, PodCounters)>, MapError> {
             let ebpf = shared.lock().ok_or(MapError::Poisoned)?;
             let map = ebpf.map(STATS).ok_or(MapError::Missing(STATS))?;
             let stats: aya::maps::HashMap<_, u64, PodCounters> =
                 aya::maps::HashMap::try_from(map).map_err(|source| MapError::Map { map: STATS, source })?;
-            stats.iter().filter_map(Result::ok).collect()
+            let entries: Vec<_> = stats.iter().filter_map(Result::ok).collect();
+            // Read whole: the maps' figures take this count, not a walk of their own.
+            shared.note_entries(STATS, entries.len());
+            Ok(entries)
         };
+        let read = read();
+        a.probe.self_metrics(sink);
+        let entries = read?;
         // The hierarchy is walked without holding the eBPF state.
         let now = Instant::now();
         match &a.root {
