@@ -1869,7 +1869,16 @@ struct GrowthCost {
     /// Series of the per-unit family in the answer (`unit_series`).
     seen: usize,
     failed: usize,
+    /// Scrapes the CPU figure is over.
+    scrapes: usize,
 }
+
+/// The least time a growth point's round scrapes one exporter: its CPU is
+/// read from /proc/PID/stat, which counts 10 ms ticks, so a round of at
+/// least 400 ms of scrapes reads it to about 3 % (the whole point's 5
+/// rounds to about 1 %), where a fixed handful of scrapes read a 3 ms
+/// scrape to 30 %.
+const GROWTH_ROUND: Duration = Duration::from_millis(400);
 
 /// node-agent and node_exporter, each in a memory cgroup of its own and
 /// seeing `view`, scraped in interleaved rounds; what each cost.
@@ -1935,7 +1944,9 @@ fn growth_point_with(
         for _ in 0..rounds {
             for (o, p) in out.iter_mut().zip(&procs) {
                 let c0 = cpu_split(p.pid);
-                for _ in 0..per_round {
+                let t0 = Instant::now();
+                let mut n = 0;
+                while n < per_round || (!quick && t0.elapsed() < GROWTH_ROUND) {
                     match scrape_body(&http, &p.url) {
                         Some(body) => {
                             o.bytes = body.len();
@@ -1943,7 +1954,9 @@ fn growth_point_with(
                         }
                         None => o.failed += 1,
                     }
+                    n += 1;
                 }
+                o.scrapes += n;
                 let c1 = cpu_split(p.pid);
                 o.cpu_ms += (c1.0 + c1.1 - c0.0 - c0.1) * 1e3;
             }
@@ -1951,7 +1964,7 @@ fn growth_point_with(
         stop.store(true, Ordering::Relaxed);
     });
     for ((o, cg), f) in out.iter_mut().zip(&mut cgs).zip(&fds) {
-        o.cpu_ms /= (rounds * per_round) as f64;
+        o.cpu_ms /= o.scrapes.max(1) as f64;
         let r = cg.read().unwrap_or_default();
         o.working_set = r.working_set;
         o.peak = r.peak;
@@ -2290,7 +2303,7 @@ fn growth_section(agent: &Path, ne: &Path, quick: bool) -> Res<String> {
     let host_mounts = std::fs::read_to_string("/proc/self/mountinfo").map(|m| m.lines().count()).unwrap_or(0);
     let (rounds, per_round) = if quick { (2, 3) } else { (5, 6) };
     let mut md = String::from("\n## Cost as the node grows\n\n");
-    let _ = writeln!(md, "Both exporters (node-agent without its eBPF collectors; both with their default collectors and `{}`), each in a memory cgroup of its own and under RLIMIT_NOFILE {GROWTH_NOFILE}, at each count: CPU per scrape from /proc/PID/stat over {rounds} interleaved rounds of {per_round} scrapes (after 2 to warm up), the answer's size, the cgroup's working set after them and its peak over the whole life, the most descriptors open (/proc/PID/fd, sampled every 5 ms during the scrapes). Per unit: from the smallest count to the largest.\n", COMMON_FLAGS.join(" "));
+    let _ = writeln!(md, "Both exporters (node-agent without its eBPF collectors; both with their default collectors and `{}`), each in a memory cgroup of its own and under RLIMIT_NOFILE {GROWTH_NOFILE}, at each count: CPU per scrape from /proc/PID/stat over {rounds} interleaved rounds, each of {per_round} scrapes or {} ms of them, whichever is more (after 2 to warm up; /proc/PID/stat counts 10 ms ticks), the answer's size, the cgroup's working set after them and its peak over the whole life, the most descriptors open (/proc/PID/fd, sampled every 5 ms during the scrapes). Per unit: from the smallest count to the largest.\n", COMMON_FLAGS.join(" "), if quick { 0 } else { GROWTH_ROUND.as_millis() });
     let _ = writeln!(md, "### Network devices\n\nveth pairs (and lo) in a network namespace of the bench's own; both exporters run inside it, with a sysfs of it mounted on /sys in a mount namespace of their own.\n");
     md.push_str(&growth_table("devices", &devices));
     let _ = writeln!(md, "\n### Mounts\n\ntmpfs mounts in a private mount namespace of each exporter's own, beside the {host_mounts} it copies from the host's; each exporter runs as PID 1 of a PID namespace of its own (`unshare --pid --fork --mount-proc`), so that /proc/1/mountinfo, which both read, is its namespace's.\n");
