@@ -13,7 +13,7 @@ fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
-    match node_agent::cmd::run(&m) {
+    match node_agent::cmd::run(m) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("node-agent: {e}");

@@ -65,19 +65,19 @@ pub fn command() -> Command {
 }
 
 /// Runs the command the matches name.
-pub fn run(m: &ArgMatches) -> Result<ExitCode, Error> {
-    match m.subcommand() {
-        Some(("serve", sub)) => serve::run(sub),
-        Some(("plan", sub)) => plan::run(sub),
-        Some(("explain", sub)) => explain::run(sub),
-        Some(("simulate", sub)) => simulate::run(sub),
-        Some(("controller", sub)) => controller::run(sub),
-        Some(("crd", sub)) => crd::run(sub),
-        Some(("manifests", sub)) => manifests::run(sub),
-        Some(("status", sub)) => status::run(sub),
-        Some(("rollout", sub)) => rollout::run(sub),
-        Some(("seccomp-profile", sub)) => seccomp_profile::run(sub),
-        _ => serve::run(m),
+pub fn run(mut m: ArgMatches) -> Result<ExitCode, Error> {
+    let Some((name, sub)) = m.remove_subcommand() else { return serve::run(m) };
+    match name.as_str() {
+        "plan" => plan::run(&sub),
+        "explain" => explain::run(&sub),
+        "simulate" => simulate::run(&sub),
+        "controller" => controller::run(&sub),
+        "crd" => crd::run(&sub),
+        "manifests" => manifests::run(&sub),
+        "status" => status::run(&sub),
+        "rollout" => rollout::run(&sub),
+        "seccomp-profile" => seccomp_profile::run(&sub),
+        _ => serve::run(sub),
     }
 }
 

@@ -18,7 +18,7 @@ pub fn with_args(cmd: Command) -> Command {
 
 /// Serves until SIGTERM or SIGINT; with `--help-man`, prints the man page
 /// instead (kingpin's built-in, which node_exporter has).
-pub fn run(m: &ArgMatches) -> Result<ExitCode, Error> {
+pub fn run(m: ArgMatches) -> Result<ExitCode, Error> {
     if m.try_get_one::<bool>("help-man").ok().flatten().copied().unwrap_or(false) {
         use std::io::Write;
         let page = man_page().map_err(|e| Error::Failed(format!("rendering the man page: {e}")))?;
