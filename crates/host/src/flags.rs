@@ -255,7 +255,7 @@ impl StringFlag {
     /// even when empty (Go's empty pattern matches every name).
     pub fn pattern(&self, f: &Flags) -> Result<Regex, ConfigError> {
         let (value, _) = self.value(f)?;
-        Regex::new(&value).map_err(|e| self.bad_regex(value, e))
+        flag_regex(&value).map_err(|e| self.bad_regex(value, e))
     }
 
     /// `value` compiled as this flag's regular expression; empty means
@@ -264,7 +264,7 @@ impl StringFlag {
         if value.is_empty() {
             return Ok(None);
         }
-        Regex::new(&value).map(Some).map_err(|e| self.bad_regex(value, e))
+        flag_regex(&value).map(Some).map_err(|e| self.bad_regex(value, e))
     }
 
     /// The error for `value`, which is not a regular expression.
@@ -276,6 +276,21 @@ impl StringFlag {
     pub fn parse_with<T>(&self, f: &Flags, parse: impl FnOnce(&str) -> Result<T, String>) -> Result<T, ConfigError> {
         parse(&self.get(f)).map_err(|msg| self.invalid(msg))
     }
+}
+
+/// The most a flag's regular expression keeps of its lazy DFA's
+/// transitions, per thread that runs it (the regex crate's default is
+/// 2 MiB). A flag's pattern matches short names (devices, mount points,
+/// fields), most of them once, as collectors keep what a name matched:
+/// netstat's default fields pattern had grown its cache to 145 kB for
+/// names it was never to match again. A search that would need more
+/// clears the cache, and one that keeps needing more runs without it.
+pub const FLAG_REGEX_CACHE: usize = 32 << 10;
+
+/// `pattern` compiled as a flag's regular expression, its lazy DFA's cache
+/// bounded by [`FLAG_REGEX_CACHE`].
+pub fn flag_regex(pattern: &str) -> Result<Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern).dfa_size_limit(FLAG_REGEX_CACHE).build()
 }
 
 /// node_exporter's include/exclude pair: both given is an error; a given
@@ -572,6 +587,27 @@ mod tests {
     use clap::Command;
 
     const RE: StringFlag = StringFlag { name: "a.re", default: "^x$", help: "" };
+
+    #[test]
+    fn a_bounded_cache_matches_as_the_unbounded_one() {
+        let pattern = crate::collector::netstat::FIELDS.default;
+        let (bounded, unbounded) = (flag_regex(pattern).unwrap(), Regex::new(pattern).unwrap());
+        let mut matched = 0;
+        // More distinct names than the bounded cache holds states for, in
+        // the shapes the pattern tells apart.
+        for i in 0..20_000u32 {
+            let name = match i % 5 {
+                0 => format!("TcpExt_Listen{i:x}"),
+                1 => format!("Udp{}_InDatagrams", if i % 2 == 0 { "6" } else { "" }),
+                2 => format!("Ip_{i}_InErrors"),
+                3 => format!("Icmp_Field{i:08x}Zz"),
+                _ => format!("{i:016x}_{:x}", i.wrapping_mul(2_654_435_761)),
+            };
+            assert_eq!(bounded.is_match(&name), unbounded.is_match(&name), "{name}");
+            matched += usize::from(bounded.is_match(&name));
+        }
+        assert_eq!(matched, 3 * 4000, "TcpExt_Listen*, Udp(6)_InDatagrams and *_InErrors; not the other two shapes");
+    }
     const INC: StringFlag = StringFlag { name: "a.inc", default: "", help: "" };
     const ON: BoolFlag = BoolFlag { name: "a.on", default: true, help: "on" };
     const OFF: Hidden<BoolFlag> = Hidden(BoolFlag { name: "a.off", default: false, help: "off" });
