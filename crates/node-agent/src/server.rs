@@ -372,7 +372,7 @@ pub async fn bind(listen: &[String]) -> Result<Vec<TcpListener>, Error> {
         let mut bound = None;
         let mut last = None;
         for a in addrs {
-            match bind_one(a).await {
+            match bind_one(a) {
                 Ok(s) => {
                     bound = Some(s);
                     break;
@@ -389,16 +389,33 @@ pub async fn bind(listen: &[String]) -> Result<Vec<TcpListener>, Error> {
     Ok(out)
 }
 
-async fn bind_one(a: SocketAddr) -> std::io::Result<TcpListener> {
-    match TcpListener::bind(a).await {
+fn bind_one(a: SocketAddr) -> std::io::Result<TcpListener> {
+    match listen(a) {
         Ok(s) => Ok(s),
         // No IPv6 on this host: a bare port falls back to every IPv4 interface.
         Err(e) if a.ip().is_unspecified() && a.is_ipv6() => {
             let v4 = SocketAddr::from(([0, 0, 0, 0], a.port()));
-            TcpListener::bind(v4).await.map_err(|_| e)
+            listen(v4).map_err(|_| e)
         }
         Err(e) => Err(e),
     }
+}
+
+/// The listen backlog asked for: the kernel caps it at `net.core.somaxconn`
+/// (4096 since Linux 5.4), so the accept queue is as long as the node
+/// allows, as Go's listeners (node_exporter's) make it. tokio's default
+/// is 1024: a flood of connections that filled it made the kernel drop
+/// the SYNs of everyone else, the kubelet's probes included, each then
+/// waiting a second for its retransmission.
+const BACKLOG: u32 = 65535;
+
+/// A listening socket on `a` (SO_REUSEADDR, as std's bind sets it), with
+/// [`BACKLOG`].
+fn listen(a: SocketAddr) -> std::io::Result<TcpListener> {
+    let s = if a.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    s.set_reuseaddr(true)?;
+    s.bind(a)?;
+    s.listen(BACKLOG)
 }
 
 /// Connections open at once that count as a burst.
@@ -549,6 +566,35 @@ async fn connection(
 
 #[cfg(test)]
 mod tests {
+    /// Connections the kernel completes for a listener that accepts none
+    /// fill its accept queue: past the backlog, it drops their SYNs. The
+    /// agent's queue holds more than tokio's default 1024: as many as
+    /// `net.core.somaxconn` lets it (up to 2048 tried here, fewer under a
+    /// low open-file limit).
+    #[test]
+    fn the_accept_queue_is_as_long_as_the_node_allows() {
+        let somaxconn: usize =
+            std::fs::read_to_string("/proc/sys/net/core/somaxconn").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(128);
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes the limit into `lim`.
+        let nofile = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur as usize } else { 1024 };
+        let want = somaxconn.min(2048).min(nofile.saturating_sub(64));
+        assert!(want > 1025 || somaxconn <= 1024 || nofile < 1100, "somaxconn {somaxconn}, nofile {nofile}");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let l = rt.block_on(async { super::bind_one("127.0.0.1:0".parse().unwrap()) }).unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut held = Vec::with_capacity(want);
+        // The queue holds backlog + 1 connections (the kernel's test is
+        // "more than the backlog").
+        for i in 0..want {
+            match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(500)) {
+                Ok(c) => held.push(c),
+                Err(e) => panic!("connection {i} of {want} not completed ({e}): the accept queue is shorter than the node allows"),
+            }
+        }
+        drop(l);
+    }
+
     #[test]
     fn listen_fds_range_is_bounded() {
         assert_eq!(super::listen_fd_range(1), Ok(3..4));
