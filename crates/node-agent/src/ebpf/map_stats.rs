@@ -5,12 +5,14 @@
 //! `node_ebpf_map_memory_bytes` (the kernel's `memlock` figure from the
 //! map's `/proc/self/fdinfo` entry: read at each scrape for the maps that
 //! allocate entries as they come, whose figure follows them, and once for
-//! the others, whose figure is fixed when they are made) and, for the small hash maps, `node_ebpf_map_entries` and its
-//! high-water mark `node_ebpf_map_entries_max`.
+//! the others, whose figure is fixed when they are made) and, for the small
+//! hash maps, `node_ebpf_map_entries` and its high-water mark
+//! `node_ebpf_map_entries_max`.
 //!
 //! Entries are counted by walking the keys (one bpf(2) call per entry), or
 //! taken from the count the map's own collector made reading it whole since
-//! the last scrape ([`MapStats::note_entries`]), and only for hash maps of at most [`COUNTED_MAX_ENTRIES`] entries
+//! the last scrape ([`MapStats::note_entries`]), and only for hash maps of
+//! at most [`COUNTED_MAX_ENTRIES`] entries
 //! (`POD_STATS`, `BIO_HIST`: about 2.5 µs a key measured on the 2-CPU test
 //! machine, so 13 ms for both maps full and microseconds for the tens of
 //! entries they usually hold; their probes read them whole at every scrape
