@@ -5,9 +5,10 @@
 //! [`TRIM_INTERVAL`], an overlap within it trimmed when it is over, whether
 //! or not another scrape comes), and after a burst of connections (the
 //! HTTP server's). A lone scraper (Prometheus, one scrape at a time) never
-//! pays for a trim: its scrapes reuse the same freed memory. What each of these does to the working set the kubelet
-//! sees is measured in BENCHMARKS.md ("Each memory trick, as the kubelet
-//! sees it"), with each turned off in turn through [`OFF_ENV`].
+//! pays for a trim: its scrapes reuse the same freed memory. What each of
+//! these does to the working set the kubelet sees is measured in
+//! BENCHMARKS.md ("Each memory trick, as the kubelet sees it"), with each
+//! turned off in turn through [`OFF_ENV`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
