@@ -336,7 +336,12 @@ fn a_burst_of_connections_is_capped_and_its_memory_given_back() {
     // Scrapes by a well-behaved client still get through once slots free.
     drop(clients);
     assert!(eventually(10, || raw_get(p.addr, "/metrics", Duration::from_secs(2)).is_some_and(|r| r.0 == 200)), "served after the burst");
-    let back = eventually(20, || anon_kb(pid) < base_rss + 8 * 1024);
+    // Given back within 20 s: the runner threads the burst's scrapes
+    // started (up to one per scrape in flight) leave 5 s after their last
+    // task, and the last to go trims the heap. Measured on a debug build
+    // after a burst, loaded or not: base + 1.7 to 2.1 MB, where runners
+    // kept for a minute had left base + 3.6 to 8.3 MB.
+    let back = eventually(20, || anon_kb(pid) < base_rss + 4 * 1024);
     let after = anon_kb(pid);
     eprintln!(
         "burst of 5,000 clients that never read: anonymous RSS {base_rss} kB -> peak {peak_rss} kB -> {after} kB (all resident: {} kB); fds {base_fds} -> {peak_fds}",

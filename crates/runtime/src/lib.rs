@@ -170,6 +170,8 @@ impl Builder {
                     ids: Default::default(),
                     supervised: Mutex::default(),
                     tick: Condvar::new(),
+                    #[cfg(test)]
+                    surplus_trims: Default::default(),
                 }),
                 overlap: Default::default(),
                 #[cfg(test)]
@@ -621,5 +623,40 @@ mod tests {
         // 100 scrapes of 3 ms each, serialized on the collectors: far below
         // one deadline.
         assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    }
+
+    #[test]
+    fn runners_a_burst_started_leave_soon_and_the_last_trims() {
+        // Eight scrapes at once on a collector that takes a while: most of
+        // them wait, each on a runner of its own, for the one running it.
+        let s = Scraper::builder(vec![("a", Box::new(Slow(Duration::from_millis(30))))])
+            .timeouts(Duration::from_secs(5), Duration::from_secs(5))
+            .build();
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let s = s.clone();
+                std::thread::spawn(move || text(&s, &Selection::default()))
+            })
+            .collect();
+        for h in handles {
+            assert!(h.join().unwrap().contains("node_scrape_collector_success{collector=\"a\"} 1"));
+        }
+        let burst = s.runner_threads();
+        assert!(burst > pool::KEPT_RUNNERS, "the burst started runners beyond the kept ones: {burst}");
+        assert_eq!(s.inner.pool.surplus_trims.load(Ordering::Relaxed), 0);
+        let t = Instant::now();
+        while s.runner_threads() > pool::KEPT_RUNNERS && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(s.runner_threads() <= pool::KEPT_RUNNERS, "{burst} runners -> {} after {:?}", s.runner_threads(), t.elapsed());
+        let t = Instant::now();
+        while s.inner.pool.surplus_trims.load(Ordering::Relaxed) == 0 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(s.inner.pool.surplus_trims.load(Ordering::Relaxed) >= 1, "the last surplus runner to leave trims");
+        // The kept runners stay for the next scrapes.
+        std::thread::sleep(pool::SURPLUS_IDLE_EXIT * 2);
+        assert!(s.runner_threads() >= 1);
+        assert!(text(&s, &Selection::default()).contains("node_scrape_collector_success{collector=\"a\"} 1"));
     }
 }

@@ -3,12 +3,13 @@
 //! below: after a scrape grew a sink past what is kept for reuse, once
 //! scrapes that overlapped are all over (both the scraper's; at most every
 //! [`TRIM_INTERVAL`], an overlap within it trimmed when it is over, whether
-//! or not another scrape comes), and after a burst of connections (the
-//! HTTP server's). A lone scraper (Prometheus, one scrape at a time) never
-//! pays for a trim: its scrapes reuse the same freed memory. What each of
-//! these does to the working set the kubelet sees is measured in
-//! BENCHMARKS.md ("Each memory trick, as the kubelet sees it"), with each
-//! turned off in turn through [`OFF_ENV`].
+//! or not another scrape comes), when the last runner thread a burst of
+//! scrapes started leaves (the runner pool's), and after a burst of
+//! connections (the HTTP server's). A lone scraper (Prometheus, one scrape
+//! at a time) never pays for a trim: its scrapes reuse the same freed
+//! memory. What each of these does to the working set the kubelet sees is
+//! measured in BENCHMARKS.md ("Each memory trick, as the kubelet sees
+//! it"), with each turned off in turn through [`OFF_ENV`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;

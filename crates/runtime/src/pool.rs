@@ -25,6 +25,9 @@ pub(super) struct Pool {
     pub(super) supervised: Mutex<Supervised>,
     /// Wakes the supervisor: a scrape started, or the scraper is gone.
     pub(super) tick: Condvar,
+    /// Trims by the last surplus runner to leave.
+    #[cfg(test)]
+    pub(super) surplus_trims: std::sync::atomic::AtomicUsize,
 }
 
 /// The scrapes the supervisor watches (each with its scraper, held weakly:
@@ -51,6 +54,22 @@ pub(super) struct PoolState {
 }
 
 pub(super) const IDLE_EXIT: Duration = Duration::from_secs(60);
+
+/// Runners that wait [`IDLE_EXIT`] before leaving: enough for scrapes one
+/// after another and one slow collector's helper (or two Prometheus
+/// replicas). Runners beyond these were started by a burst of overlapping
+/// scrapes (up to `--web.max-requests`, most of them waiting for a
+/// collector another scrape holds) and leave after [`SURPLUS_IDLE_EXIT`].
+pub(super) const KEPT_RUNNERS: usize = 2;
+
+/// How long a runner beyond [`KEPT_RUNNERS`] waits for work before leaving.
+/// The last of them to leave trims the heap: a burst of 40 scrapes had
+/// left about 3 MB of stacks and freed heap resident for a minute, which
+/// the kubelet counts in the working set.
+#[cfg(not(test))]
+pub(super) const SURPLUS_IDLE_EXIT: Duration = Duration::from_secs(5);
+#[cfg(test)]
+pub(super) const SURPLUS_IDLE_EXIT: Duration = Duration::from_millis(200);
 
 impl Pool {
     /// Hands `job` to the supervisor thread, started if none runs.
@@ -226,13 +245,15 @@ fn supervisor(pool: Arc<Pool>) {
     }
 }
 
-/// A runner thread: takes tasks until idle for long (the last one stays),
-/// or until the scraper is gone. It counts as idle from the moment it hands
+/// A runner thread: takes tasks until idle for long ([`IDLE_EXIT`], or
+/// [`SURPLUS_IDLE_EXIT`] beyond [`KEPT_RUNNERS`]; the last one stays), or
+/// until the scraper is gone. It counts as idle from the moment it hands
 /// a body over (see [`deliver`]) until it takes its next task, so that the
 /// scrape a caller submits right after its body arrives finds it idle
 /// instead of starting another thread.
 fn runner(pool: Arc<Pool>, id: u64) {
     let mut counted_idle = false;
+    let mut trim = false;
     loop {
         let next = {
             let mut st = lock(&pool.state);
@@ -249,16 +270,29 @@ fn runner(pool: Arc<Pool>, id: u64) {
                     st.threads -= 1;
                     break None;
                 }
-                let (g, res) = pool.ready.wait_timeout(st, IDLE_EXIT).unwrap_or_else(|e| e.into_inner());
+                let surplus = st.threads > KEPT_RUNNERS;
+                let wait = if surplus { SURPLUS_IDLE_EXIT } else { IDLE_EXIT };
+                let (g, res) = pool.ready.wait_timeout(st, wait).unwrap_or_else(|e| e.into_inner());
                 st = g;
                 if res.timed_out() && st.tasks.is_empty() && st.threads > 1 {
                     st.idle -= 1;
                     st.threads -= 1;
+                    // The last surplus runner to go gives back what the
+                    // burst left: the others' freed heap (their exits have
+                    // returned their thread caches to it).
+                    trim = surplus && st.threads <= KEPT_RUNNERS;
                     break None;
                 }
             }
         };
-        let Some((inner, task)) = next else { return };
+        let Some((inner, task)) = next else {
+            if trim {
+                #[cfg(test)]
+                pool.surplus_trims.fetch_add(1, Ordering::Relaxed);
+                crate::memory::trim();
+            }
+            return;
+        };
         counted_idle = match task {
             Task::Run(job) => {
                 run(&inner, &job, id) && {
