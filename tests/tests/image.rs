@@ -378,7 +378,7 @@ fn flags_follow_the_manifest() {
     assert!(has("--volume=/:/host/root:rbind,ro,rslave"), "{:?}", run.flags);
     assert!(!run.flags.iter().any(|f| f.contains("seccomp")), "RuntimeDefault is the engine's default: {:?}", run.flags);
     assert!(run.args.contains(&"--web.listen-address=:19100".to_string()), "{:?}", run.args);
-    assert_eq!(run.memory_limit, Some(160 << 20));
+    assert_eq!(run.memory_limit, Some(192 << 20));
     assert_eq!(run.grace, 30);
     assert_eq!(run.probes.iter().map(|p| p.1.as_str()).collect::<Vec<_>>(), ["/healthz", "/readyz"]);
     let (spec, c) = agent_pod("deploy/overlays/seccomp-profile");

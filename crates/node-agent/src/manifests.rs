@@ -198,7 +198,7 @@ fn pod_spec(indent: usize, priority_class: bool) -> String {
     s.push_str("    readinessProbe:\n      httpGet: {path: /readyz, port: metrics}\n      periodSeconds: 10\n");
     s.push_str("    livenessProbe:\n      httpGet: {path: /healthz, port: metrics}\n      periodSeconds: 20\n      failureThreshold: 3\n");
     s.push_str(
-        "    # Memory derived by `cargo xtask bench` (BENCHMARKS.md, \"Sizing the\n    # DaemonSet\"): the request from the working set at 250 pods with every\n    # probe, the limit from the cgroup peak at 250 pods and 2,000 devices,\n    # headroom stated there; eBPF maps are charged to this cgroup too. No\n    # CPU limit: throttling would stretch scrapes.\n    resources:\n      requests: {cpu: 10m, memory: 32Mi}\n      limits: {memory: 160Mi}\n",
+        "    # Memory derived by `cargo xtask bench` (BENCHMARKS.md, \"Sizing the\n    # DaemonSet\"): the request from the working set at 250 pods with every\n    # probe, the limit from the cgroup peak at 250 pods and 2,000 devices,\n    # both on 192 CPUs, headroom stated there; eBPF maps (per-CPU ones\n    # among them) are charged to this cgroup too. No CPU limit: throttling\n    # would stretch scrapes.\n    resources:\n      requests: {cpu: 10m, memory: 48Mi}\n      limits: {memory: 192Mi}\n",
     );
     s.push_str("    securityContext:\n      runAsUser: 0\n      readOnlyRootFilesystem: true\n      allowPrivilegeEscalation: false\n      privileged: false\n      capabilities:\n        drop: [ALL]\n        add:\n");
     for c in CAPABILITIES {

@@ -1904,8 +1904,24 @@ fn growth_point_with(
     ready: &dyn Fn(&str) -> Res<()>,
     quick: bool,
 ) -> Res<[GrowthCost; 2]> {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let common: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
+    growth_point_both(agent, agent_flags, ne, &common, view, fixed_ports, unit_series, ready, quick)
+}
+
+/// [`growth_point_with`] with node_exporter's flags given too.
+#[allow(clippy::too_many_arguments)]
+fn growth_point_both(
+    agent: &Path,
+    agent_flags: &[String],
+    ne: &Path,
+    ne_flags: &[String],
+    view: &View,
+    fixed_ports: bool,
+    unit_series: &str,
+    ready: &dyn Fn(&str) -> Res<()>,
+    quick: bool,
+) -> Res<[GrowthCost; 2]> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let cg = |name: &str| MemCg::new(name).map_err(|e| format!("memory cgroup {name}: {e}"));
     let mut cgs = [cg("grow-agent")?, cg("grow-node-exporter")?];
     let addr = |fixed: u16| {
@@ -1919,7 +1935,7 @@ fn growth_point_with(
     let http = ureq::AgentBuilder::new().timeout(Duration::from_secs(120)).build();
     let procs = [
         spawn_viewing(agent, agent_flags, &addr(19101), &cgs[0], view, &http)?,
-        spawn_viewing(ne, &common, &addr(19102), &cgs[1], view, &http)?,
+        spawn_viewing(ne, ne_flags, &addr(19102), &cgs[1], view, &http)?,
     ];
     ready(&procs[0].url)?;
     for p in &procs {
@@ -2010,6 +2026,138 @@ fn mount_growth(agent: &Path, ne: &Path, counts: &[usize], quick: bool) -> Res<V
         rows.push((count, growth_point(agent, ne, &View::Mounts(targets), false, "node_filesystem_size_bytes{", quick)?));
     }
     Ok(rows)
+}
+
+/// The collectors reading per-CPU files, node_exporter's defaults among
+/// them: the CPUs growth table runs both exporters with these alone.
+const PER_CPU_COLLECTORS: [&str; 5] = ["cpu", "cpufreq", "softnet", "schedstat", "stat"];
+
+/// A procfs and a sysfs of `cpus` CPUs under `root` (`proc/`, `sys/`),
+/// holding the files the per-CPU collectors read, in the running kernel's
+/// formats: /proc/stat (this machine's, its cpu lines repeated), softnet
+/// rows, schedstat (version 15) and each CPU's cpufreq, topology and
+/// thermal_throttle directories, with /sys/bus/cpu/devices' links.
+fn cpu_tree(root: &Path, cpus: usize) -> Res<()> {
+    let write = |rel: &str, text: &str| -> Res<()> {
+        let p = root.join(rel);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let stat = std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))?;
+    let cpu0 = stat.lines().find(|l| l.starts_with("cpu0 ")).ok_or("/proc/stat has no cpu0 line")?;
+    let fields: Vec<u64> = cpu0.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+    let mut text = String::new();
+    let total: Vec<String> = fields.iter().map(|f| (f * cpus as u64).to_string()).collect();
+    let _ = writeln!(text, "cpu  {}", total.join(" "));
+    for i in 0..cpus {
+        let own: Vec<String> = fields.iter().map(|f| (f + i as u64).to_string()).collect();
+        let _ = writeln!(text, "cpu{i} {}", own.join(" "));
+    }
+    for l in stat.lines().filter(|l| !l.starts_with("cpu")) {
+        let _ = writeln!(text, "{l}");
+    }
+    write("proc/stat", &text)?;
+    let softnet = std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default();
+    let row: Vec<&str> = softnet.lines().next().map(|l| l.split_whitespace().collect()).unwrap_or_default();
+    let row = if row.len() >= 13 { row } else { vec!["00000000"; 13] };
+    let mut text = String::new();
+    for i in 0..cpus {
+        let mut r: Vec<String> = row.iter().map(|c| c.to_string()).collect();
+        r[12] = format!("{i:08x}");
+        let _ = writeln!(text, "{}", r.join(" "));
+    }
+    write("proc/net/softnet_stat", &text)?;
+    let mut text = String::from("version 15\ntimestamp 4295000000\n");
+    for i in 0..cpus {
+        let _ = writeln!(text, "cpu{i} 0 0 0 0 0 0 {} {} {}", 2_000_000_000u64 + i as u64, 300_000_000u64 + i as u64, 40_000 + i);
+        let _ = writeln!(text, "domain0 {:016x} {}", 1u64 << (i % 64), ["0"; 36].join(" "));
+    }
+    write("proc/schedstat", &text)?;
+    let range = format!("0-{}\n", cpus - 1);
+    for f in ["online", "present", "possible"] {
+        write(&format!("sys/devices/system/cpu/{f}"), &range)?;
+    }
+    write("sys/devices/system/cpu/offline", "\n")?;
+    write("sys/devices/system/cpu/isolated", "\n")?;
+    std::fs::create_dir_all(root.join("sys/bus/cpu/devices")).map_err(|e| format!("sys/bus/cpu/devices: {e}"))?;
+    for i in 0..cpus {
+        let d = format!("sys/devices/system/cpu/cpu{i}");
+        let files: [(&str, String); 14] = [
+            ("cpufreq/cpuinfo_max_freq", "3700000".into()),
+            ("cpufreq/cpuinfo_min_freq", "800000".into()),
+            ("cpufreq/cpuinfo_transition_latency", "0".into()),
+            ("cpufreq/related_cpus", i.to_string()),
+            ("cpufreq/scaling_available_governors", "performance powersave".into()),
+            ("cpufreq/scaling_cur_freq", (1_700_000 + i).to_string()),
+            ("cpufreq/scaling_driver", "intel_pstate".into()),
+            ("cpufreq/scaling_governor", "powersave".into()),
+            ("cpufreq/scaling_max_freq", "3700000".into()),
+            ("cpufreq/scaling_min_freq", "800000".into()),
+            ("cpufreq/scaling_setspeed", "<unsupported>".into()),
+            ("topology/core_id", (i / 2).to_string()),
+            ("topology/physical_package_id", (i * 2 / cpus).to_string()),
+            ("thermal_throttle/core_throttle_count", (i % 7).to_string()),
+        ];
+        for (f, v) in files {
+            write(&format!("{d}/{f}"), &format!("{v}\n"))?;
+        }
+        write(&format!("{d}/thermal_throttle/package_throttle_count"), "3\n")?;
+        let link = root.join(format!("sys/bus/cpu/devices/cpu{i}"));
+        std::os::unix::fs::symlink(format!("../../../devices/system/cpu/cpu{i}"), &link).map_err(|e| format!("{}: {e}", link.display()))?;
+    }
+    Ok(())
+}
+
+/// Both exporters with the per-CPU collectors alone, reading a procfs and
+/// sysfs of each count of CPUs ([`cpu_tree`]).
+fn cpu_growth(agent: &Path, ne: &Path, counts: &[usize], quick: bool) -> Res<Vec<(usize, [GrowthCost; 2])>> {
+    let mut rows = Vec::new();
+    for &count in counts {
+        let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
+        cpu_tree(dir.path(), count)?;
+        let mut flags = vec![
+            "--collector.disable-defaults".to_string(),
+            format!("--path.procfs={}", dir.path().join("proc").display()),
+            format!("--path.sysfs={}", dir.path().join("sys").display()),
+        ];
+        flags.extend(PER_CPU_COLLECTORS.iter().map(|c| format!("--collector.{c}")));
+        eprintln!("bench: growth: {count} CPUs");
+        rows.push((
+            count,
+            growth_point_both(agent, &flags, ne, &flags, &View::Host, false, "node_cpu_scaling_frequency_hertz{", &|_| Ok(()), quick)?,
+        ));
+    }
+    Ok(rows)
+}
+
+/// The eBPF maps' memory that grows with the node's CPUs, from node-agent
+/// with every probe (its default): the per-CPU maps' charge per possible
+/// CPU (their memlock over this machine's possible CPUs, from the process's
+/// fdinfo), and the bytes per entry of the run queue's map of enqueue
+/// times, sized `ENTRIES_PER_CPU` a CPU within its floor and cap
+/// (`node_agent::probes::ebpf_runqueue::entries_for`).
+fn ebpf_bytes_per_cpu(agent: &Path) -> Res<(f64, f64)> {
+    let (_kill, url, pid) = node_agent_tests::start_exporter_prepared(agent, &[] as &[&str], std::process::Stdio::null(), |_| {})?;
+    let body = compare::http_get(&url).map_err(|e| format!("scrape: {e}"))?;
+    let sample = |name: &str| {
+        body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok()).ok_or(format!("{name} not in the answer"))
+    };
+    let per_entry =
+        sample("node_ebpf_map_memory_bytes{map=\"RUNQ_TASK_START\"}")? / sample("node_ebpf_map_max_entries{map=\"RUNQ_TASK_START\"}")?;
+    // BPF_MAP_TYPE_PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH, PERCPU_CGROUP_STORAGE.
+    const PER_CPU_TYPES: [u32; 4] = [5, 6, 10, 21];
+    let mut per_cpu = 0u64;
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).map_err(|e| format!("fdinfo: {e}"))?.flatten() {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let field = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok());
+        if field("map_type:").is_some_and(|t| PER_CPU_TYPES.contains(&(t as u32))) {
+            per_cpu += field("memlock:").unwrap_or(0);
+        }
+    }
+    let possible = node_agent::ebpf::map_stats::possible_cpus().max(1);
+    Ok((per_cpu as f64 / possible as f64, per_entry))
 }
 
 /// The Service watch's memory (`ebpf_tcp_peers` names peers by ClusterIP):
@@ -2300,6 +2448,8 @@ fn growth_section(agent: &Path, ne: &Path, quick: bool) -> Res<String> {
     let devices = device_growth(agent, ne, &[10, 100, 500, 2000], quick)?;
     let mounts = mount_growth(agent, ne, &[10, 500, 5000], quick)?;
     let pods = pod_growth(agent, ne, &[10, 110, 250], quick)?;
+    let cpu_rows = cpu_growth(agent, ne, &CPU_COUNTS, quick)?;
+    let ebpf_per_cpu = ebpf_bytes_per_cpu(agent)?;
     let host_mounts = std::fs::read_to_string("/proc/self/mountinfo").map(|m| m.lines().count()).unwrap_or(0);
     let (rounds, per_round) = if quick { (2, 3) } else { (5, 6) };
     let mut md = String::from("\n## Cost as the node grows\n\n");
@@ -2310,10 +2460,43 @@ fn growth_section(agent: &Path, ne: &Path, quick: bool) -> Res<String> {
     md.push_str(&growth_table("mounts", &mounts));
     let _ = writeln!(md, "\n### Pods\n\nnode-agent with every probe and pod attribution on: an in-memory API server lists the pods, {CONTAINERS_PER_POD} containers each, on the agent's node (and as many elsewhere), each container with a cgroup of its own (kubepods/burstable/pod<uid>/<container id> in the v2 hierarchy) in which a short process ran once the pods were listed; node_exporter beside it as it is (it has no pods: its figures are the floor). The pods in the answer: the series of `node_ebpf_pod_runqueue_waits_total`, one per pod with counts and one for the host's own tasks.\n");
     md.push_str(&growth_table("pods", &pods));
-    let cpus = cpus_online();
-    let _ = writeln!(md, "\n### CPUs\n\nThis machine has {cpus} CPUs online: the per-CPU families' growth (cpu, cpufreq, softnet, schedstat, interrupts' columns) cannot be shown here.");
-    md.push_str(&sizing(&devices, &pods));
+    md.push_str(&cpus_section(&cpu_rows, ebpf_per_cpu));
+    md.push_str(&sizing(&devices, &pods, &cpu_rows, ebpf_per_cpu));
     Ok(md)
+}
+
+/// The CPU counts of the CPUs table: this machine's and the large nodes'.
+const CPU_COUNTS: [usize; 4] = [2, 32, 96, 192];
+
+/// The eBPF maps' bytes beyond this machine's at `cpus` CPUs, from
+/// [`ebpf_bytes_per_cpu`]'s figures.
+fn ebpf_growth_at(cpus: usize, (per_cpu, runq_entry): (f64, f64)) -> f64 {
+    use node_agent::probes::ebpf_runqueue::entries_for;
+    let here = node_agent::ebpf::map_stats::possible_cpus();
+    let runq = |c: u64| f64::from(entries_for(0, c)) * runq_entry;
+    per_cpu * (cpus as f64 - here as f64) + runq(cpus as u64) - runq(here)
+}
+
+fn cpus_section(rows: &[(usize, [GrowthCost; 2])], ebpf: (f64, f64)) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "\n### CPUs\n\nThis machine has {} CPUs online, so the CPUs here are a procfs and a sysfs of each count made for the purpose, in this kernel's formats (/proc/stat with its cpu lines repeated, /proc/net/softnet_stat's rows, /proc/schedstat version 15, each CPU's cpufreq, topology and thermal_throttle files), read by both exporters with the collectors that read per-CPU files alone: `--collector.disable-defaults` and {} (interrupts, whose columns are per CPU, is off by default in both). What this leaves out is the kernel's own cost of writing the real files, which grows with the CPUs for both exporters alike (/proc/stat sums every CPU's counters). These files are regular files, which node-agent never keeps open (procfs and sysfs files it keeps, within its budget of descriptors), so it opens and closes each at every scrape, as node_exporter does.\n",
+        cpus_online(),
+        PER_CPU_COLLECTORS.iter().map(|c| format!("`--collector.{c}`")).collect::<Vec<_>>().join(", ")
+    );
+    md.push_str(&growth_table("CPUs", rows));
+    let at: Vec<String> = CPU_COUNTS[1..].iter().map(|&c| format!("{:.1} MB at {c}", ebpf_growth_at(c, ebpf) / MB)).collect();
+    let _ = writeln!(
+        md,
+        "\neBPF maps, which these tables leave out (node-agent with every probe): the per-CPU maps charge {:.1} kB per possible CPU (their memlock over this machine's {} possible CPUs), and the run queue's map of enqueue times takes {} entries a CPU within [4096, 32768] entries at {:.0} bytes each. Beyond this machine's: {}.",
+        ebpf.0 / 1024.0,
+        node_agent::ebpf::map_stats::possible_cpus(),
+        node_agent::probes::ebpf_runqueue::ENTRIES_PER_CPU,
+        ebpf.1,
+        at.join(", ")
+    );
+    md
 }
 
 /// Headroom of the memory request over the working set it is derived from.
@@ -2324,18 +2507,37 @@ const REQUEST_HEADROOM: f64 = 1.25;
 const LIMIT_HEADROOM: f64 = 2.0;
 /// Devices of the large node the limit is sized for.
 const SIZING_DEVICES: usize = 2000;
+/// CPUs of the large node the request and limit are sized for (the most
+/// the growth tables' nodes have).
+const SIZING_CPUS: usize = 192;
 
 /// The DaemonSet's memory request and limit derived from the growth
 /// tables, against what deploy/ asks: the request from the working set at
 /// the most pods measured (every probe and pod attribution on) with one
 /// veth device per pod added at the devices table's cost per device; the
-/// limit from the cgroup peak at those pods and [`SIZING_DEVICES`] devices.
-fn sizing(devices: &[(usize, [GrowthCost; 2])], pods: &[(usize, [GrowthCost; 2])]) -> String {
+/// limit from the cgroup peak at those pods and [`SIZING_DEVICES`] devices;
+/// both on a node of [`SIZING_CPUS`] CPUs.
+fn sizing(
+    devices: &[(usize, [GrowthCost; 2])],
+    pods: &[(usize, [GrowthCost; 2])],
+    cpus: &[(usize, [GrowthCost; 2])],
+    ebpf: (f64, f64),
+) -> String {
     let (Some(d0), Some(d1), Some((npods, p))) = (devices.first(), devices.last(), pods.last()) else { return String::new() };
-    let per_device = |f: &dyn Fn(&GrowthCost) -> u64| (f(&d1.1[0]) as f64 - f(&d0.1[0]) as f64).max(0.0) / (d1.0 - d0.0) as f64;
+    let (Some(c0), Some(c1)) = (cpus.first(), cpus.last()) else { return String::new() };
+    let per = |a: &(usize, [GrowthCost; 2]), b: &(usize, [GrowthCost; 2]), f: &dyn Fn(&GrowthCost) -> u64| {
+        (f(&b.1[0]) as f64 - f(&a.1[0]) as f64).max(0.0) / (b.0 - a.0).max(1) as f64
+    };
+    let per_device = |f: &dyn Fn(&GrowthCost) -> u64| per(d0, d1, f);
     let here = std::fs::read_dir("/sys/class/net").map(|d| d.count()).unwrap_or(1);
-    let ws = p[0].working_set as f64 + per_device(&|g| g.working_set) * npods.saturating_sub(here) as f64;
-    let peak = p[0].peak as f64 + per_device(&|g| g.peak) * SIZING_DEVICES.saturating_sub(here) as f64;
+    // The CPUs beyond this machine's: the per-CPU files' cost (the CPUs
+    // table) and the eBPF maps that grow with them.
+    let more_cpus = SIZING_CPUS.saturating_sub(cpus_online()) as f64;
+    let ebpf_more = ebpf_growth_at(SIZING_CPUS, ebpf);
+    let cpus_ws = per(c0, c1, &|g| g.working_set) * more_cpus + ebpf_more;
+    let cpus_peak = per(c0, c1, &|g| g.peak) * more_cpus + ebpf_more;
+    let ws = p[0].working_set as f64 + per_device(&|g| g.working_set) * npods.saturating_sub(here) as f64 + cpus_ws;
+    let peak = p[0].peak as f64 + per_device(&|g| g.peak) * SIZING_DEVICES.saturating_sub(here) as f64 + cpus_peak;
     let mib = 1024.0 * 1024.0;
     // Rounded up to whole multiples of 16 MiB.
     let round = |b: f64| ((b / mib / 16.0).ceil() * 16.0) as u64;
@@ -2358,7 +2560,10 @@ fn sizing(devices: &[(usize, [GrowthCost; 2])], pods: &[(usize, [GrowthCost; 2])
     let mut md = String::from("\n### Sizing the DaemonSet\n\n");
     let _ = writeln!(
         md,
-        "From the tables above, node-agent with every probe and pod attribution on. Memory request: the working set at {npods} pods ({:.1} MB) plus one veth device per pod beyond the {here} here at the devices table's working set per device, {:.1} MB, times {REQUEST_HEADROOM} headroom, rounded up to 16 MiB: **{request}Mi**; deploy/ asks {}. Memory limit: the cgroup peak at {npods} pods ({:.1} MB) plus {SIZING_DEVICES} devices at the devices table's peak per device, {:.1} MB, times {LIMIT_HEADROOM} headroom (an outsized textfile, a burst of connections, page cache not yet reclaimed), rounded up to 16 MiB: **{limit}Mi**; deploy/ asks {}. A node beyond {SIZING_DEVICES} devices or 5,000 mounts adds the tables' cost per device and per mount to the limit.",
+        "From the tables above, node-agent with every probe and pod attribution on, on a node of {SIZING_CPUS} CPUs (the CPUs table's cost per CPU and the eBPF maps that grow with the CPUs, beyond this machine's {}: {:.1} MB of working set, {:.1} MB of peak). Memory request: the working set at {npods} pods ({:.1} MB) plus one veth device per pod beyond the {here} here at the devices table's working set per device, plus the CPUs, {:.1} MB, times {REQUEST_HEADROOM} headroom, rounded up to 16 MiB: **{request}Mi**; deploy/ asks {}. Memory limit: the cgroup peak at {npods} pods ({:.1} MB) plus {SIZING_DEVICES} devices at the devices table's peak per device, plus the CPUs, {:.1} MB, times {LIMIT_HEADROOM} headroom (an outsized textfile, a burst of connections, page cache not yet reclaimed), rounded up to 16 MiB: **{limit}Mi**; deploy/ asks {}. A node beyond {SIZING_DEVICES} devices, 5,000 mounts or {SIZING_CPUS} CPUs adds the tables' cost per device, per mount and per CPU to the limit.",
+        cpus_online(),
+        cpus_ws / MB,
+        cpus_peak / MB,
         p[0].working_set as f64 / MB,
         ws / MB,
         verdict(req_asked, request),
@@ -2446,6 +2651,13 @@ fn run() -> Res<()> {
         let counts: Vec<usize> =
             get("--pods").unwrap_or_else(|| "10,110,250".into()).split(',').filter_map(|c| c.trim().parse().ok()).collect();
         print!("{}", growth_table("pods", &pod_growth(&agent, &ne, &counts, quick)?));
+        return Ok(());
+    }
+    if get("--only").as_deref() == Some("cpus") {
+        let agent = PathBuf::from(get("--agent").ok_or("--agent PATH is required")?);
+        let ne = compare::which("prometheus-node-exporter").ok_or("prometheus-node-exporter is not installed")?;
+        let (_disk, agent, ne) = staged(&agent, &ne)?;
+        print!("{}", cpus_section(&cpu_growth(&agent, &ne, &CPU_COUNTS, quick)?, ebpf_bytes_per_cpu(&agent)?));
         return Ok(());
     }
     if get("--only").as_deref() == Some("memory") {

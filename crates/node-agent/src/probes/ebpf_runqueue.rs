@@ -34,8 +34,15 @@ pub fn programs(k: &Kernel) -> &'static [Program; 3] {
 /// that finds no entry cannot tell it from a task woken before the
 /// programs were attached.
 pub fn start_entries(procfs: &std::path::Path) -> u32 {
-    let threads = map_stats::node_threads(procfs);
-    map_stats::sized((2 * threads).max(512 * map_stats::possible_cpus()), 4096, 32768)
+    entries_for(map_stats::node_threads(procfs), map_stats::possible_cpus())
+}
+
+/// Entries of the map of enqueue times a CPU (see [`start_entries`]).
+pub const ENTRIES_PER_CPU: u64 = 512;
+
+/// [`start_entries`] for `threads` threads and `cpus` possible CPUs.
+pub fn entries_for(threads: u64, cpus: u64) -> u32 {
+    map_stats::sized((2 * threads).max(ENTRIES_PER_CPU * cpus), 4096, 32768)
 }
 
 /// The classic tracepoints' field offsets (the raw programs read none), and
