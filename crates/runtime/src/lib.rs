@@ -352,6 +352,18 @@ mod tests {
         String::from_utf8(s.scrape(sel, Format::Text)).unwrap()
     }
 
+    /// `n` scrapes of `s` started at once, each on a thread of its own:
+    /// their bodies.
+    fn at_once(s: &Scraper, n: usize) -> Vec<String> {
+        let handles: Vec<_> = (0..n)
+            .map(|_| {
+                let s = s.clone();
+                std::thread::spawn(move || text(&s, &Selection::default()))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
     #[test]
     fn a_panic_fails_its_collector_only_every_time() {
         let s = Scraper::new(vec![("panics", Box::new(Panics)), ("fine", Box::new(Fine("fine_value")))]);
@@ -518,14 +530,8 @@ mod tests {
             text(&s, &Selection::default());
         }
         assert_eq!(s.inner.overlap_trims.load(Ordering::Relaxed), 0, "one scrape at a time");
-        let both: Vec<_> = (0..2)
-            .map(|_| {
-                let s = s.clone();
-                std::thread::spawn(move || text(&s, &Selection::default()))
-            })
-            .collect();
-        for h in both {
-            assert!(h.join().unwrap().contains("slow_value 1"));
+        for body in at_once(&s, 2) {
+            assert!(body.contains("slow_value 1"));
         }
         assert_eq!(s.inner.overlap_trims.load(Ordering::Relaxed), 1, "one trim once both are over");
     }
@@ -632,14 +638,8 @@ mod tests {
         let s = Scraper::builder(vec![("a", Box::new(Slow(Duration::from_millis(30))))])
             .timeouts(Duration::from_secs(5), Duration::from_secs(5))
             .build();
-        let handles: Vec<_> = (0..8)
-            .map(|_| {
-                let s = s.clone();
-                std::thread::spawn(move || text(&s, &Selection::default()))
-            })
-            .collect();
-        for h in handles {
-            assert!(h.join().unwrap().contains("node_scrape_collector_success{collector=\"a\"} 1"));
+        for body in at_once(&s, 8) {
+            assert!(body.contains("node_scrape_collector_success{collector=\"a\"} 1"));
         }
         let burst = s.runner_threads();
         assert!(burst > pool::KEPT_RUNNERS, "the burst started runners beyond the kept ones: {burst}");

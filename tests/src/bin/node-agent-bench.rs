@@ -1888,29 +1888,14 @@ fn growth_point(agent: &Path, ne: &Path, view: &View, fixed_ports: bool, unit_se
     let common: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
     let mut agent_flags = common.clone();
     agent_flags.extend(node_agent::manifests::agent_only_collectors().iter().map(|c| format!("--no-collector.{c}")));
-    growth_point_with(agent, &agent_flags, ne, view, fixed_ports, unit_series, &|_| Ok(()), quick)
+    growth_point_with(agent, &agent_flags, ne, &common, view, fixed_ports, unit_series, &|_| Ok(()), quick)
 }
 
-/// [`growth_point`] with node-agent's flags given, and `ready` run on its
-/// URL once it answers (say, to wait for its pods to be listed).
+/// [`growth_point`] with both exporters' flags given, and `ready` run on
+/// node-agent's URL once it answers (say, to wait for its pods to be
+/// listed).
 #[allow(clippy::too_many_arguments)]
 fn growth_point_with(
-    agent: &Path,
-    agent_flags: &[String],
-    ne: &Path,
-    view: &View,
-    fixed_ports: bool,
-    unit_series: &str,
-    ready: &dyn Fn(&str) -> Res<()>,
-    quick: bool,
-) -> Res<[GrowthCost; 2]> {
-    let common: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
-    growth_point_both(agent, agent_flags, ne, &common, view, fixed_ports, unit_series, ready, quick)
-}
-
-/// [`growth_point_with`] with node_exporter's flags given too.
-#[allow(clippy::too_many_arguments)]
-fn growth_point_both(
     agent: &Path,
     agent_flags: &[String],
     ne: &Path,
@@ -2126,7 +2111,7 @@ fn cpu_growth(agent: &Path, ne: &Path, counts: &[usize], quick: bool) -> Res<Vec
         eprintln!("bench: growth: {count} CPUs");
         rows.push((
             count,
-            growth_point_both(agent, &flags, ne, &flags, &View::Host, false, "node_cpu_scaling_frequency_hertz{", &|_| Ok(()), quick)?,
+            growth_point_with(agent, &flags, ne, &flags, &View::Host, false, "node_cpu_scaling_frequency_hertz{", &|_| Ok(()), quick)?,
         ));
     }
     Ok(rows)
@@ -2371,7 +2356,11 @@ fn pod_growth(agent: &Path, ne: &Path, counts: &[usize], quick: bool) -> Res<Vec
             Ok(())
         };
         eprintln!("bench: growth: {count} pods of {CONTAINERS_PER_POD} containers");
-        rows.push((count, growth_point_with(agent, &flags, ne, &View::Host, false, "node_ebpf_pod_runqueue_waits_total{", &ready, quick)?));
+        let common: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
+        rows.push((
+            count,
+            growth_point_with(agent, &flags, ne, &common, &View::Host, false, "node_ebpf_pod_runqueue_waits_total{", &ready, quick)?,
+        ));
     }
     Ok(rows)
 }
