@@ -2131,17 +2131,17 @@ fn ebpf_bytes_per_cpu(agent: &Path) -> Res<(f64, f64)> {
     };
     let per_entry =
         sample("node_ebpf_map_memory_bytes{map=\"RUNQ_TASK_START\"}")? / sample("node_ebpf_map_max_entries{map=\"RUNQ_TASK_START\"}")?;
+    use node_agent::ebpf::map_stats;
     // BPF_MAP_TYPE_PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH, PERCPU_CGROUP_STORAGE.
     const PER_CPU_TYPES: [u32; 4] = [5, 6, 10, 21];
-    let mut per_cpu = 0u64;
-    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).map_err(|e| format!("fdinfo: {e}"))?.flatten() {
-        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-        let field = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok());
-        if field("map_type:").is_some_and(|t| PER_CPU_TYPES.contains(&(t as u32))) {
-            per_cpu += field("memlock:").unwrap_or(0);
-        }
-    }
-    let possible = node_agent::ebpf::map_stats::possible_cpus().max(1);
+    let per_cpu: u64 = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .map_err(|e| format!("fdinfo: {e}"))?
+        .flatten()
+        .filter_map(|e| map_stats::parse_fdinfo(&std::fs::read_to_string(e.path()).ok()?))
+        .filter(|m| PER_CPU_TYPES.contains(&m.map_type))
+        .map(|m| m.memlock)
+        .sum();
+    let possible = map_stats::possible_cpus().max(1);
     Ok((per_cpu as f64 / possible as f64, per_entry))
 }
 
@@ -2467,6 +2467,7 @@ fn ebpf_growth_at(cpus: usize, (per_cpu, runq_entry): (f64, f64)) -> f64 {
 }
 
 fn cpus_section(rows: &[(usize, [GrowthCost; 2])], ebpf: (f64, f64)) -> String {
+    use node_agent::probes::ebpf_runqueue;
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -2478,10 +2479,12 @@ fn cpus_section(rows: &[(usize, [GrowthCost; 2])], ebpf: (f64, f64)) -> String {
     let at: Vec<String> = CPU_COUNTS[1..].iter().map(|&c| format!("{:.1} MB at {c}", ebpf_growth_at(c, ebpf) / MB)).collect();
     let _ = writeln!(
         md,
-        "\neBPF maps, which these tables leave out (node-agent with every probe): the per-CPU maps charge {:.1} kB per possible CPU (their memlock over this machine's {} possible CPUs), and the run queue's map of enqueue times takes {} entries a CPU within [4096, 32768] entries at {:.0} bytes each. Beyond this machine's: {}.",
+        "\neBPF maps, which these tables leave out (node-agent with every probe): the per-CPU maps charge {:.1} kB per possible CPU (their memlock over this machine's {} possible CPUs), and the run queue's map of enqueue times takes {} entries a CPU within [{}, {}] entries at {:.0} bytes each. Beyond this machine's: {}.",
         ebpf.0 / 1024.0,
         node_agent::ebpf::map_stats::possible_cpus(),
-        node_agent::probes::ebpf_runqueue::ENTRIES_PER_CPU,
+        ebpf_runqueue::ENTRIES_PER_CPU,
+        ebpf_runqueue::ENTRIES_FLOOR,
+        ebpf_runqueue::ENTRIES_CAP,
         ebpf.1,
         at.join(", ")
     );

@@ -39,10 +39,14 @@ pub fn start_entries(procfs: &std::path::Path) -> u32 {
 
 /// Entries of the map of enqueue times a CPU (see [`start_entries`]).
 pub const ENTRIES_PER_CPU: u64 = 512;
+/// The fewest and most entries of the map of enqueue times (the most is
+/// the object's own size).
+pub const ENTRIES_FLOOR: u32 = 4096;
+pub const ENTRIES_CAP: u32 = 32768;
 
 /// [`start_entries`] for `threads` threads and `cpus` possible CPUs.
 pub fn entries_for(threads: u64, cpus: u64) -> u32 {
-    map_stats::sized((2 * threads).max(ENTRIES_PER_CPU * cpus), 4096, 32768)
+    map_stats::sized((2 * threads).max(ENTRIES_PER_CPU * cpus), ENTRIES_FLOOR, ENTRIES_CAP)
 }
 
 /// The classic tracepoints' field offsets (the raw programs read none), and
