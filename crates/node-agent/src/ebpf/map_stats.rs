@@ -23,10 +23,8 @@
 //! the LRU ones are sized at load ([`sized`]).
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Mutex;
 
-use aya::maps::Map;
 use aya::Ebpf;
 use expo::{Kind, Sink};
 
@@ -122,22 +120,6 @@ pub fn parse_fdinfo(text: &str) -> Option<FdInfo> {
 const HASH: u32 = 1;
 const PERCPU_HASH: u32 = 5;
 
-fn fd_of(map: &Map) -> Option<i32> {
-    let d = match map {
-        Map::Array(d)
-        | Map::HashMap(d)
-        | Map::LruHashMap(d)
-        | Map::PerCpuArray(d)
-        | Map::PerCpuHashMap(d)
-        | Map::PerCpuLruHashMap(d)
-        | Map::RingBuf(d)
-        | Map::PerfEventArray(d)
-        | Map::Unsupported(d) => d,
-        _ => return None,
-    };
-    Some(d.fd().as_fd().as_raw_fd())
-}
-
 /// The number of keys of the map `fd` (key size `key_size`), walking them
 /// with BPF_MAP_GET_NEXT_KEY; None on an error. Stops after `limit`.
 fn count_keys(fd: i32, key_size: u32, limit: u32) -> Option<u64> {
@@ -193,7 +175,7 @@ pub fn fixed(info: &FdInfo) -> bool {
 
 /// What the scrapes keep of the maps: the high-water marks of the counted
 /// maps, and the fdinfo of the maps whose figures never change (read once,
-/// so a scrape opens the fdinfo of the maps that grow only).
+/// so a scrape reads the fdinfo of the maps that grow only).
 #[derive(Default)]
 pub struct MapStats {
     kept: Mutex<Kept>,
@@ -203,17 +185,28 @@ pub struct MapStats {
 struct Kept {
     entries_max: BTreeMap<String, u64>,
     fixed: BTreeMap<String, FdInfo>,
+    /// The maps whose figures change: their fdinfo is kept open.
+    growing: std::collections::BTreeSet<String>,
     /// Entries a collector counted reading a map whole since the last
     /// write ([`MapStats::note_entries`]), taken by the next write.
     noted: BTreeMap<&'static str, u64>,
 }
 
-/// The fdinfo of the map `fd`, read now.
-fn read_fdinfo(fd: i32, text: &mut String) -> Option<FdInfo> {
-    text.clear();
-    let mut f = std::fs::File::open(format!("/proc/self/fdinfo/{fd}")).ok()?;
-    std::io::Read::read_to_string(&mut f, text).ok()?;
-    parse_fdinfo(text)
+/// The fdinfo of the map `fd`, read now. A map whose figures change
+/// (`keep`: one without preallocation, found so at its first read) has its
+/// fdinfo kept open across scrapes (`host::io`'s kept procfs files, within
+/// their one descriptor budget): one pread where an open, a size probe,
+/// reads and a close were. procfs looks the descriptor up at each read, so
+/// a kept file always shows the map that has it now.
+fn read_fdinfo(fd: i32, buf: &mut Vec<u8>, keep: bool) -> Option<FdInfo> {
+    let path = format!("/proc/self/fdinfo/{fd}");
+    if keep {
+        host::io::read_into(std::path::Path::new(&path), buf).ok()?;
+    } else {
+        buf.clear();
+        std::io::Read::read_to_end(&mut host::io::open_nonblocking(std::path::Path::new(&path)).ok()?, buf).ok()?;
+    }
+    parse_fdinfo(std::str::from_utf8(buf).ok()?)
 }
 
 impl MapStats {
@@ -229,17 +222,19 @@ impl MapStats {
 
     /// Writes the families for every map of `ebpf`.
     pub fn write(&self, ebpf: &Ebpf, sink: &mut Sink) {
-        let mut maps: Vec<(&str, i32)> = ebpf.maps().filter_map(|(name, m)| Some((name, fd_of(m)?))).collect();
+        let mut maps: Vec<(&str, i32)> = ebpf.maps().filter_map(|(name, m)| Some((name, crate::ebpf::maps::raw_fd(m)?))).collect();
         maps.sort_unstable();
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        let mut text = String::new();
+        let mut text = Vec::new();
         for (name, fd) in maps {
             let info = match kept.fixed.get(name) {
                 Some(info) => *info,
                 None => {
-                    let Some(info) = read_fdinfo(fd, &mut text) else { continue };
+                    let Some(info) = read_fdinfo(fd, &mut text, kept.growing.contains(name)) else { continue };
                     if fixed(&info) {
                         kept.fixed.insert(name.to_string(), info);
+                    } else if !kept.growing.contains(name) {
+                        kept.growing.insert(name.to_string());
                     }
                     info
                 }

@@ -33,12 +33,111 @@ pub fn per_cpu_array<'a, T: aya::Pod>(ebpf: &'a Ebpf, map: &'static str) -> Resu
     PerCpuArray::try_from(m).map_err(|source| MapError::Map { map, source })
 }
 
-/// Every entry of hash map `map` (entries that vanish while it is read are
-/// left out).
+/// Every entry of hash map `map` (a hash or LRU hash of `K` to `V`;
+/// entries that vanish while it is read are left out), read in batches of
+/// up to [`BATCH`] entries, one bpf(2) call each (`BPF_MAP_LOOKUP_BATCH`,
+/// Linux 5.6+), where a walk takes two calls an entry; a kernel without
+/// batches is walked.
 pub fn hash_entries<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, map: &'static str) -> Result<Vec<(K, V)>, MapError> {
-    let m: aya::maps::HashMap<_, K, V> =
-        aya::maps::HashMap::try_from(ebpf.map(map).ok_or(MapError::Missing(map))?).map_err(|source| MapError::Map { map, source })?;
+    let data = ebpf.map(map).ok_or(MapError::Missing(map))?;
+    // The type and the key and value sizes checked, as aya checks them.
+    let m: aya::maps::HashMap<_, K, V> = aya::maps::HashMap::try_from(data).map_err(|source| MapError::Map { map, source })?;
+    if let Some(entries) = raw_fd(data).and_then(|fd| lookup_batch::<K, V>(fd)) {
+        return Ok(entries);
+    }
     Ok(m.iter().filter_map(Result::ok).collect())
+}
+
+/// Entries asked for per `BPF_MAP_LOOKUP_BATCH` call: a hash map's batch
+/// ends at a bucket's end, so a call returns at most this many.
+pub const BATCH: usize = 256;
+
+/// The raw descriptor of a map (None for types this agent does not use).
+pub fn raw_fd(map: &aya::maps::Map) -> Option<i32> {
+    use aya::maps::Map;
+    use std::os::fd::{AsFd, AsRawFd};
+    let d = match map {
+        Map::Array(d)
+        | Map::HashMap(d)
+        | Map::LruHashMap(d)
+        | Map::PerCpuArray(d)
+        | Map::PerCpuHashMap(d)
+        | Map::PerCpuLruHashMap(d)
+        | Map::RingBuf(d)
+        | Map::PerfEventArray(d)
+        | Map::Unsupported(d) => d,
+        _ => return None,
+    };
+    Some(d.fd().as_fd().as_raw_fd())
+}
+
+/// `union bpf_attr`'s member for the `BPF_MAP_*_BATCH` commands.
+#[repr(C)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+
+/// Every entry of the hash map `fd` through `BPF_MAP_LOOKUP_BATCH`, or None
+/// when the kernel refuses the command (older than 5.6) or fails otherwise
+/// (the caller walks the map instead).
+fn lookup_batch<K: aya::Pod, V: aya::Pod>(fd: i32) -> Option<Vec<(K, V)>> {
+    let mut chunk = BATCH;
+    let mut out: Vec<(K, V)> = Vec::new();
+    // The batch position: a hash map's bucket index (a u32), kept in a u64.
+    let (mut token_in, mut token_out) = (0u64, 0u64);
+    let mut first = true;
+    loop {
+        let mut keys: Vec<std::mem::MaybeUninit<K>> = Vec::new();
+        keys.resize_with(chunk, std::mem::MaybeUninit::uninit);
+        let mut values: Vec<std::mem::MaybeUninit<V>> = Vec::new();
+        values.resize_with(chunk, std::mem::MaybeUninit::uninit);
+        let mut attr = BatchAttr {
+            in_batch: if first { 0 } else { &mut token_in as *mut u64 as u64 },
+            out_batch: &mut token_out as *mut u64 as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: chunk as u32,
+            map_fd: fd as u32,
+            elem_flags: 0,
+            flags: 0,
+        };
+        // SAFETY: BPF_MAP_LOOKUP_BATCH writes at most `count` keys and
+        // values (of the map's sizes, checked equal to K's and V's by the
+        // caller) into buffers of that capacity, its position into
+        // `token_out`, and the count it wrote back into `attr`; all outlive
+        // the call.
+        let rc =
+            unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, &mut attr as *mut BatchAttr, std::mem::size_of::<BatchAttr>()) };
+        let errno = (rc < 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+        if errno == Some(libc::ENOSPC) && attr.count == 0 {
+            // One bucket holds more than a batch: ask for more at once.
+            chunk = chunk.checked_mul(2).filter(|c| *c <= 1 << 20)?;
+            continue;
+        }
+        if errno.is_some_and(|e| e != libc::ENOENT) {
+            return None;
+        }
+        let n = (attr.count as usize).min(chunk);
+        for (k, v) in keys.iter().zip(&values).take(n) {
+            // SAFETY: the kernel initialized the first `n` keys and values;
+            // K and V are Pod (any bytes are a valid value).
+            out.push(unsafe { (k.assume_init_read(), v.assume_init_read()) });
+        }
+        if errno == Some(libc::ENOENT) {
+            return Some(out);
+        }
+        token_in = token_out;
+        first = false;
+    }
 }
 
 /// Deletes `keys` from hash map `map` (keys already gone are no error).
@@ -213,6 +312,63 @@ mod tests {
                 _ => 1.0,
             };
             assert!(lo.exp2() < v && v <= hi.exp2() * (1.0 + 1e-15), "{v} s in bucket {i}");
+        }
+    }
+
+    /// A hash map of the kernel's, made and filled with bpf(2) directly.
+    fn hash_map_with(entries: &[(u64, [u64; 3])], map_type: u32, flags: u32) -> std::os::fd::OwnedFd {
+        use std::os::fd::FromRawFd;
+        #[repr(C)]
+        struct Create {
+            map_type: u32,
+            key_size: u32,
+            value_size: u32,
+            max_entries: u32,
+            map_flags: u32,
+        }
+        #[repr(C)]
+        struct Update {
+            map_fd: u32,
+            _pad: u32,
+            key: u64,
+            value: u64,
+            flags: u64,
+        }
+        let attr = Create { map_type, key_size: 8, value_size: 24, max_entries: 4096, map_flags: flags };
+        // SAFETY: BPF_MAP_CREATE (0) reads the attribute of the size given.
+        let fd = unsafe { libc::syscall(libc::SYS_bpf, 0, &attr as *const Create, std::mem::size_of::<Create>()) };
+        assert!(fd >= 0, "BPF_MAP_CREATE: {} (the test needs CAP_BPF, as root)", std::io::Error::last_os_error());
+        // SAFETY: the kernel just returned this new descriptor.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+        for (k, v) in entries {
+            let u = Update {
+                map_fd: std::os::fd::AsRawFd::as_raw_fd(&fd) as u32,
+                _pad: 0,
+                key: k as *const u64 as u64,
+                value: v.as_ptr() as u64,
+                flags: 0,
+            };
+            // SAFETY: BPF_MAP_UPDATE_ELEM (2) reads 8 key and 24 value bytes.
+            let rc = unsafe { libc::syscall(libc::SYS_bpf, 2, &u as *const Update, std::mem::size_of::<Update>()) };
+            assert_eq!(rc, 0, "BPF_MAP_UPDATE_ELEM: {}", std::io::Error::last_os_error());
+        }
+        fd
+    }
+
+    /// Batches read every entry once, over several calls (more entries
+    /// than [`BATCH`]), from an empty map, a hash without preallocation
+    /// and an LRU hash.
+    #[test]
+    fn batches_read_every_entry_once() {
+        use std::os::fd::AsRawFd;
+        for (map_type, flags) in [(1, 0), (1, 1), (9, 0)] {
+            for n in [0u64, 1, 1000] {
+                let want: Vec<(u64, [u64; 3])> = (0..n).map(|i| (i * 7919 + 1, [i, i * 2, !i])).collect();
+                let fd = hash_map_with(&want, map_type, flags);
+                let mut got = lookup_batch::<u64, [u64; 3]>(fd.as_raw_fd()).expect("BPF_MAP_LOOKUP_BATCH");
+                got.sort_unstable();
+                assert_eq!(got, want, "type {map_type} flags {flags}, {n} entries");
+            }
         }
     }
 }

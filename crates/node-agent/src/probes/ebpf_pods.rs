@@ -264,10 +264,7 @@ impl host::Collector for Collector {
         };
         let read = || -> Result<Vec<(u64, PodCounters)>, MapError> {
             let ebpf = shared.lock().ok_or(MapError::Poisoned)?;
-            let map = ebpf.map(STATS).ok_or(MapError::Missing(STATS))?;
-            let stats: aya::maps::HashMap<_, u64, PodCounters> =
-                aya::maps::HashMap::try_from(map).map_err(|source| MapError::Map { map: STATS, source })?;
-            let entries: Vec<_> = stats.iter().filter_map(Result::ok).collect();
+            let entries: Vec<(u64, PodCounters)> = maps::hash_entries(&ebpf, STATS)?;
             // Read whole: the maps' figures take this count, not a walk of their own.
             shared.note_entries(STATS, entries.len());
             Ok(entries)
