@@ -251,19 +251,28 @@ fn hold(agent: &Path, secs: Duration) -> Res<()> {
     let mut flags: Vec<String> = COMMON_FLAGS.iter().map(|s| s.to_string()).collect();
     let api = bench_cluster()?;
     flags.extend(pod_flags(&api));
+    // From the bench's own disk, as the memory table's agents run.
+    let disk = node_agent_tests::disk::Disk::new(
+        (std::fs::metadata(agent).map_or(0, |m| m.len() >> 20) + 64).max(128),
+        node_agent_tests::disk::DEFAULT_READAHEAD_KB,
+    )?;
+    let agent = &disk.stage(agent)?;
     let mut cg = MemCg::new("agent").map_err(|e| format!("memory cgroup: {e}"))?;
     let (_a, url, pid) = start_in(agent, &flags, &cg)?;
+    let r0 = cg.read().unwrap_or_default();
     wait_for_sample(&url, "node_ebpf_pod_attribution_synced", 1.0)?;
     sequential(&[(&url, pid)], 1, 20);
     let r = cg.read().unwrap_or_default();
     println!(
-        "url {url} pid {pid} cgroup {} working_set {} anon {} kernel {} active_file {} peak {}",
+        "url {url} pid {pid} cgroup {} working_set {} anon {} kernel {} active_file {} usage {} peak {} start_usage {}",
         cg.path().display(),
         r.working_set,
         r.anon,
         r.kernel,
         r.active_file,
-        r.peak
+        r.usage,
+        r.peak,
+        r0.usage
     );
     std::thread::sleep(secs);
     Ok(())
@@ -2658,6 +2667,15 @@ fn run() -> Res<()> {
         let (_disk, agent, ne) = staged(&agent, &ne)?;
         let (a, n) = scrape_phase(&agent, &ne, false, quick)?;
         let (ae, ne2) = scrape_phase(&agent, &ne, true, quick)?;
+        for (what, x, y) in [("without eBPF", &a, &n), ("with every probe", &ae, &ne2)] {
+            println!(
+                "CPU per scrape, {what}: {:.3} ms (user {:.3}) against {:.3} ms, {}",
+                x.cpu_ms,
+                x.user_ms,
+                y.cpu_ms,
+                ratio(x.cpu_ms, y.cpu_ms)
+            );
+        }
         print!("{}", kubelet_memory_section(quick, [&a, &n, &ae, &ne2]));
         return Ok(());
     }
