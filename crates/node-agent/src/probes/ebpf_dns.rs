@@ -247,6 +247,8 @@ impl host::Collector for Collector {
             *self.timeouts.entry(k).or_default() += 1;
         }
         let (mut stats, lat, drops) = read(&*shared.lock().ok_or(MapError::Poisoned)?)?;
+        // Read whole: the maps' figures take this count, not a walk of their own.
+        shared.note_entries(STATS, stats.len());
         stats.extend(self.timeouts.iter().map(|(k, n)| {
             let mut c = PeerCounters::ZERO;
             c.words[TIMEOUTS] = *n;

@@ -201,6 +201,8 @@ impl host::Collector for Collector {
             }
         }
         let (stats, lat, drops) = read(&*shared.lock().ok_or(MapError::Poisoned)?)?;
+        // Read whole: the maps' figures take this count, not a walk of their own.
+        shared.note_entries(STATS, stats.len());
         let (pass, services_known) = a.resolver.pass(&mut a.peers, &stats, &lat, now);
         delete(&mut *shared.lock().ok_or(MapError::Poisoned)?, &pass.delete, &pass.delete_lat)?;
         emit(sink, &pass.series);
