@@ -95,10 +95,9 @@ fn lookup_batch<K: aya::Pod, V: aya::Pod>(fd: i32) -> Option<Vec<(K, V)>> {
     // The batch position: a hash map's bucket index (a u32), kept in a u64.
     let (mut token_in, mut token_out) = (0u64, 0u64);
     let mut first = true;
+    let (mut keys, mut values): (Vec<std::mem::MaybeUninit<K>>, Vec<std::mem::MaybeUninit<V>>) = (Vec::new(), Vec::new());
     loop {
-        let mut keys: Vec<std::mem::MaybeUninit<K>> = Vec::new();
         keys.resize_with(chunk, std::mem::MaybeUninit::uninit);
-        let mut values: Vec<std::mem::MaybeUninit<V>> = Vec::new();
         values.resize_with(chunk, std::mem::MaybeUninit::uninit);
         let mut attr = BatchAttr {
             in_batch: if first { 0 } else { &mut token_in as *mut u64 as u64 },
