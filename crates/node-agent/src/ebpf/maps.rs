@@ -109,13 +109,12 @@ fn lookup_batch<K: aya::Pod, V: aya::Pod>(fd: i32) -> Option<Vec<(K, V)>> {
             elem_flags: 0,
             flags: 0,
         };
-        // SAFETY: BPF_MAP_LOOKUP_BATCH writes at most `count` keys and
-        // values (of the map's sizes, checked equal to K's and V's by the
-        // caller) into buffers of that capacity, its position into
-        // `token_out`, and the count it wrote back into `attr`; all outlive
-        // the call.
-        let rc =
-            unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, &mut attr as *mut BatchAttr, std::mem::size_of::<BatchAttr>()) };
+        let (attr_ptr, attr_size) = (&mut attr as *mut BatchAttr, std::mem::size_of::<BatchAttr>());
+        // SAFETY: BPF_MAP_LOOKUP_BATCH writes at most `count` keys and values
+        // (the map's sizes, checked equal to K's and V's by the caller) into
+        // buffers of that capacity, its position into `token_out` and the
+        // count back into `attr`; all outlive the call.
+        let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, attr_ptr, attr_size) };
         let errno = (rc < 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
         if errno == Some(libc::ENOSPC) && attr.count == 0 {
             // One bucket holds more than a batch: ask for more at once.
