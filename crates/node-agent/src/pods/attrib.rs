@@ -199,8 +199,10 @@ impl Attribution {
     }
 }
 
-/// Keeps at most `max` label sets, the host's and whole pods in label
-/// order; returns how many were left out.
+/// Keeps at most `max` label sets: the host's, then whole pods in label
+/// order, each pod that fits in the room left (a pod too large to fit is
+/// left out, and the pods after it still have their place); returns how
+/// many were left out.
 pub fn cap_label_sets(series: &mut BTreeMap<Labels, PodCounters>, max: usize) -> usize {
     if series.len() <= max {
         return 0;
@@ -211,10 +213,10 @@ pub fn cap_label_sets(series: &mut BTreeMap<Labels, PodCounters>, max: usize) ->
     }
     let mut kept = std::collections::HashSet::new();
     let mut n = 0;
-    // The host first ("" sorts first), then pods while whole ones fit.
+    // The host first ("" sorts first), then every whole pod that fits.
     for (pod, count) in per_pod {
         if n + count > max {
-            break;
+            continue;
         }
         n += count;
         kept.insert((pod.0.to_string(), pod.1.to_string()));
@@ -389,5 +391,22 @@ mod tests {
         assert_eq!((out.series.len(), out.dropped_label_sets), (4, 1));
         a.max_label_sets = 100;
         assert_eq!(a.update(&[], &HashMap::new(), &mut pods, now).dropped_label_sets, 0);
+    }
+
+    #[test]
+    fn a_pod_too_large_to_fit_leaves_the_others_their_place() {
+        let now = Instant::now();
+        let mut pods = PodIndex::default();
+        pods.apply(&pod("u1", "a", "small", &[("c1", CID)]));
+        let huge: Vec<(String, String)> = (0..50).map(|i| (format!("c{i:02}"), format!("id{i}"))).collect();
+        let huge: Vec<(&str, &str)> = huge.iter().map(|(n, id)| (n.as_str(), id.as_str())).collect();
+        pods.apply(&pod("u2", "b", "huge", &huge));
+        pods.apply(&pod("u3", "c", "after", &[("c1", CID2)]));
+        let mut a = Attribution::new(Duration::from_secs(60));
+        a.max_label_sets = 10;
+        let out = a.update(&[], &HashMap::new(), &mut pods, now);
+        let keys: Vec<_> = out.series.keys().cloned().collect();
+        assert_eq!(keys, [labels("", "", ""), labels("a", "small", "c1"), labels("c", "after", "c1")], "only the pod too large is left out");
+        assert_eq!(out.dropped_label_sets, 50);
     }
 }
