@@ -396,7 +396,8 @@ impl Peers {
         let mut expired: BTreeSet<(Owner, Label)> = BTreeSet::new();
         for (o, m) in &mut self.admitted {
             m.retain(|l, t| {
-                let keep = now.duration_since(*t) < grace;
+                // Changed in this pass (its time is now), or idle less than the grace period.
+                let keep = *t >= now || now.duration_since(*t) < grace;
                 if !keep {
                     expired.insert((o.clone(), l.clone()));
                 }
@@ -606,6 +607,22 @@ mod tests {
         assert_eq!(attempts(&p3, Kind::External, "10.0.0.2"), 0, "b's own series starts at its admission");
         let p4 = p.update(&[(b, counters(6, 1))], &[], resolve, |_| true, pods, t + Duration::from_secs(12));
         assert_eq!((attempts(&p4, Kind::External, "10.0.0.2"), attempts(&p4, Kind::Other, "")), (2, 4));
+    }
+
+    #[test]
+    fn a_peer_active_at_every_pass_keeps_its_series_whatever_the_grace_period() {
+        // Even with no grace period at all (the flag refuses one under a
+        // second): a peer that changed in a pass is not idle, so it never
+        // loses its series to other.
+        let mut p = Peers::new(20, Duration::ZERO);
+        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
+        let t = Instant::now();
+        let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
+        for i in 1..=6u64 {
+            let pass = p.update(&[(k, counters(5 * i, 1))], &[], resolve, |_| true, pods, t + Duration::from_secs(i));
+            assert_eq!(attempts(&pass, Kind::External, "10.0.0.1"), 5 * i, "pass {i}");
+            assert_eq!(attempts(&pass, Kind::Other, ""), 0, "pass {i}");
+        }
     }
 
     #[test]

@@ -53,8 +53,8 @@ pub const GRACE_PERIOD: ParsedFlag<Duration> = ParsedFlag {
     value_name: "DURATION",
     default: "5m",
     env: None,
-    help: "How long a deleted pod's series (and a gone cgroup's counts) are kept, e.g. 30s, 5m, 1h.",
-    parse: parse_duration,
+    help: "How long a deleted pod's series (and a gone cgroup's counts, and an idle peer's series) are kept, from 1s to 24h, e.g. 30s, 5m, 1h.",
+    parse: parse_grace,
 };
 pub const LIST_TIMEOUT: ParsedFlag<Duration> = ParsedFlag {
     name: "collector.ebpf_pods.list-timeout",
@@ -67,6 +67,12 @@ pub const LIST_TIMEOUT: ParsedFlag<Duration> = ParsedFlag {
 
 pub fn args() -> Vec<Arg> {
     flags::args(&[&NODE_NAME, &KUBECONFIG, &GRACE_PERIOD, &LIST_TIMEOUT])
+}
+
+/// The grace period: at least a second (0 would forget a pod, a cgroup or
+/// a peer in the pass that sees it), at most a day.
+fn parse_grace(s: &str) -> Result<Duration, String> {
+    super::bounds::duration(s, Duration::from_secs(1), Duration::from_secs(86_400), "1s to 24h", "30s, 5m, 1h")
 }
 
 /// A duration of the pod flags ([`crate::pods::parse_duration`]).
@@ -428,6 +434,15 @@ mod tests {
         assert!(walk_due(Some(t), true, t + Duration::from_millis(1)));
         assert!(!walk_due(Some(t), false, t + Duration::from_secs(9)));
         assert!(walk_due(Some(t), false, t + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn the_grace_period_is_a_second_to_a_day() {
+        assert_eq!(parse_grace("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_grace("1s"), Ok(Duration::from_secs(1)));
+        assert!(parse_grace("0s").unwrap_err().contains("1s to 24h"));
+        assert!(parse_grace("0").is_err());
+        assert!(parse_grace("25h").is_err());
     }
 
     #[test]
