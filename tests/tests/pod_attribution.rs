@@ -550,6 +550,64 @@ fn accept_queue_overflows_are_the_pods_namespaces() {
     assert!(others.is_empty(), "db-0 has no task, so no namespace to read: {others:?}");
 }
 
+/// A procfs as the agent is given one (`--path.procfs`) on a host whose
+/// pid 1 cannot be read, even by root (EACCES on its `ns/net`): every
+/// entry of /proc but `1`, as links; `add` links the pids started later.
+struct ProcWithoutPid1(tempfile::TempDir);
+
+impl ProcWithoutPid1 {
+    fn new() -> ProcWithoutPid1 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let name = e.file_name();
+            if name != "1" {
+                let _ = std::os::unix::fs::symlink(Path::new("/proc").join(&name), dir.path().join(&name));
+            }
+        }
+        ProcWithoutPid1(dir)
+    }
+
+    fn add(&self, pid: u32) {
+        let _ = std::os::unix::fs::symlink(format!("/proc/{pid}"), self.0.path().join(pid.to_string()));
+    }
+}
+
+/// web-0 runs on the host's network (`hostNetwork: true`, its task in the
+/// node's namespace), db-0 in a namespace of its own, on a node whose pid
+/// 1's namespace cannot be read: web-0 is left out (its counters would be
+/// the host's `TcpExt` ones), db-0 is reported.
+#[test]
+fn host_network_pods_are_left_out_where_the_hosts_namespace_cannot_be_read() {
+    let proc = ProcWithoutPid1::new();
+    let Some(t) = truth_with("5m", &[&format!("--path.procfs={}", proc.0.path().display())]) else { return };
+    {
+        let api = &t.cluster.api;
+        let mut st = api.state.lock().expect("state");
+        let mut p = node_agent_tests::apiserver::pod(UID_A, "web", "web-0", NODE, "app", CID_A);
+        p["spec"]["hostNetwork"] = true.into();
+        api.put(&mut st, "pods", "web", "web-0", p, false);
+    }
+    let (a, b) = (pod_cgroup('A', None), pod_cgroup('B', None));
+    let mut on_host = a.spawn("sleep 120");
+    let mut own = b.spawn("unshare -n sleep 120");
+    proc.add(on_host.id());
+    proc.add(own.id());
+    // The tasks are looked for at least every WALK_EVERY.
+    let deadline = Instant::now() + node_agent::probes::pod_tcp_listen::WALK_EVERY + Duration::from_secs(5);
+    let pods =
+        || -> Vec<String> { t.agent.samples("node_pod_tcp_listen_overflows_total").into_iter().map(|(l, _)| l["pod"].clone()).collect() };
+    while !pods().contains(&"db-0".to_string()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let seen = pods();
+    for c in [&mut on_host, &mut own] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(seen.contains(&"db-0".to_string()), "db-0's own namespace is reported: {seen:?}");
+    assert!(!seen.contains(&"web-0".to_string()), "web-0 is on the host's network: {seen:?}");
+}
+
 #[test]
 fn skb_drops_are_the_receiving_pods() {
     let Some(t) = truth("5m") else { return };

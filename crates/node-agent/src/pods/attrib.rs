@@ -406,7 +406,11 @@ mod tests {
         a.max_label_sets = 10;
         let out = a.update(&[], &HashMap::new(), &mut pods, now);
         let keys: Vec<_> = out.series.keys().cloned().collect();
-        assert_eq!(keys, [labels("", "", ""), labels("a", "small", "c1"), labels("c", "after", "c1")], "only the pod too large is left out");
+        assert_eq!(
+            keys,
+            [labels("", "", ""), labels("a", "small", "c1"), labels("c", "after", "c1")],
+            "only the pod too large is left out"
+        );
         assert_eq!(out.dropped_label_sets, 50);
     }
 }

@@ -22,6 +22,8 @@ pub struct PodMeta {
     /// runs in the host's network namespace (`spec.hostNetwork`), where
     /// they are the node's.
     pub ips: Vec<std::net::IpAddr>,
+    /// It runs in the host's network namespace (`spec.hostNetwork`).
+    pub host_network: bool,
     /// What runs it: a Deployment's name (its ReplicaSet's minus the
     /// `pod-template-hash`), else the controller's name (StatefulSet,
     /// DaemonSet, Job...), else the pod's own.
@@ -72,6 +74,7 @@ impl PodMeta {
                 container_names,
                 deleted: None,
                 ips,
+                host_network,
                 workload: workload(pod),
             },
         ))
@@ -348,7 +351,9 @@ pub(crate) mod tests {
         assert_eq!(m.ips, ["10.1.0.5".parse::<std::net::IpAddr>().unwrap(), "fd00::5".parse().unwrap()]);
         let mut host = ips;
         host["spec"] = serde_json::json!({"hostNetwork": true});
-        assert!(with(host).ips.is_empty(), "a host-network pod's addresses are the node's");
+        let host = with(host);
+        assert!(host.ips.is_empty(), "a host-network pod's addresses are the node's");
+        assert!(host.host_network && !m.host_network);
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! handshake's last ACK is a `kfree_skb` with reason `TCP_LISTEN_OVERFLOW`
 //! (counted by `ebpf_skb_drops`), so no probe sees every overflow; the
 //! namespace's counters do, exactly. A pod on the host's network
-//! (`hostNetwork`) shares the host's counters (`node_netstat_TcpExt_*`) and
-//! is left out. Shares pod attribution's watch and flags; off without a
+//! (`hostNetwork` in its spec, or a task in the host's namespace) shares the
+//! host's counters (`node_netstat_TcpExt_*`) and is left out. Shares pod attribution's watch and flags; off without a
 //! Kubernetes API. Cardinality: one series per pod with its own network
 //! namespace, per family; a pod's series go with its last task.
 //!
@@ -142,13 +142,21 @@ impl host::Collector for Collector {
         let host_ns = netns(&a.procfs, "1");
         let mut series: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
         let tasks = a.tasks(Instant::now());
+        // Pods on the host's network are left out by their spec, which
+        // holds where the host's namespace cannot be read (a procfs that
+        // hides pid 1's) and before the task's namespace can be compared.
         let names: HashMap<String, (String, String)> = {
             let idx = a.pods.lock();
-            tasks.iter().filter_map(|(uid, _, _)| idx.get(uid).map(|(_, m)| (uid.clone(), (m.namespace.clone(), m.name.clone())))).collect()
+            tasks
+                .iter()
+                .filter_map(|(uid, _, _)| {
+                    idx.get(uid).filter(|(_, m)| !m.host_network).map(|(_, m)| (uid.clone(), (m.namespace.clone(), m.name.clone())))
+                })
+                .collect()
         };
         for (uid, pid, ns) in tasks {
             let Some(name) = names.get(&uid) else { continue };
-            // The host's network: not the pod's own.
+            // A task in the host's network: not a namespace of the pod's own.
             if host_ns.as_ref() == Some(&ns) {
                 continue;
             }
