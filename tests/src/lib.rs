@@ -293,3 +293,52 @@ pub fn samples(text: &str, name: &str) -> Vec<(std::collections::BTreeMap<String
         .map(|s| (s.labels.into_iter().collect(), s.value))
         .collect()
 }
+
+/// The series an exposition in `format` holds more than once (a name and
+/// label set, labels in any order), each as `name{labels}`; for the
+/// protobuf format also the family names sent more than once. An
+/// exposition with any is invalid: Prometheus counts or drops them.
+pub fn duplicate_series(format: expo::Format, body: &[u8]) -> Vec<String> {
+    use std::collections::BTreeSet;
+    let mut seen = BTreeSet::new();
+    let mut dups = Vec::new();
+    let mut note = |name: &str, mut labels: Vec<(String, String)>| {
+        labels.sort();
+        let key = format!("{name}{{{}}}", labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect::<Vec<_>>().join(","));
+        if !seen.insert(key.clone()) {
+            dups.push(key);
+        }
+    };
+    match format {
+        expo::Format::Protobuf => {
+            let families = expo::proto::read_delimited(body).expect("a protobuf exposition");
+            let mut names = BTreeSet::new();
+            let mut twice = Vec::new();
+            for f in families {
+                let name = f.name.clone().unwrap_or_default();
+                if !names.insert(name.clone()) {
+                    twice.push(format!("family {name}"));
+                }
+                for m in &f.metric {
+                    note(
+                        &name,
+                        m.label.iter().map(|l| (l.name.clone().unwrap_or_default(), l.value.clone().unwrap_or_default())).collect(),
+                    );
+                }
+            }
+            dups.extend(twice);
+        }
+        _ => {
+            let text = std::str::from_utf8(body).expect("utf-8");
+            for (i, line) in text.lines().enumerate() {
+                if line.starts_with('#') {
+                    continue;
+                }
+                if let Ok(expo::text::Line::Sample(s)) = expo::text::parse_line(line, i + 1) {
+                    note(s.name, s.labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+                }
+            }
+        }
+    }
+    dups
+}

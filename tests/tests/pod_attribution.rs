@@ -550,6 +550,68 @@ fn accept_queue_overflows_are_the_pods_namespaces() {
     assert!(others.is_empty(), "db-0 has no task, so no namespace to read: {others:?}");
 }
 
+/// A refused TCP connect and a DNS query (to a port nobody answers on),
+/// so that the per-pod peer and DNS families have series.
+const CONNECT_AND_QUERY: &str = r#"
+import socket
+s = socket.socket()
+try:
+    s.connect(("127.0.0.1", 9))
+except OSError:
+    pass
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.sendto(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x02ok\x00\x00\x01\x00\x01", ("127.0.0.1", 53))
+"#;
+
+/// The agent as deployed, every default collector and probe on, pod
+/// attribution on, a pod with TCP and DNS traffic: every format's
+/// exposition holds each series once (a duplicate series is an invalid
+/// exposition, which Prometheus flags or drops), and every program has one
+/// `node_ebpf_program_*` series.
+#[test]
+fn every_format_has_each_series_once_with_every_probe_and_pod_attribution() {
+    if !root_or_skip("the exposition with every probe") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = cluster();
+    let args = [
+        "node-agent".to_string(),
+        format!("--collector.ebpf_pods.kubeconfig={}", cluster.kubeconfig.path().display()),
+        format!("--collector.ebpf_pods.node-name={NODE}"),
+    ];
+    let m = node_agent::cmd::command().try_get_matches_from(args).expect("flags");
+    let cfg = node_agent::config::resolve(&m).expect("config");
+    let scraper = node_agent::agent::scraper(cfg.collectors, false);
+    let text = || String::from_utf8(scraper.scrape(&Selection::default(), Format::Text)).expect("utf-8");
+    let t = Instant::now();
+    while !text().contains("node_ebpf_pod_attribution_synced 1") {
+        assert!(t.elapsed() < Duration::from_secs(20), "the pods of {NODE} were never listed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let a = pod_cgroup('A', None);
+    let script = tempfile::NamedTempFile::new().expect("script");
+    std::fs::write(script.path(), CONNECT_AND_QUERY).expect("write script");
+    let out = a.spawn_piped(&format!("python3 {}", script.path().display())).wait_with_output().expect("traffic");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The pod's cgroup is named within a second of its first counts.
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = text();
+    let body = text();
+    let up = node_agent_tests::samples(&body, "node_ebpf_program_up");
+    let down: Vec<_> = up.iter().filter(|(_, v)| *v != 1.0).collect();
+    assert!(down.is_empty(), "every program up as root: {down:?}");
+    assert!(up.len() >= 20, "every probe's programs: {up:?}");
+    for family in ["node_ebpf_pod_tcp_peer_connect_attempts_total", "node_ebpf_pod_dns_queries_total"] {
+        let web = node_agent_tests::samples(&body, family).into_iter().filter(|(l, _)| l["pod"] == "web-0").count();
+        assert!(web > 0, "web-0's {family} series: the per-pod families are in the exposition");
+    }
+    for format in [Format::Text, Format::OpenMetrics, Format::Protobuf] {
+        let dups = node_agent_tests::duplicate_series(format, &scraper.scrape(&Selection::default(), format));
+        assert!(dups.is_empty(), "{format:?}: series exposed more than once: {dups:#?}");
+    }
+}
+
 /// A procfs as the agent is given one (`--path.procfs`) on a host whose
 /// pid 1 cannot be read, even by root (EACCES on its `ns/net`): every
 /// entry of /proc but `1`, as links; `add` links the pids started later.

@@ -489,6 +489,33 @@ pub struct Probe {
     /// This probe writes the object's `node_ebpf_map_*` families (the
     /// first probe attached to it does).
     reports_maps: bool,
+    /// Which of its programs this probe reports (`node_ebpf_program_*`).
+    reports: Reports,
+}
+
+/// The programs the agent's probes report, by name: a program several
+/// probes attach (pod attribution shares the node probes' programs) is
+/// reported by one, so that each has one series per family.
+#[derive(Debug, Default)]
+pub struct Claims(Mutex<std::collections::HashSet<&'static str>>);
+
+impl Claims {
+    fn lock(&self) -> MutexGuard<'_, std::collections::HashSet<&'static str>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Which of a probe's programs it reports.
+#[derive(Debug)]
+enum Reports {
+    /// All of them (a probe made outside the agent's registry: tests, the bench).
+    All,
+    /// Those it claimed first, when it was made.
+    Claimed(std::collections::HashSet<&'static str>),
+    /// Those no other probe claimed, as it stands when the probe reports
+    /// (every probe is made by then): pod attribution's, whose shared
+    /// programs are the node probes' to report while those are on.
+    Unclaimed(Arc<Claims>),
 }
 
 impl Probe {
@@ -507,7 +534,7 @@ impl Probe {
                     })
                     .collect();
                 let reports_maps = !s.maps_claimed.swap(true, Ordering::Relaxed);
-                Probe { shared: Some(s), programs, reports_maps }
+                Probe { shared: Some(s), programs, reports_maps, reports: Reports::All }
             }
             Err(e) => {
                 for p in programs {
@@ -517,6 +544,7 @@ impl Probe {
                     shared: None,
                     programs: programs.iter().map(|p| (p.name, Err(AttachError::Object(e.clone())))).collect(),
                     reports_maps: false,
+                    reports: Reports::All,
                 }
             }
         }
@@ -532,6 +560,29 @@ impl Probe {
             shared: None,
             programs: programs.iter().map(|p| (p.name, Err(AttachError::Kernel(why.to_string())))).collect(),
             reports_maps: false,
+            reports: Reports::All,
+        }
+    }
+
+    /// Reports only the programs no probe claimed before it (claiming them).
+    pub fn claim(mut self, claims: &Claims) -> Probe {
+        let mut taken = claims.lock();
+        self.reports = Reports::Claimed(self.programs.iter().map(|(n, _)| *n).filter(|n| taken.insert(n)).collect());
+        self
+    }
+
+    /// Reports only the programs no probe claims, as that stands at each
+    /// scrape (see [`Reports::Unclaimed`]).
+    pub fn defer_to(mut self, claims: Arc<Claims>) -> Probe {
+        self.reports = Reports::Unclaimed(claims);
+        self
+    }
+
+    fn reports(&self, program: &str) -> bool {
+        match &self.reports {
+            Reports::All => true,
+            Reports::Claimed(mine) => mine.contains(program),
+            Reports::Unclaimed(claims) => !claims.lock().contains(program),
         }
     }
 
@@ -556,7 +607,7 @@ impl Probe {
         if let Some(s) = self.shared.as_ref().filter(|_| self.reports_maps) {
             s.map_metrics(sink);
         }
-        for (name, r) in &self.programs {
+        for (name, r) in self.programs.iter().filter(|(n, _)| self.reports(n)) {
             sink.family("node_ebpf_program_up", "Whether the eBPF program is loaded and attached (1) or not (0).", Kind::Gauge)
                 .sample(&[("program", name)], if r.is_ok() { 1.0 } else { 0.0 });
             if let Err(e) = r {
@@ -595,6 +646,31 @@ mod tests {
     use crate::caps::{BPF, PERFMON, SYS_ADMIN};
 
     const EPERM: Option<i32> = Some(libc::EPERM);
+
+    /// The programs a probe writes `node_ebpf_program_up` for.
+    fn reported(p: &Probe) -> Vec<String> {
+        let mut sink = Sink::new();
+        p.self_metrics(&mut sink);
+        let families = sink.families();
+        let up = families.iter().find(|f| f.name() == "node_ebpf_program_up");
+        up.map(|f| f.samples().map(|(l, _)| l[0].1.to_string()).collect()).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_program_two_probes_share_is_reported_by_one() {
+        let program = |name: &'static str| Program::raw(name, "tp");
+        let (a, b, own) = (program("a"), program("b"), program("own"));
+        let claims = Arc::new(Claims::default());
+        let pods = Probe::down(&[a, b, own], "x").defer_to(Arc::clone(&claims));
+        let first = Probe::down(&[a], "x").claim(&claims);
+        let second = Probe::down(&[a, b], "x").claim(&claims);
+        assert_eq!(reported(&first), ["a"]);
+        assert_eq!(reported(&second), ["b"], "a is the first probe's");
+        assert_eq!(reported(&pods), ["own"], "the deferring probe reports what no other probe claimed");
+        let alone = Probe::down(&[a, own], "x").defer_to(Arc::new(Claims::default()));
+        assert_eq!(reported(&alone), ["a", "own"], "and all of its programs when no other probe has them");
+        assert_eq!(reported(&Probe::down(&[a], "x")), ["a"], "a probe outside the registry reports all");
+    }
 
     #[test]
     fn refusals_are_told_apart() {

@@ -20,7 +20,7 @@ pub struct CounterProbe {
 impl CounterProbe {
     /// Attaches `programs`, whose counters are the slots of `map`.
     pub fn new(ctx: &mut Context, programs: &[Program], map: &'static str, counters: &'static [Counter]) -> Self {
-        CounterProbe { probe: Probe::attach(ctx.ebpf(), programs), map, counters }
+        CounterProbe { probe: ctx.attach(programs), map, counters }
     }
 }
 

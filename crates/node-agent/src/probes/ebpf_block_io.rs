@@ -78,7 +78,7 @@ pub fn args() -> Vec<Arg> {
 
 pub fn build(_f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
     let programs = programs(Kernel::get());
-    Ok(Box::new(Collector { probe: Probe::attach(ctx.ebpf(), programs), sys_dev_block: p.sys("dev/block"), names: HashMap::new() }))
+    Ok(Box::new(Collector { probe: ctx.attach(programs), sys_dev_block: p.sys("dev/block"), names: HashMap::new() }))
 }
 
 impl Collector {

@@ -182,8 +182,8 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
     let grace = super::ebpf_pods::GRACE_PERIOD.get(f)?;
     let pods = if ctx.kube { ctx.pods()? } else { None };
     let probe = match crate::pods::cgroup::v2_root(&p.sysfs) {
-        Some(_) => Probe::attach(ctx.ebpf(), &PROGRAMS),
-        None => Probe::down(&PROGRAMS, "no cgroup v2 hierarchy mounted (cgroup socket-buffer programs attach to one)"),
+        Some(_) => ctx.attach(&PROGRAMS),
+        None => ctx.down(&PROGRAMS, "no cgroup v2 hierarchy mounted (cgroup socket-buffer programs attach to one)"),
     };
     Ok(Box::new(Collector {
         probe,

@@ -225,7 +225,9 @@ pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigE
     }
     let shared = ctx.ebpf();
     let bits = if shared.is_ok() { ctx.pod_events } else { SYSCALLS };
-    let probe = Probe::attach(shared, &programs(bits, Kernel::get()));
+    // Its programs shared with the node probes (run-queue, syscalls, TCP,
+    // drops) are theirs to report while they are on.
+    let probe = ctx.defer(Probe::attach(shared, &programs(bits, Kernel::get())));
     let names: Vec<&str> = [
         (SYSCALLS, "syscall_errors"),
         (RUNQ, "runqueue"),

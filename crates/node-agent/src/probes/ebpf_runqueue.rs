@@ -79,7 +79,7 @@ pub fn args() -> Vec<Arg> {
 }
 
 pub fn build(_f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
-    Ok(Box::new(Collector { probe: Probe::attach(ctx.ebpf(), programs(Kernel::get())) }))
+    Ok(Box::new(Collector { probe: ctx.attach(programs(Kernel::get())) }))
 }
 
 impl host::Collector for Collector {

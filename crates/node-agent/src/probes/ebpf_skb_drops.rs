@@ -55,11 +55,10 @@ pub fn args() -> Vec<Arg> {
 
 pub fn build(_f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
     let (probe, labels) = match Kernel::get().drop_reasons() {
-        Ok(d) => (Probe::attach(ctx.ebpf(), &PROGRAMS), labels(d)),
-        Err(why) => (
-            Probe::down(&PROGRAMS, why),
-            labels(&DropReasons { reason_arg: 0, skb_arg: 0, rx_sk_arg: None, skb_sk: None, names: Vec::new() }),
-        ),
+        Ok(d) => (ctx.attach(&PROGRAMS), labels(d)),
+        Err(why) => {
+            (ctx.down(&PROGRAMS, why), labels(&DropReasons { reason_arg: 0, skb_arg: 0, rx_sk_arg: None, skb_sk: None, names: Vec::new() }))
+        }
     };
     Ok(Box::new(Collector { probe, labels, counts: Vec::new() }))
 }

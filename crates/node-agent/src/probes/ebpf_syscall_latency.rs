@@ -82,6 +82,7 @@ impl Collector {
                 probe = Probe::down(&PROGRAMS, &format!("setting the slow-syscall threshold: {e}"));
             }
         }
+        let probe = ctx.claim(probe);
         Collector { probe, sums: vec![NativeSum::default(); FAMILY_NAMES.len()] }
     }
 }

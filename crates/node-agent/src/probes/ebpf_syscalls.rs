@@ -28,7 +28,7 @@ pub fn args() -> Vec<Arg> {
 }
 
 pub fn build(_f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
-    Ok(Box::new(Collector { probe: Probe::attach(ctx.ebpf(), &PROGRAMS), calls: Vec::new(), errors: Vec::new() }))
+    Ok(Box::new(Collector { probe: ctx.attach(&PROGRAMS), calls: Vec::new(), errors: Vec::new() }))
 }
 
 /// The label of syscall slot `nr`: its name, `other` for the overflow slot.

@@ -41,9 +41,9 @@ pub struct Collector {
 pub fn build(_f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
     let k = Kernel::get();
     let probe = match k.tcp_latency() {
-        Ok(_) if !k.at_least(5, 6) => Probe::down(&PROGRAMS, "sock.sk_protocol is a bitfield before Linux 5.6"),
-        Ok(_) => Probe::attach(ctx.ebpf(), &PROGRAMS),
-        Err(why) => Probe::down(&PROGRAMS, why),
+        Ok(_) if !k.at_least(5, 6) => ctx.down(&PROGRAMS, "sock.sk_protocol is a bitfield before Linux 5.6"),
+        Ok(_) => ctx.attach(&PROGRAMS),
+        Err(why) => ctx.down(&PROGRAMS, why),
     };
     Ok(Box::new(Collector { probe, connect: NativeSum::default(), rtt: NativeSum::default() }))
 }

@@ -141,9 +141,9 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
     let k = Kernel::get();
     let pods = if ctx.kube { ctx.pods()? } else { None };
     let probe = match k.tcp_peers() {
-        Ok(_) if !k.at_least(5, 6) => Probe::down(&PROGRAMS, "sock.sk_protocol is a bitfield before Linux 5.6"),
-        Ok(_) => Probe::attach(ctx.ebpf(), &PROGRAMS),
-        Err(why) => Probe::down(&PROGRAMS, why),
+        Ok(_) if !k.at_least(5, 6) => ctx.down(&PROGRAMS, "sock.sk_protocol is a bitfield before Linux 5.6"),
+        Ok(_) => ctx.attach(&PROGRAMS),
+        Err(why) => ctx.down(&PROGRAMS, why),
     };
     let sweep_every = SWEEP_INTERVAL.get(f)?;
     let mut resolver = Resolver::new(pods, &p.sysfs);

@@ -18,7 +18,8 @@ use host::registry::Definition;
 use host::ConfigError;
 
 use crate::ebpf::kernel::Kernel;
-use crate::ebpf::{Globals, LoadError, Shared};
+use crate::ebpf::loader::Claims;
+use crate::ebpf::{Globals, LoadError, Probe, Shared};
 
 /// `--ebpf.bpf-stats`, read by [`Context`]; listed among the serve flags by
 /// `config` (declared here so that the probes need nothing from `config`).
@@ -81,6 +82,8 @@ pub struct Context {
     pub procfs: std::path::PathBuf,
     pub sysfs: std::path::PathBuf,
     globals: Vec<GlobalsFn>,
+    /// Which probe reports each program ([`Context::attach`]).
+    claims: Arc<Claims>,
 }
 
 impl Context {
@@ -119,7 +122,32 @@ impl Context {
             procfs: "/proc".into(),
             sysfs: "/sys".into(),
             globals: globals(),
+            claims: Arc::default(),
         }
+    }
+
+    /// Attaches a probe's programs ([`Probe::attach`]); each program is
+    /// reported by the first probe that attaches it.
+    pub fn attach(&mut self, programs: &[agent_common::Program]) -> Probe {
+        let shared = self.ebpf();
+        self.claim(Probe::attach(shared, programs))
+    }
+
+    /// A probe's programs down on this kernel ([`Probe::down`]), reported
+    /// by the first probe that has them.
+    pub fn down(&self, programs: &[agent_common::Program], why: &str) -> Probe {
+        self.claim(Probe::down(programs, why))
+    }
+
+    /// `probe` reports the programs no probe reports yet.
+    pub fn claim(&self, probe: Probe) -> Probe {
+        probe.claim(&self.claims)
+    }
+
+    /// `probe` reports only the programs no other probe reports (pod
+    /// attribution, which shares the node probes' programs).
+    pub fn defer(&self, probe: Probe) -> Probe {
+        probe.defer_to(Arc::clone(&self.claims))
     }
 
     /// The watch on this node's pods, shared by the pod collectors: started
