@@ -71,6 +71,29 @@ impl Route {
             .collect())
     }
 
+    /// Every address of this network namespace's links: a point-to-point
+    /// link's local address, else the address (as Go's
+    /// `net.Interface.Addrs`).
+    pub fn local_addresses(&mut self) -> Result<Vec<std::net::IpAddr>, Error> {
+        use netlink_packet_route::address::AddressAttribute;
+        Ok(self
+            .addresses()?
+            .iter()
+            .filter_map(|m| {
+                let local = m.attributes.iter().find_map(|a| match a {
+                    AddressAttribute::Local(ip) => Some(*ip),
+                    _ => None,
+                });
+                local.or_else(|| {
+                    m.attributes.iter().find_map(|a| match a {
+                        AddressAttribute::Address(ip) => Some(*ip),
+                        _ => None,
+                    })
+                })
+            })
+            .collect())
+    }
+
     /// Every address of every link (RTM_GETADDR dump, all families).
     pub fn addresses(&mut self) -> Result<Vec<AddressMessage>, Error> {
         let all =

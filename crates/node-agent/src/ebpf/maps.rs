@@ -138,17 +138,71 @@ fn lookup_batch<K: aya::Pod, V: aya::Pod>(fd: i32) -> Option<Vec<(K, V)>> {
     }
 }
 
-/// Deletes `keys` from hash map `map` (keys already gone are no error).
-pub fn hash_delete<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, map: &'static str, keys: &[K]) -> Result<(), MapError> {
+/// Takes `keys` out of hash map `map`: each deleted, with the value it
+/// held when it was deleted (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`, Linux 5.14+
+/// for hash maps), so that nothing the programs add between a read and the
+/// delete is lost. Older kernels read the value, then delete (a count added
+/// in between is lost). Keys not in the map are left out of the result.
+pub fn hash_take<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, map: &'static str, keys: &[K]) -> Result<Vec<(K, V)>, MapError> {
     if keys.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
-    let mut m: aya::maps::HashMap<_, K, V> =
-        aya::maps::HashMap::try_from(ebpf.map_mut(map).ok_or(MapError::Missing(map))?).map_err(|source| MapError::Map { map, source })?;
+    let data = ebpf.map_mut(map).ok_or(MapError::Missing(map))?;
+    let fd = raw_fd(data);
+    let mut m: aya::maps::HashMap<_, K, V> = aya::maps::HashMap::try_from(data).map_err(|source| MapError::Map { map, source })?;
+    let mut out = Vec::with_capacity(keys.len());
+    let mut atomic = fd.is_some();
     for k in keys {
-        let _ = m.remove(k);
+        if atomic {
+            match fd.map(|fd| lookup_and_delete::<K, V>(fd, k)) {
+                Some(Ok(Some(v))) => out.push((*k, v)),
+                Some(Ok(None)) => {}
+                // Not for this map type on this kernel: read, then delete.
+                _ => atomic = false,
+            }
+            if atomic {
+                continue;
+            }
+        }
+        if let Ok(v) = m.get(k, 0) {
+            if m.remove(k).is_ok() {
+                out.push((*k, v));
+            }
+        }
     }
-    Ok(())
+    Ok(out)
+}
+
+/// `union bpf_attr`'s member for the `BPF_MAP_*_ELEM` commands.
+#[repr(C)]
+struct ElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
+
+/// `key`'s value, deleted with it from the hash map `fd`: Ok(None) when it
+/// is not there, Err when the kernel cannot do this for the map.
+fn lookup_and_delete<K: aya::Pod, V: aya::Pod>(fd: i32, key: &K) -> Result<Option<V>, i32> {
+    let mut value = std::mem::MaybeUninit::<V>::uninit();
+    let attr = ElemAttr { map_fd: fd as u32, _pad: 0, key: key as *const K as u64, value: value.as_mut_ptr() as u64, flags: 0 };
+    // SAFETY: BPF_MAP_LOOKUP_AND_DELETE_ELEM reads the map's key size from
+    // `key` and writes its value size into `value` (both checked equal to
+    // K's and V's by the caller); both outlive the call.
+    let rc =
+        unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_AND_DELETE_ELEM, &attr as *const ElemAttr, std::mem::size_of::<ElemAttr>()) };
+    if rc == 0 {
+        // SAFETY: the kernel wrote the value; V is Pod (any bytes are valid).
+        return Ok(Some(unsafe { value.assume_init() }));
+    }
+    match std::io::Error::last_os_error().raw_os_error().unwrap_or(0) {
+        libc::ENOENT => Ok(None),
+        e => Err(e),
+    }
 }
 
 /// Slot `index` of a per-CPU `u64` array, summed over CPUs.
@@ -351,6 +405,21 @@ mod tests {
             assert_eq!(rc, 0, "BPF_MAP_UPDATE_ELEM: {}", std::io::Error::last_os_error());
         }
         fd
+    }
+
+    /// Taking entries returns each one's value and leaves the others.
+    #[test]
+    fn taken_entries_leave_with_their_values() {
+        use std::os::fd::AsRawFd;
+        for (map_type, flags) in [(1, 0), (1, 1), (9, 0)] {
+            let fd = hash_map_with(&[(1, [1, 2, 3]), (2, [4, 5, 6]), (3, [7, 8, 9])], map_type, flags);
+            assert_eq!(lookup_and_delete::<u64, [u64; 3]>(fd.as_raw_fd(), &2), Ok(Some([4, 5, 6])), "type {map_type}");
+            assert_eq!(lookup_and_delete::<u64, [u64; 3]>(fd.as_raw_fd(), &2), Ok(None), "gone");
+            assert_eq!(lookup_and_delete::<u64, [u64; 3]>(fd.as_raw_fd(), &9), Ok(None), "never there");
+            let mut left = lookup_batch::<u64, [u64; 3]>(fd.as_raw_fd()).expect("batch");
+            left.sort_unstable();
+            assert_eq!(left, [(1, [1, 2, 3]), (3, [7, 8, 9])]);
+        }
     }
 
     /// Batches read every entry once, over several calls (more entries

@@ -1,17 +1,26 @@
 //! From per-cgroup kernel counters to per-pod series, with the bookkeeping
-//! that keeps them counters: a cgroup's owner is decided once; a cgroup
-//! that is gone is kept for the grace period, then its counts move to a
-//! "retired" total of its owner (so a restarted container's or an ended
-//! host service's counts never go backwards) and its kernel entry is
-//! deleted; a deleted pod's series disappear once the grace period is over.
-//! Pure: the caller passes the map entries, the hierarchy and the pods.
+//! that keeps them counters and bounded: a cgroup's owner is decided once,
+//! from the path it had (`hierarchy`, which names a cgroup when it is
+//! made, so one that lives between two scrapes is still named) and the
+//! pod watch; a kernel entry unchanged for a whole pass is taken out of
+//! the kernel ([`Outcome::take`]) and its counts move to its owner's
+//! "retired" total ([`Attribution::retire`]), so that the kernel map and
+//! this state hold only the cgroups counted in the last interval, however
+//! many come and go (short-lived host services, restarted containers), and
+//! counters never go backwards; a deleted pod's series disappear once the
+//! grace period is over. A pod cgroup whose pod is not known waits while
+//! the pod watch is not synced (an API server outage), and for the grace
+//! period once it is; then its counts are dropped and counted
+//! ([`Outcome::unattributed`]). Pure: the caller passes the map entries,
+//! the hierarchy and the pods.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use agent_common::pods::PodCounters;
 
-use super::cgroup::Cgroup;
+use super::cgroup::PodRef;
+use super::hierarchy::{Lookup, Whose};
 use super::index::PodIndex;
 
 /// Whose counts these are: a pod's container (`uid` and `container` may be
@@ -29,23 +38,32 @@ pub type Labels = (String, String, String);
 struct Tracked {
     owner: Option<Owner>,
     first_seen: Instant,
-    gone_since: Option<Instant>,
-    /// Its path named a pod.
-    pod_cgroup: bool,
+    /// Its counts at the last pass (None before its first).
+    last: Option<PodCounters>,
+    /// Taken out to be dropped, not retired: its owner went, or none could
+    /// be named.
+    dropped: bool,
 }
 
 /// The result of one pass.
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub series: BTreeMap<Labels, PodCounters>,
-    /// Kernel map entries to delete (cgroups retired or dropped).
-    pub delete: Vec<u64>,
+    /// Kernel map entries to take out (with their values, as
+    /// `maps::hash_take` does) and hand to [`Attribution::retire`]: idle
+    /// ones, whose counts move to their owner's total, and ones whose
+    /// counts are dropped.
+    pub take: Vec<u64>,
     /// Cgroups with counts whose owner is not known yet.
     pub pending: usize,
     pub attributed: usize,
     /// Label sets (pod and container) left out to stay within
     /// [`MAX_LABEL_SETS`].
     pub dropped_label_sets: usize,
+    /// Cgroups whose counts this pass dropped: a pod's, whose pod the watch
+    /// did not know within the grace period of being synced (deleted before
+    /// it was listed, or beyond `index::MAX_PODS`).
+    pub unattributed: usize,
 }
 
 /// The most label sets (namespace, pod, container) exported per pass, the
@@ -71,12 +89,37 @@ pub fn add(a: &mut PodCounters, b: &PodCounters) {
     a.tcp_rtt_samples = a.tcp_rtt_samples.wrapping_add(b.tcp_rtt_samples);
 }
 
+/// Whether the counts of a pod cgroup whose pod is not known, first
+/// counted at `seen`, are given up: the watch has been synced without a
+/// failure for the grace period since it was counted (while the API server
+/// cannot be reached, they wait).
+pub fn gives_up(pods: &PodIndex, seen: Instant, grace: Duration, now: Instant) -> bool {
+    pods.healthy_since().is_some_and(|h| now.saturating_duration_since(h.max(seen)) >= grace)
+}
+
+/// A pod cgroup's owner, or None while it cannot be told: its pod is not
+/// known, or its container's id is not in the pod's status yet (for
+/// `container_wait` after it was first counted at `seen`; then it is the
+/// pod's own).
+fn classify(r: &PodRef, seen: Instant, container_wait: Duration, pods: &PodIndex, now: Instant) -> Option<Owner> {
+    let (uid, meta) = pods.get(&r.uid)?;
+    let container = match &r.container {
+        None => String::new(),
+        Some(id) => match meta.containers.get(id) {
+            Some(name) => name.clone(),
+            None if now.duration_since(seen) >= container_wait => String::new(),
+            None => return None,
+        },
+    };
+    Some(Owner { uid: uid.to_string(), container })
+}
+
 /// The state kept between scrapes.
 #[derive(Debug)]
 pub struct Attribution {
     tracked: HashMap<u64, Tracked>,
     retired: HashMap<Owner, PodCounters>,
-    /// How long a gone cgroup or a deleted pod is kept.
+    /// How long a deleted pod is kept, and a pod cgroup waits for its pod.
     pub grace: Duration,
     /// How long a container's cgroup waits for its id to appear in the
     /// pod's status before it is counted as the pod's own.
@@ -96,83 +139,71 @@ impl Attribution {
         }
     }
 
-    /// Decides a present cgroup's owner, or None while it cannot be told.
-    fn classify(&self, cg: &Cgroup, t: &Tracked, pods: &PodIndex, now: Instant) -> Option<Owner> {
-        let Some(r) = &cg.pod else { return Some(Owner::default()) };
-        let (uid, meta) = pods.get(&r.uid)?;
-        let container = match &r.container {
-            None => String::new(),
-            Some(id) => match meta.containers.get(id) {
-                Some(name) => name.clone(),
-                None if now.duration_since(t.first_seen) >= self.container_wait => String::new(),
-                None => return None,
-            },
-        };
-        Some(Owner { uid: uid.to_string(), container })
-    }
-
     /// One pass over the kernel's entries.
-    pub fn update(&mut self, entries: &[(u64, PodCounters)], cgroups: &HashMap<u64, Cgroup>, pods: &mut PodIndex, now: Instant) -> Outcome {
+    pub fn update(&mut self, entries: &[(u64, PodCounters)], cgroups: &impl Lookup, pods: &mut PodIndex, now: Instant) -> Outcome {
         let mut out = Outcome::default();
         // The watch expires deleted pods on its own timer; this pass's
         // clock may be ahead of it.
         pods.expire(now, self.grace);
         // Pods no longer in the index (expired, or cut short to make room):
-        // their counts and kernel entries go.
+        // their counts go, and their kernel entries are dropped.
         let known = |o: &Owner| o.uid.is_empty() || pods.contains(&o.uid);
         self.retired.retain(|o, _| known(o));
-        self.tracked.retain(|id, t| {
-            let gone = t.owner.as_ref().is_some_and(|o| !known(o));
-            if gone {
-                out.delete.push(*id);
+        for t in self.tracked.values_mut() {
+            if t.owner.as_ref().is_some_and(|o| !known(o)) {
+                t.dropped = true;
             }
-            !gone
-        });
+        }
         let mut live: HashMap<Owner, PodCounters> = HashMap::new();
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = std::collections::HashSet::with_capacity(entries.len());
         for (id, c) in entries {
-            if out.delete.contains(id) {
+            seen.insert(*id);
+            let t = self.tracked.entry(*id).or_insert(Tracked { owner: None, first_seen: now, last: None, dropped: false });
+            if t.dropped {
+                out.take.push(*id);
                 continue;
             }
-            seen.insert(*id);
-            let mut t = self.tracked.remove(id).unwrap_or(Tracked { owner: None, first_seen: now, gone_since: None, pod_cgroup: false });
-            match cgroups.get(id) {
-                Some(cg) => {
-                    t.gone_since = None;
-                    t.pod_cgroup |= cg.pod.is_some();
-                    if t.owner.is_none() {
-                        t.owner = self.classify(cg, &t, pods, now);
-                    }
-                }
-                None => {
-                    let since = *t.gone_since.get_or_insert(now);
-                    let waited = now.duration_since(since) >= self.grace;
-                    match &t.owner {
-                        // Never named: a host cgroup that came and went between walks.
-                        None if waited && !t.pod_cgroup => t.owner = Some(Owner::default()),
-                        None if waited => {
-                            out.delete.push(*id);
+            if t.owner.is_none() {
+                t.owner = match cgroups.whose(*id, t.first_seen) {
+                    Whose::Host => Some(Owner::default()),
+                    Whose::NotYet => None,
+                    Whose::Pod(r) => {
+                        let owner = classify(r, t.first_seen, self.container_wait, pods, now);
+                        if owner.is_none() && pods.get(&r.uid).is_none() && gives_up(pods, t.first_seen, self.grace, now) {
+                            t.dropped = true;
+                            out.take.push(*id);
+                            out.unattributed += 1;
                             continue;
                         }
-                        Some(owner) if waited => {
-                            add(self.retired.entry(owner.clone()).or_default(), c);
-                            out.delete.push(*id);
-                            continue;
-                        }
-                        _ => {}
+                        owner
                     }
-                }
+                };
             }
-            match &t.owner {
-                Some(o) => {
-                    add(live.entry(o.clone()).or_default(), c);
-                    out.attributed += 1;
-                }
-                None => out.pending += 1,
+            let Some(o) = &t.owner else {
+                out.pending += 1;
+                continue;
+            };
+            // Unchanged for a whole pass: out of the kernel, into the
+            // owner's total (its counts stay in this pass's series).
+            if t.last == Some(*c) {
+                out.take.push(*id);
             }
-            self.tracked.insert(*id, t);
+            t.last = Some(*c);
+            add(live.entry(o.clone()).or_default(), c);
+            out.attributed += 1;
         }
-        self.tracked.retain(|id, _| seen.contains(id));
+        // Entries gone from the kernel without being taken: what they had
+        // at the last pass stays their owner's.
+        let retired = &mut self.retired;
+        self.tracked.retain(|id, t| {
+            if seen.contains(id) {
+                return true;
+            }
+            if let (Some(o), Some(last), false) = (&t.owner, &t.last, t.dropped) {
+                add(retired.entry(o.clone()).or_default(), last);
+            }
+            false
+        });
         // Every live pod and container has series from the start.
         live.entry(Owner::default()).or_default();
         for (uid, meta) in pods.live(now, self.grace) {
@@ -196,6 +227,19 @@ impl Attribution {
         }
         out.dropped_label_sets = cap_label_sets(&mut out.series, self.max_label_sets);
         out
+    }
+
+    /// The entries [`Outcome::take`] named, as taken out of the kernel
+    /// (each with its value when it was deleted; entries already gone are
+    /// not among them): idle ones' counts join their owner's total, dropped
+    /// ones' are forgotten.
+    pub fn retire(&mut self, taken: &[(u64, PodCounters)]) {
+        for (id, c) in taken {
+            let Some(t) = self.tracked.remove(id) else { continue };
+            if let (Some(o), false) = (t.owner, t.dropped) {
+                add(self.retired.entry(o).or_default(), c);
+            }
+        }
     }
 }
 
@@ -228,7 +272,7 @@ pub fn cap_label_sets(series: &mut BTreeMap<Labels, PodCounters>, max: usize) ->
 
 #[cfg(test)]
 mod tests {
-    use super::super::cgroup::PodRef;
+    use super::super::cgroup::Cgroup;
     use super::super::index::tests::pod;
     use super::*;
 
@@ -261,7 +305,7 @@ mod tests {
         assert_eq!(out.series[&labels("web", "web-0", "")].syscall_errors, 1, "the pod's own cgroup");
         assert_eq!(out.series[&labels("", "", "")].syscall_errors, 8, "host");
         assert_eq!(out.series[&labels("db", "db-0", "pg")], PodCounters::default(), "a quiet pod is there at 0");
-        assert_eq!((out.attributed, out.pending, out.delete.len()), (4, 0, 0));
+        assert_eq!((out.attributed, out.pending, out.take.len()), (4, 0, 0));
     }
 
     #[test]
@@ -286,40 +330,61 @@ mod tests {
     }
 
     #[test]
-    fn gone_cgroups_retire_into_their_owner_and_never_go_backwards() {
+    fn idle_entries_retire_into_their_owner_and_counts_never_go_backwards() {
         let t0 = Instant::now();
-        let grace = Duration::from_secs(60);
         let mut pods = PodIndex::default();
         pods.apply(&pod("u1", "web", "web-0", &[("app", CID), ("side", CID2)]));
-        let mut cgroups: HashMap<u64, Cgroup> = [(10, cg(Some("u1"), Some(CID))), (20, cg(None, None))].into();
-        let mut a = Attribution::new(grace);
-        a.update(&[(10, errs(5)), (20, errs(2))], &cgroups, &mut pods, t0);
-        // The container restarts (new cgroup 12 with the same name), the host service ends.
-        let mut p = pod("u1", "web", "web-0", &[("app", CID2)]);
-        if let Some(st) = p.status.as_mut().and_then(|s| s.container_statuses.as_mut()) {
-            st[0].last_state = Some(
-                serde_json::from_value(serde_json::json!({"terminated": {"exitCode": 137, "containerID": format!("containerd://{CID}")}}))
-                    .expect("state"),
-            );
-        }
-        pods.apply(&p);
-        cgroups.remove(&10);
-        cgroups.remove(&20);
-        cgroups.insert(12, cg(Some("u1"), Some(CID2)));
+        let cgroups: HashMap<u64, Cgroup> =
+            [(10, cg(Some("u1"), Some(CID))), (12, cg(Some("u1"), Some(CID2))), (20, cg(None, None))].into();
+        let mut a = Attribution::new(Duration::from_secs(60));
+        let out = a.update(&[(10, errs(5)), (20, errs(2))], &cgroups, &mut pods, t0);
+        assert!(out.take.is_empty(), "first seen: nothing idle yet");
+        // 10 and 20 unchanged for a pass: taken out, their counts still shown.
         let t1 = t0 + Duration::from_secs(10);
         let out = a.update(&[(10, errs(5)), (20, errs(2)), (12, errs(1))], &cgroups, &mut pods, t1);
-        assert_eq!(out.series[&labels("web", "web-0", "app")].syscall_errors, 6);
-        assert!(out.delete.is_empty(), "kept for the grace period");
-        let out = a.update(&[(10, errs(5)), (20, errs(2)), (12, errs(2))], &cgroups, &mut pods, t1 + grace);
-        assert_eq!(out.series[&labels("web", "web-0", "app")].syscall_errors, 7);
+        let mut take = out.take.clone();
+        take.sort();
+        assert_eq!(take, vec![10, 20]);
+        assert_eq!(out.series[&labels("web", "web-0", "app")].syscall_errors, 5);
         assert_eq!(out.series[&labels("", "", "")].syscall_errors, 2);
-        let mut deleted = out.delete.clone();
-        deleted.sort();
-        assert_eq!(deleted, vec![10, 20]);
-        // After the kernel entries are gone, the totals hold.
-        let out = a.update(&[(12, errs(3))], &cgroups, &mut pods, t1 + grace + Duration::from_secs(1));
-        assert_eq!(out.series[&labels("web", "web-0", "app")].syscall_errors, 8);
+        // Taken with what they held then (one more error came meanwhile).
+        a.retire(&[(10, errs(6)), (20, errs(2))]);
+        assert_eq!(a.tracked.len(), 1, "only the active cgroup is tracked");
+        let out = a.update(&[(12, errs(2))], &cgroups, &mut pods, t1 + Duration::from_secs(10));
+        assert_eq!(out.series[&labels("web", "web-0", "app")].syscall_errors, 6, "the error counted between the read and the take too");
         assert_eq!(out.series[&labels("", "", "")].syscall_errors, 2);
+        // The kernel makes the entry again from zero: it adds.
+        let out = a.update(&[(12, errs(2)), (10, errs(3))], &cgroups, &mut pods, t1 + Duration::from_secs(20));
+        assert_eq!(out.series[&labels("web", "web-0", "app")].syscall_errors, 9);
+        assert_eq!(out.series[&labels("web", "web-0", "side")].syscall_errors, 2);
+        // An entry gone from the kernel without being taken keeps its last counts.
+        let out = a.update(&[(12, errs(2))], &cgroups, &mut pods, t1 + Duration::from_secs(30));
+        assert_eq!(out.series[&labels("web", "web-0", "app")].syscall_errors, 9);
+    }
+
+    /// A thousand short-lived host cgroups (timer units, sessions), one
+    /// count each: the state and the kernel entries follow only the
+    /// cgroups of the last interval; the host's total has every count.
+    #[test]
+    fn short_lived_cgroups_leave_nothing_behind_but_their_counts() {
+        let mut t = Instant::now();
+        let mut pods = PodIndex::default();
+        let mut a = Attribution::new(Duration::from_secs(60));
+        let none: HashMap<u64, Cgroup> = HashMap::new();
+        let mut live: Vec<(u64, PodCounters)> = Vec::new();
+        for batch in 0..10u64 {
+            let new: Vec<(u64, PodCounters)> = (0..100).map(|i| (1000 + batch * 100 + i, errs(1))).collect();
+            live.extend(new.iter().copied());
+            t += Duration::from_secs(15);
+            let out = a.update(&live, &none, &mut pods, t);
+            // What was idle is taken out.
+            let taken: Vec<(u64, PodCounters)> = live.iter().filter(|(id, _)| out.take.contains(id)).copied().collect();
+            live.retain(|(id, _)| !out.take.contains(id));
+            a.retire(&taken);
+            assert!(a.tracked.len() <= 100, "batch {batch}: {} cgroups tracked", a.tracked.len());
+        }
+        let out = a.update(&live, &none, &mut pods, t + Duration::from_secs(15));
+        assert_eq!(out.series[&Labels::default()].syscall_errors, 1000);
     }
 
     /// One pod with one container (cgroup 10), 5 errors counted at `t0`,
@@ -342,23 +407,73 @@ mod tests {
         let out = a.update(&[(10, errs(5))], &cgroups, &mut pods, t0 + Duration::from_secs(59));
         assert_eq!(out.series[&labels("web", "web-0", "app")].syscall_errors, 5, "still there within the grace period");
         let out = a.update(&[(10, errs(5))], &cgroups, &mut pods, t0 + grace);
-        assert_eq!(out.delete, vec![10]);
+        assert_eq!(out.take, vec![10]);
         assert_eq!(out.series.len(), 1, "only the host: {:?}", out.series.keys());
+        a.retire(&[(10, errs(5))]);
+        assert!(a.retired.is_empty(), "a gone pod's counts are not kept");
     }
 
     #[test]
-    fn short_lived_cgroups_never_walked_count_as_host_after_grace() {
+    fn host_cgroups_count_for_the_host_at_once() {
         let t0 = Instant::now();
-        let grace = Duration::from_secs(60);
         let mut pods = PodIndex::default();
-        let mut a = Attribution::new(grace);
+        let mut a = Attribution::new(Duration::from_secs(60));
         let none = HashMap::new();
         let out = a.update(&[(99, errs(4))], &none, &mut pods, t0);
-        assert_eq!((out.pending, out.series[&Labels::default()].syscall_errors), (1, 0));
-        let out = a.update(&[(99, errs(4))], &none, &mut pods, t0 + grace);
         assert_eq!((out.pending, out.series[&Labels::default()].syscall_errors), (0, 4));
-        let out = a.update(&[(99, errs(4))], &none, &mut pods, t0 + grace * 2);
-        assert_eq!((out.delete.clone(), out.series[&Labels::default()].syscall_errors), (vec![99], 4));
+    }
+
+    /// The hierarchy cannot tell yet (it is walked, not followed, and no
+    /// walk has run since the cgroup was counted): the counts wait.
+    #[test]
+    fn cgroups_the_hierarchy_cannot_name_yet_wait() {
+        struct NotYet;
+        impl Lookup for NotYet {
+            fn whose(&self, _: u64, _: Instant) -> Whose<'_> {
+                Whose::NotYet
+            }
+        }
+        let t0 = Instant::now();
+        let mut pods = PodIndex::default();
+        let mut a = Attribution::new(Duration::from_secs(60));
+        let out = a.update(&[(99, errs(4))], &NotYet, &mut pods, t0);
+        assert_eq!((out.pending, out.series[&Labels::default()].syscall_errors), (1, 0));
+        let host: HashMap<u64, Cgroup> = HashMap::new();
+        let out = a.update(&[(99, errs(4))], &host, &mut pods, t0 + Duration::from_secs(1));
+        assert_eq!((out.pending, out.series[&Labels::default()].syscall_errors), (0, 4));
+    }
+
+    /// The API server is out of reach longer than the grace period while a
+    /// new pod counts: its counts wait and are its own once it is listed.
+    /// A pod cgroup whose pod the synced watch never lists is dropped after
+    /// the grace period, and counted.
+    #[test]
+    fn pod_cgroups_wait_for_their_pod_while_the_watch_is_down_and_then_for_the_grace_period() {
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(20);
+        let mut pods = PodIndex::default();
+        pods.begin_list();
+        pods.end_list(t0);
+        pods.set_reason(super::super::index::Reason::WatchFailed, t0 + Duration::from_secs(1));
+        let cgroups: HashMap<u64, Cgroup> = [(10, cg(Some("u1"), Some(CID))), (11, cg(Some("u9"), None))].into();
+        let mut a = Attribution::new(grace);
+        for s in [2, 10, 20, 29] {
+            let out = a.update(&[(10, errs(s)), (11, errs(1))], &cgroups, &mut pods, t0 + Duration::from_secs(s));
+            assert_eq!((out.pending, out.unattributed), (2, 0), "at {s}s: waiting while the watch is down");
+        }
+        // Back: u1 is listed, u9 never is.
+        pods.apply(&pod("u1", "web", "web-0", &[("app", CID)]));
+        pods.set_reason(super::super::index::Reason::Synced, t0 + Duration::from_secs(30));
+        let out = a.update(&[(10, errs(35)), (11, errs(1))], &cgroups, &mut pods, t0 + Duration::from_secs(35));
+        assert_eq!(out.series[&labels("web", "web-0", "app")].syscall_errors, 35, "every count kept");
+        assert_eq!((out.pending, out.unattributed), (1, 0), "u9 waits the grace period from the recovery");
+        let out = a.update(&[(10, errs(35)), (11, errs(1))], &cgroups, &mut pods, t0 + Duration::from_secs(50));
+        assert_eq!((out.pending, out.unattributed), (0, 1));
+        assert!(out.take.contains(&11));
+        a.retire(&[(11, errs(1))]);
+        let out = a.update(&[(10, errs(35))], &cgroups, &mut pods, t0 + Duration::from_secs(51));
+        assert_eq!(out.series.len(), 2, "web-0 and the host: {:?}", out.series.keys());
+        assert_eq!(out.series[&Labels::default()].syscall_errors, 0, "u9's counts are nobody's");
     }
 
     #[test]
@@ -368,8 +483,9 @@ mod tests {
         // The watch's timer, not a pass, forgets the pod.
         assert_eq!(pods.expire(t0 + grace, grace), vec!["u1".to_string()]);
         let out = a.update(&[(10, errs(5))], &cgroups, &mut pods, t0 + grace);
-        assert_eq!(out.delete, vec![10]);
+        assert_eq!(out.take, vec![10]);
         assert_eq!(out.series.len(), 1, "only the host: {:?}", out.series.keys());
+        a.retire(&[(10, errs(5))]);
         assert!(a.tracked.is_empty() && a.retired.is_empty());
     }
 

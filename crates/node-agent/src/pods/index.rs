@@ -180,8 +180,11 @@ pub struct PodIndex {
     relist: Option<Vec<String>>,
     /// A full list has been received.
     pub synced: bool,
-    /// The watch's state.
-    pub reason: Reason,
+    /// The watch's state ([`PodIndex::set_reason`]).
+    reason: Reason,
+    /// Since when the watch is synced without a failure: what the index
+    /// says of a pod missing from it is true from then on.
+    healthy_since: Option<Instant>,
     /// The most pods tracked.
     pub max_pods: usize,
     pub dropped: Dropped,
@@ -202,6 +205,7 @@ impl PodIndex {
             relist: None,
             synced: false,
             reason: Reason::default(),
+            healthy_since: None,
             max_pods,
             dropped: Dropped::default(),
         }
@@ -258,7 +262,30 @@ impl PodIndex {
             }
         }
         self.synced = true;
-        self.reason = Reason::Synced;
+        self.set_reason(Reason::Synced, now);
+    }
+
+    /// The watch's state.
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+
+    /// The watch's state changes at `now`: a failure ends the healthy
+    /// time, synced (again) starts it.
+    pub fn set_reason(&mut self, r: Reason, now: Instant) {
+        self.reason = r;
+        if r.failed() {
+            self.healthy_since = None;
+        } else if r == Reason::Synced {
+            self.healthy_since.get_or_insert(now);
+        }
+    }
+
+    /// Since when the index has been synced with no failure (None while it
+    /// is listing or failing): a pod it does not know by then is not on
+    /// this node (it was deleted, or never listed).
+    pub fn healthy_since(&self) -> Option<Instant> {
+        self.healthy_since
     }
 
     /// A pod by the UID (or static pod hash) its cgroups are named with.
@@ -423,7 +450,17 @@ pub(crate) mod tests {
         assert!(!Reason::Synced.failed() && Reason::ListTimeout.failed());
         let mut idx = PodIndex::default();
         idx.begin_list();
-        idx.end_list(Instant::now());
-        assert_eq!((idx.synced, idx.reason), (true, Reason::Synced));
+        let t0 = Instant::now();
+        idx.end_list(t0);
+        assert_eq!((idx.synced, idx.reason()), (true, Reason::Synced));
+        assert_eq!(idx.healthy_since(), Some(t0));
+        idx.set_reason(Reason::Synced, t0 + Duration::from_secs(1));
+        assert_eq!(idx.healthy_since(), Some(t0), "synced again changes nothing");
+        idx.set_reason(Reason::WatchFailed, t0 + Duration::from_secs(2));
+        assert_eq!(idx.healthy_since(), None);
+        idx.set_reason(Reason::Listing, t0 + Duration::from_secs(3));
+        assert_eq!(idx.healthy_since(), None, "listing is not healthy yet");
+        idx.set_reason(Reason::Synced, t0 + Duration::from_secs(4));
+        assert_eq!(idx.healthy_since(), Some(t0 + Duration::from_secs(4)));
     }
 }

@@ -10,6 +10,7 @@
 pub mod attrib;
 pub mod bound;
 pub mod cgroup;
+pub mod hierarchy;
 pub mod index;
 pub mod peers;
 pub mod resolve;

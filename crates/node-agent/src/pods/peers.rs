@@ -44,6 +44,9 @@ pub enum Kind {
     Pod,
     /// A loopback address.
     Local,
+    /// An address of this node (the kubelet's probes, host-network pods
+    /// seen from a pod), named by the node's name.
+    Node,
     /// Anything else.
     External,
     /// The peers beyond the bound, summed.
@@ -56,6 +59,7 @@ impl Kind {
             Kind::Service => "service",
             Kind::Pod => "pod",
             Kind::Local => "local",
+            Kind::Node => "node",
             Kind::External => "external",
             Kind::Other => "other",
         }
@@ -113,10 +117,6 @@ impl Counts {
         }
         r.lat.retain(|_, v| *v > 0);
         r
-    }
-
-    fn is_zero(&self) -> bool {
-        self.words.iter().all(|w| *w == 0) && self.lat.is_empty()
     }
 }
 
@@ -179,14 +179,18 @@ impl Cidr {
     }
 }
 
+/// This node: its name, and which addresses are its own.
+pub type Node<'a> = (&'a str, &'a dyn Fn(IpAddr) -> bool);
+
 /// Names an address: a Service by ClusterIP (`services`), else `pods` maps
 /// this node's pod addresses to `namespace/workload`, else loopback, else
-/// the first of `cidrs` holding it (`external`, its name), else the
-/// address (`external`).
+/// an address of this node (`node`, its name), else the first of `cidrs`
+/// holding it (`external`, its name), else the address (`external`).
 pub fn name(
     addr: IpAddr,
     services: Option<&super::services::ServiceIndex>,
     pods: &HashMap<IpAddr, String>,
+    node: Node<'_>,
     cidrs: &[Cidr],
 ) -> (Kind, String) {
     if let Some(s) = services.and_then(|s| s.get(&addr)) {
@@ -198,49 +202,61 @@ pub fn name(
     if addr.is_loopback() {
         return (Kind::Local, addr.to_string());
     }
+    if (node.1)(addr) {
+        return (Kind::Node, node.0.to_string());
+    }
     if let Some(c) = cidrs.iter().find(|c| c.contains(addr)) {
         return (Kind::External, c.name.clone());
     }
     (Kind::External, addr.to_string())
 }
 
+/// A kernel entry seen at the last pass, whose cgroup's owner is known.
 #[derive(Debug)]
-struct Entry {
+struct Live {
+    owner: Owner,
+    /// Its series' label, decided when the entry first appeared.
     label: Label,
-    /// Counts folded out of the kernel (entries deleted there).
+    /// Its counts at the last pass.
+    counts: Counts,
+}
+
+/// One pod's (or the host's) counts with one peer label: what kernel
+/// entries folded into it, what it had in `other` before it was admitted.
+#[derive(Debug, Default)]
+struct Agg {
+    /// Counts of kernel entries taken out (of every cgroup of its owner).
     folded: Counts,
-    /// The kernel entry's counts at the last pass.
-    live: Counts,
     /// What was counted in `other` before the peer was admitted.
     offset: Counts,
     /// In a pass's series already (in `other`, if not admitted).
     reported: bool,
 }
 
-impl Entry {
-    /// Its counts since it was admitted (or all, if it never was).
-    fn own(&self) -> Counts {
-        let mut t = self.folded.clone();
-        t.add(&self.live);
-        t.minus(&self.offset)
-    }
+/// A cgroup with kernel entries: its owner, or since when it waits for one.
+#[derive(Debug)]
+enum CgroupOwner {
+    Known(Owner),
+    Pending(Instant),
 }
 
 /// The state kept between scrapes.
 #[derive(Debug)]
 pub struct Peers {
-    entries: HashMap<PeerKey, Entry>,
-    /// Folded counts of peers beyond the bound, by cgroup and direction.
-    other: HashMap<(u64, u8), Counts>,
+    /// The kernel's entries of cgroups whose owner is known.
+    live: HashMap<PeerKey, Live>,
+    /// Per owner and peer label: counts out of the kernel.
+    aggs: HashMap<(Owner, Label), Agg>,
+    /// Folded counts of peers beyond the bound, by owner and direction.
+    other: HashMap<(Owner, u8), Counts>,
     /// Peers with series of their own, by owner, and when they last
     /// changed.
     admitted: HashMap<Owner, BTreeMap<Label, Instant>>,
-    owners: HashMap<u64, Owner>,
-    pending: HashMap<u64, Instant>,
+    /// The cgroups with entries in the kernel (only those).
+    cgroups: HashMap<u64, CgroupOwner>,
     /// The most peers with series of their own, per pod and direction.
     pub max_peers: usize,
-    /// How long a cgroup may stay without an owner, and a peer idle with a
-    /// series of its own.
+    /// How long a peer may stay idle with a series of its own.
     pub grace: Duration,
     /// How busy a peer is, to admit the busiest first: bytes, unless the
     /// probe says otherwise ([`Peers::ranked_by`]).
@@ -248,6 +264,9 @@ pub struct Peers {
     /// The direction of a key's series: its own, unless the probe keeps
     /// records of its own beside the kernel's ([`Peers::labelled_by`]).
     label_dir: fn(u8) -> u8,
+    /// Whether an entry must stay in the kernel though unchanged
+    /// ([`Peers::pinned_by`]).
+    pinned: fn(&Counts) -> bool,
 }
 
 /// The result of one pass.
@@ -255,13 +274,19 @@ pub struct Peers {
 pub struct Pass {
     /// Per pod and peer label, the counts so far.
     pub series: BTreeMap<(Owner, Label), Counts>,
-    /// Kernel entries to delete: folded, or their cgroup's counts dropped.
-    pub delete: Vec<PeerKey>,
-    pub delete_lat: Vec<LatKey>,
-    /// Peers with counts of their own in user space, and cgroups whose
-    /// owner is not known yet.
+    /// Kernel entries to take out (with their values, as
+    /// `maps::hash_take` does) and hand to [`Peers::retire`]: entries
+    /// unchanged for a whole pass, whose counts move to user space, and
+    /// entries whose counts are dropped (their owner went, or none could
+    /// be named).
+    pub take: Vec<PeerKey>,
+    pub take_lat: Vec<LatKey>,
+    /// Peers (per owner and label) with counts in user space, and cgroups
+    /// whose owner is not known yet.
     pub tracked: usize,
     pub pending: usize,
+    /// Cgroups whose counts this pass dropped, no owner being known for them.
+    pub unattributed: usize,
 }
 
 /// Who owns a cgroup, as far as the caller can tell now.
@@ -269,20 +294,23 @@ pub enum Resolution {
     Owner(Owner),
     /// Not known yet (a pod not listed yet, a cgroup not walked yet).
     Pending,
+    /// Never to be known: its counts are dropped (and counted).
+    Unattributable,
 }
 
 impl Peers {
     pub fn new(max_peers: usize, grace: Duration) -> Peers {
         Peers {
-            entries: HashMap::new(),
+            live: HashMap::new(),
+            aggs: HashMap::new(),
             other: HashMap::new(),
             admitted: HashMap::new(),
-            owners: HashMap::new(),
-            pending: HashMap::new(),
+            cgroups: HashMap::new(),
             max_peers,
             grace,
             rank: Counts::bytes,
             label_dir: |d| d,
+            pinned: |_| false,
         }
     }
 
@@ -299,189 +327,250 @@ impl Peers {
         self
     }
 
+    /// Kernel entries for which `pinned` holds stay in the kernel though
+    /// unchanged (a peer with connections open, whose close the kernel
+    /// counts in the same entry).
+    pub fn pinned_by(mut self, pinned: fn(&Counts) -> bool) -> Peers {
+        self.pinned = pinned;
+        self
+    }
+
     /// One pass over the kernel's entries. `resolve` names a cgroup's owner
-    /// (called for cgroups not decided yet), `alive` says whether a decided
-    /// owner is still there, `name` names a peer's address ([`name`]).
+    /// (called for cgroups not decided yet, with when their counts were
+    /// first seen), `alive` says whether a decided owner is still there,
+    /// `name` names a peer's address ([`name`]).
     pub fn update(
         &mut self,
         stats: &[(PeerKey, PeerCounters)],
         lat: &[(LatKey, u64)],
-        mut resolve: impl FnMut(u64) -> Resolution,
+        mut resolve: impl FnMut(u64, Instant) -> Resolution,
         alive: impl Fn(&Owner) -> bool,
         name: impl Fn(IpAddr) -> (Kind, String),
         now: Instant,
     ) -> Pass {
         let mut pass = Pass::default();
-        // The kernel's counts now, by peer.
-        let mut live: HashMap<PeerKey, Counts> = HashMap::new();
+        // The kernel's counts now, by key.
+        let mut kernel: HashMap<PeerKey, Counts> = HashMap::with_capacity(stats.len());
         for (k, c) in stats {
-            live.entry(*k).or_default().words = c.words;
+            kernel.entry(*k).or_default().words = c.words;
         }
         let mut lat_keys: HashMap<PeerKey, Vec<LatKey>> = HashMap::new();
         for (k, n) in lat {
-            live.entry(k.peer).or_default().lat.insert(k.slot, *n);
+            kernel.entry(k.peer).or_default().lat.insert(k.slot, *n);
             lat_keys.entry(k.peer).or_default().push(*k);
         }
-        // Owners gone: their cgroups' counts and kernel entries go.
-        let gone: BTreeSet<u64> = self.owners.iter().filter(|(_, o)| !alive(o)).map(|(cg, _)| *cg).collect();
-        for cg in &gone {
-            self.owners.remove(cg);
-        }
+        // Owners gone: their counts go, their kernel entries are dropped.
         self.admitted.retain(|o, _| alive(o));
-        self.other.retain(|(cg, _), _| !gone.contains(cg));
-        // Owners of new cgroups.
-        let cgroups: BTreeSet<u64> = live.keys().chain(self.entries.keys()).map(|k| k.cgroup).filter(|cg| !gone.contains(cg)).collect();
-        let mut dropped: BTreeSet<u64> = gone;
-        for cg in cgroups {
-            if self.owners.contains_key(&cg) {
-                continue;
+        self.aggs.retain(|(o, _), _| alive(o));
+        self.other.retain(|(o, _), _| alive(o));
+        self.live.retain(|_, l| alive(&l.owner));
+        let mut dropped: BTreeSet<u64> = BTreeSet::new();
+        self.cgroups.retain(|cg, c| {
+            let gone = matches!(c, CgroupOwner::Known(o) if !alive(o));
+            if gone {
+                dropped.insert(*cg);
             }
-            match resolve(cg) {
+            !gone
+        });
+        // Owners of the cgroups counted, decided once.
+        let counted: BTreeSet<u64> = kernel.keys().map(|k| k.cgroup).collect();
+        self.cgroups.retain(|cg, _| counted.contains(cg));
+        for cg in &counted {
+            let since = match self.cgroups.get(cg) {
+                Some(CgroupOwner::Known(_)) => continue,
+                Some(CgroupOwner::Pending(since)) => *since,
+                None if dropped.contains(cg) => continue,
+                None => now,
+            };
+            match resolve(*cg, since) {
                 Resolution::Owner(o) => {
-                    self.pending.remove(&cg);
-                    self.owners.insert(cg, o);
+                    self.cgroups.insert(*cg, CgroupOwner::Known(o));
                 }
                 Resolution::Pending => {
-                    let since = *self.pending.entry(cg).or_insert(now);
-                    if now.duration_since(since) >= self.grace {
-                        self.pending.remove(&cg);
-                        dropped.insert(cg);
-                    }
+                    self.cgroups.insert(*cg, CgroupOwner::Pending(since));
+                }
+                Resolution::Unattributable => {
+                    self.cgroups.remove(cg);
+                    dropped.insert(*cg);
+                    pass.unattributed += 1;
                 }
             }
         }
-        self.pending.retain(|cg, _| !dropped.contains(cg));
-        pass.pending = self.pending.len();
-        // Fold the kernel's counts in.
-        let mut active: BTreeSet<(u64, Label)> = BTreeSet::new();
-        for (k, c) in live {
+        pass.pending = self.cgroups.values().filter(|c| matches!(c, CgroupOwner::Pending(_))).count();
+        // The kernel's entries: new ones named, changed ones active,
+        // unchanged ones taken out.
+        let mut active: BTreeSet<(Owner, Label)> = BTreeSet::new();
+        for (k, c) in kernel.iter() {
+            let take = |pass: &mut Pass, lat_keys: &mut HashMap<PeerKey, Vec<LatKey>>| {
+                pass.take.push(*k);
+                pass.take_lat.extend(lat_keys.remove(k).unwrap_or_default());
+            };
             if dropped.contains(&k.cgroup) {
-                pass.delete.push(k);
-                pass.delete_lat.extend(lat_keys.remove(&k).unwrap_or_default());
+                self.live.remove(k);
+                take(&mut pass, &mut lat_keys);
                 continue;
             }
+            let Some(CgroupOwner::Known(o)) = self.cgroups.get(&k.cgroup) else { continue };
+            let fresh = !self.live.contains_key(k);
             let label_dir = self.label_dir;
-            let e = self.entries.entry(k).or_insert_with(|| {
+            let l = self.live.entry(*k).or_insert_with(|| {
                 let (kind, peer) = name(address(k.addr));
-                Entry {
-                    label: Label { dir: label_dir(k.dir), kind, peer, port: Some(k.port) },
-                    folded: Counts::default(),
-                    live: Counts::default(),
-                    offset: Counts::default(),
-                    reported: false,
-                }
+                Live { owner: o.clone(), label: Label { dir: label_dir(k.dir), kind, peer, port: Some(k.port) }, counts: Counts::default() }
             });
-            if e.live != c {
-                active.insert((k.cgroup, e.label.clone()));
+            self.aggs.entry((l.owner.clone(), l.label.clone())).or_default();
+            let pinned = (self.pinned)(c);
+            if !fresh && l.counts == *c && !pinned {
+                take(&mut pass, &mut lat_keys);
+            } else if fresh || l.counts != *c || pinned {
+                // Changed, or with connections open: not idle.
+                active.insert((l.owner.clone(), l.label.clone()));
             }
-            if e.live == c {
-                // Unchanged for a whole interval: out of the kernel.
-                e.folded.add(&c);
-                e.live = Counts::default();
-                pass.delete.push(k);
-                pass.delete_lat.extend(lat_keys.remove(&k).unwrap_or_default());
-            } else {
-                e.live = c;
-            }
+            l.counts = c.clone();
         }
-        self.entries.retain(|k, _| !dropped.contains(&k.cgroup));
+        // Entries gone from the kernel without being taken: what they had
+        // at the last pass stays their peer's.
+        let aggs = &mut self.aggs;
+        self.live.retain(|k, l| {
+            if kernel.contains_key(k) {
+                return true;
+            }
+            if let Some(a) = aggs.get_mut(&(l.owner.clone(), l.label.clone())) {
+                a.folded.add(&l.counts);
+            }
+            false
+        });
+        // What the kernel holds now, per owner and label.
+        let mut in_kernel: HashMap<(Owner, Label), Counts> = HashMap::new();
+        for l in self.live.values() {
+            in_kernel.entry((l.owner.clone(), l.label.clone())).or_default().add(&l.counts);
+        }
+        let own = |aggs: &HashMap<(Owner, Label), Agg>, key: &(Owner, Label)| -> Counts {
+            let Some(a) = aggs.get(key) else { return Counts::default() };
+            let mut t = a.folded.clone();
+            if let Some(k) = in_kernel.get(key) {
+                t.add(k);
+            }
+            t.minus(&a.offset)
+        };
         // Admitted peers that changed are active now; idle ones past the
-        // grace period lose their series and their place.
-        for (cg, label) in &active {
-            if let Some(t) = self.owners.get(cg).and_then(|o| self.admitted.get_mut(o)).and_then(|m| m.get_mut(label)) {
+        // grace period (and not changed in this pass) lose their series,
+        // their counts and their place.
+        for (o, label) in &active {
+            if let Some(t) = self.admitted.get_mut(o).and_then(|m| m.get_mut(label)) {
                 *t = now;
             }
         }
         let grace = self.grace;
-        let mut expired: BTreeSet<(Owner, Label)> = BTreeSet::new();
+        let mut expired: Vec<(Owner, Label)> = Vec::new();
         for (o, m) in &mut self.admitted {
             m.retain(|l, t| {
-                // Changed in this pass (its time is now), or idle less than the grace period.
                 let keep = *t >= now || now.duration_since(*t) < grace;
                 if !keep {
-                    expired.insert((o.clone(), l.clone()));
+                    expired.push((o.clone(), l.clone()));
                 }
                 keep
             });
         }
-        let owners = &self.owners;
-        self.entries.retain(|k, e| {
-            let gone = owners.get(&k.cgroup).is_some_and(|o| expired.contains(&(o.clone(), e.label.clone())));
-            !(gone && e.live.is_zero())
-        });
+        self.admitted.retain(|_, m| !m.is_empty());
+        for key in expired {
+            if !in_kernel.contains_key(&key) {
+                self.aggs.remove(&key);
+            }
+        }
         // Admit waiting peers, the busiest first, while there is room.
-        let mut waiting: BTreeMap<(Owner, u8), BTreeMap<Label, u64>> = BTreeMap::new();
-        for (k, e) in &self.entries {
-            let Some(o) = self.owners.get(&k.cgroup) else { continue };
-            if self.admitted.get(o).is_some_and(|m| m.contains_key(&e.label)) {
+        let mut waiting: BTreeMap<(Owner, u8), Vec<(u64, Label)>> = BTreeMap::new();
+        for (o, label) in self.aggs.keys() {
+            if self.admitted.get(o).is_some_and(|m| m.contains_key(label)) {
                 continue;
             }
-            *waiting.entry((o.clone(), e.label.dir)).or_default().entry(e.label.clone()).or_default() += (self.rank)(&e.own());
+            let busy = (self.rank)(&own(&self.aggs, &(o.clone(), label.clone())));
+            waiting.entry((o.clone(), label.dir)).or_default().push((busy, label.clone()));
         }
-        let mut admitted_now: BTreeSet<(Owner, Label)> = BTreeSet::new();
-        for ((o, dir), labels) in waiting {
-            let mut labels: Vec<(u64, Label)> = labels.into_iter().map(|(l, b)| (b, l)).collect();
+        let mut admitted_now: Vec<(Owner, Label)> = Vec::new();
+        for ((o, dir), mut labels) in waiting {
             labels.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
             let m = self.admitted.entry(o.clone()).or_default();
-            let mut room = self.max_peers.saturating_sub(m.keys().filter(|x| x.dir == dir).count());
-            for (_, l) in labels {
-                if room == 0 {
-                    break;
-                }
-                room -= 1;
+            let room = self.max_peers.saturating_sub(m.keys().filter(|x| x.dir == dir).count());
+            for (_, l) in labels.into_iter().take(room) {
                 m.insert(l.clone(), now);
-                admitted_now.insert((o.clone(), l));
+                admitted_now.push((o.clone(), l));
             }
         }
+        self.admitted.retain(|_, m| !m.is_empty());
         // A peer admitted after it was counted in other: what it had stays
         // there, and its own series starts at 0.
-        for (k, e) in &mut self.entries {
-            let Some(o) = self.owners.get(&k.cgroup) else { continue };
-            if e.reported && admitted_now.contains(&(o.clone(), e.label.clone())) {
-                let own = e.own();
-                self.other.entry((k.cgroup, e.label.dir)).or_default().add(&own);
-                e.offset.add(&own);
+        for key in admitted_now {
+            let counted = own(&self.aggs, &key);
+            if let Some(a) = self.aggs.get_mut(&key).filter(|a| a.reported) {
+                self.other.entry((key.0.clone(), key.1.dir)).or_default().add(&counted);
+                a.offset.add(&counted);
             }
         }
-        // Peers left out, and out of the kernel: into their cgroup's other.
-        let admitted = &self.admitted;
-        let owners = &self.owners;
-        let other = &mut self.other;
-        self.entries.retain(|k, e| {
-            let Some(o) = owners.get(&k.cgroup) else { return true };
-            if admitted.get(o).is_some_and(|m| m.contains_key(&e.label)) || !e.live.is_zero() {
-                return true;
-            }
-            other.entry((k.cgroup, e.label.dir)).or_default().add(&e.own());
-            false
-        });
+        // Peers left out, and out of the kernel: into their owner's other.
+        let left_out: Vec<(Owner, Label)> = self
+            .aggs
+            .keys()
+            .filter(|(o, l)| !self.admitted.get(o).is_some_and(|m| m.contains_key(l)) && !in_kernel.contains_key(&(o.clone(), l.clone())))
+            .cloned()
+            .collect();
+        for key in left_out {
+            let counted = own(&self.aggs, &key);
+            self.other.entry((key.0.clone(), key.1.dir)).or_default().add(&counted);
+            self.aggs.remove(&key);
+        }
         // The series.
-        for (k, e) in &mut self.entries {
-            let Some(o) = self.owners.get(&k.cgroup) else { continue };
+        let keys: Vec<(Owner, Label)> = self.aggs.keys().cloned().collect();
+        for key in keys {
+            let counted = own(&self.aggs, &key);
             let label =
-                if self.admitted.get(o).is_some_and(|m| m.contains_key(&e.label)) { e.label.clone() } else { Label::other(e.label.dir) };
-            pass.series.entry((o.clone(), label)).or_default().add(&e.own());
-            e.reported = true;
-        }
-        for ((cg, dir), c) in &self.other {
-            if let Some(o) = self.owners.get(cg) {
-                pass.series.entry((o.clone(), Label::other(*dir))).or_default().add(c);
+                if self.admitted.get(&key.0).is_some_and(|m| m.contains_key(&key.1)) { key.1.clone() } else { Label::other(key.1.dir) };
+            pass.series.entry((key.0.clone(), label)).or_default().add(&counted);
+            if let Some(a) = self.aggs.get_mut(&key) {
+                a.reported = true;
             }
         }
-        pass.tracked = self.entries.len();
+        for ((o, dir), c) in &self.other {
+            pass.series.entry((o.clone(), Label::other(*dir))).or_default().add(c);
+        }
+        pass.tracked = self.aggs.len();
         pass
+    }
+
+    /// The entries [`Pass::take`] named, as taken out of the kernel (each
+    /// with its value when it was deleted; entries already gone are not
+    /// among them): their counts join their peer's in user space (those of
+    /// dropped entries, no longer followed, are forgotten).
+    pub fn retire(&mut self, stats: &[(PeerKey, PeerCounters)], lat: &[(LatKey, u64)]) {
+        let mut taken: HashMap<PeerKey, Counts> = HashMap::new();
+        for (k, c) in stats {
+            taken.entry(*k).or_default().words = c.words;
+        }
+        for (k, n) in lat {
+            taken.entry(k.peer).or_default().lat.insert(k.slot, *n);
+        }
+        for (k, c) in taken {
+            let Some(l) = self.live.remove(&k) else { continue };
+            self.aggs.entry((l.owner, l.label)).or_default().folded.add(&c);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agent_common::tcp_peers::{ACCEPTED, ATTEMPTS, CLOSED, DIR_IN, DIR_OUT, ESTABLISHED};
+
+    /// No address is this node's.
+    fn not_node(_: IpAddr) -> bool {
+        false
+    }
+    const NO_NODE: Node<'static> = ("node-1", &not_node);
 
     #[test]
     fn external_peers_are_grouped_by_the_first_block_holding_them() {
         let cidrs =
             [Cidr::parse("corp=10.0.0.0/8").unwrap(), Cidr::parse("all=0.0.0.0/0").unwrap(), Cidr::parse("v6=2001:db8::/32").unwrap()];
-        let n = |a: &str| name(a.parse().unwrap(), None, &HashMap::new(), &cidrs);
+        let n = |a: &str| name(a.parse().unwrap(), None, &HashMap::new(), NO_NODE, &cidrs);
         assert_eq!(n("10.1.2.3"), (Kind::External, "corp".into()));
         assert_eq!(n("192.0.2.1"), (Kind::External, "all".into()));
         assert_eq!(n("2001:db8::1"), (Kind::External, "v6".into()));
@@ -492,7 +581,6 @@ mod tests {
         }
         assert!(Cidr::parse("x=10.0.0.1/32").is_ok());
     }
-    use agent_common::tcp_peers::{ATTEMPTS, DIR_IN, DIR_OUT, ESTABLISHED};
 
     fn key(cgroup: u64, ip: [u8; 4], port: u16, dir: u8) -> PeerKey {
         let mut addr = [0u8; 16];
@@ -502,28 +590,57 @@ mod tests {
         PeerKey { cgroup, addr, port, dir, pad: [0; 5] }
     }
 
-    fn counters(attempts: u64, bytes: u64) -> PeerCounters {
-        let mut c = PeerCounters::ZERO;
-        c.words[ATTEMPTS] = attempts;
-        c.words[ESTABLISHED] = attempts;
-        c.words[BYTES_SENT] = bytes;
-        c
-    }
-
     fn web() -> Owner {
         ("web".into(), "web-0".into())
     }
 
-    fn resolve(cg: u64) -> Resolution {
+    fn resolve(cg: u64, _: Instant) -> Resolution {
         match cg {
-            1 => Resolution::Owner(web()),
-            0 => Resolution::Owner(Owner::default()),
+            1 | 2 => Resolution::Owner(web()),
+            0 | 100.. => Resolution::Owner(Owner::default()),
             _ => Resolution::Pending,
         }
     }
 
+    fn named(a: IpAddr) -> (Kind, String) {
+        name(a, None, &HashMap::new(), NO_NODE, &[])
+    }
+
+    fn attempts_of(p: &Pass, o: &Owner, kind: Kind, peer: &str) -> u64 {
+        p.series.iter().filter(|((x, l), _)| x == o && l.kind == kind && l.peer == peer).map(|(_, c)| c.words[ATTEMPTS]).sum()
+    }
+
     fn attempts(p: &Pass, kind: Kind, peer: &str) -> u64 {
-        p.series.iter().filter(|((o, l), _)| *o == web() && l.kind == kind && l.peer == peer).map(|(_, c)| c.words[ATTEMPTS]).sum()
+        attempts_of(p, &web(), kind, peer)
+    }
+
+    /// A kernel map the programs add to and a pass takes from, as the
+    /// collectors do: `update`, then the entries it names taken out with
+    /// what they hold then, and handed back to `retire`.
+    #[derive(Default)]
+    struct Kernel {
+        stats: BTreeMap<PeerKey, PeerCounters>,
+        lat: HashMap<LatKey, u64>,
+    }
+
+    impl Kernel {
+        fn add(&mut self, k: PeerKey, attempts: u64, bytes: u64) {
+            let c = self.stats.entry(k).or_insert(PeerCounters::ZERO);
+            c.words[ATTEMPTS] += attempts;
+            c.words[ESTABLISHED] += attempts;
+            c.words[CLOSED] += attempts;
+            c.words[BYTES_SENT] += bytes;
+        }
+
+        fn pass(&mut self, p: &mut Peers, resolve: impl FnMut(u64, Instant) -> Resolution, now: Instant) -> Pass {
+            let stats: Vec<_> = self.stats.iter().map(|(k, v)| (*k, *v)).collect();
+            let lat: Vec<_> = self.lat.iter().map(|(k, v)| (*k, *v)).collect();
+            let pass = p.update(&stats, &lat, resolve, |_| true, named, now);
+            let taken: Vec<_> = pass.take.iter().filter_map(|k| self.stats.remove(k).map(|v| (*k, v))).collect();
+            let taken_lat: Vec<_> = pass.take_lat.iter().filter_map(|k| self.lat.remove(k).map(|v| (*k, v))).collect();
+            p.retire(&taken, &taken_lat);
+            pass
+        }
     }
 
     #[test]
@@ -533,42 +650,54 @@ mod tests {
         let mut services = super::super::services::ServiceIndex::default();
         let svc = serde_json::json!({"metadata": {"uid": "s", "namespace": "web", "name": "front"}, "spec": {"clusterIP": "10.96.0.10"}});
         services.apply(&serde_json::from_value(svc).expect("service"));
-        let n = |a: &str| name(a.parse().expect("address"), Some(&services), &pods, &[]);
+        let node_ip: IpAddr = "192.0.2.2".parse().expect("address");
+        let is_node = move |a: IpAddr| a == node_ip;
+        let n = |a: &str| name(a.parse().expect("address"), Some(&services), &pods, ("node-1", &is_node), &[]);
         assert_eq!(n("10.96.0.10"), (Kind::Service, "web/front".into()));
         assert_eq!(n("10.1.0.5"), (Kind::Pod, "db/pg".into()));
         assert_eq!(n("127.0.0.1"), (Kind::Local, "127.0.0.1".into()));
         assert_eq!(n("::1"), (Kind::Local, "::1".into()));
+        assert_eq!(n("192.0.2.2"), (Kind::Node, "node-1".into()), "the node's own address, as the kubelet's probes come from");
         assert_eq!(n("8.8.8.8"), (Kind::External, "8.8.8.8".into()));
     }
 
     #[test]
     fn idle_entries_leave_the_kernel_and_counts_never_go_back() {
         let mut p = Peers::new(20, Duration::from_secs(300));
+        let mut kernel = Kernel::default();
         let t = Instant::now();
         let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
-        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
-        let a = p.update(&[(k, counters(3, 30))], &[], resolve, |_| true, pods, t);
-        assert!(a.delete.is_empty());
+        kernel.add(k, 3, 30);
+        let a = kernel.pass(&mut p, resolve, t);
+        assert!(a.take.is_empty());
         assert_eq!(attempts(&a, Kind::External, "10.0.0.1"), 3);
-        // Unchanged a whole interval: deleted from the kernel, still counted.
-        let b = p.update(&[(k, counters(3, 30))], &[], resolve, |_| true, pods, t);
-        assert_eq!(b.delete, vec![k]);
+        // Unchanged a whole interval: taken from the kernel, still counted;
+        // a connect that came between the read and the take counts too.
+        let stats: Vec<_> = kernel.stats.iter().map(|(k, v)| (*k, *v)).collect();
+        let b = p.update(&stats, &[], resolve, |_| true, named, t);
+        assert_eq!(b.take, vec![k]);
         assert_eq!(attempts(&b, Kind::External, "10.0.0.1"), 3);
-        // Gone from the kernel; then made again from zero by new connects.
-        let c = p.update(&[], &[], resolve, |_| true, pods, t);
-        assert_eq!(attempts(&c, Kind::External, "10.0.0.1"), 3);
-        let d = p.update(&[(k, counters(2, 20))], &[], resolve, |_| true, pods, t);
-        assert_eq!(attempts(&d, Kind::External, "10.0.0.1"), 5);
+        kernel.add(k, 1, 10);
+        let taken: Vec<_> = kernel.stats.iter().map(|(k, v)| (*k, *v)).collect();
+        kernel.stats.clear();
+        p.retire(&taken, &[]);
+        let c = kernel.pass(&mut p, resolve, t);
+        assert_eq!(attempts(&c, Kind::External, "10.0.0.1"), 4);
+        // Made again from zero by new connects.
+        kernel.add(k, 2, 20);
+        let d = kernel.pass(&mut p, resolve, t);
+        assert_eq!(attempts(&d, Kind::External, "10.0.0.1"), 6);
     }
 
     #[test]
     fn a_thousand_peers_make_max_plus_one_series_that_never_decrease() {
         let mut p = Peers::new(20, Duration::from_secs(300));
+        let mut kernel = Kernel::default();
         let t = Instant::now();
-        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
-        let stats: Vec<_> =
-            (0..1000u32).map(|i| (key(1, [10, 78, (i >> 8) as u8, i as u8], 80, DIR_OUT), counters(1, u64::from(i)))).collect();
-        let a = p.update(&stats, &[], resolve, |_| true, pods, t);
+        for i in 0..1000u32 {
+            kernel.add(key(1, [10, 78, (i >> 8) as u8, i as u8], 80, DIR_OUT), 1, u64::from(i));
+        }
+        let a = kernel.pass(&mut p, resolve, t);
         let out: Vec<_> = a.series.keys().filter(|(o, l)| *o == web() && l.dir == DIR_OUT).collect();
         assert_eq!(out.len(), 21);
         let total: u64 = a.series.iter().filter(|((o, _), _)| *o == web()).map(|(_, c)| c.words[ATTEMPTS]).sum();
@@ -577,13 +706,14 @@ mod tests {
         assert_eq!(attempts(&a, Kind::External, "10.78.3.231"), 1);
         assert_eq!(attempts(&a, Kind::Other, ""), 980);
         // Idle: out of the kernel, and the others out of user space too.
-        let b = p.update(&stats, &[], resolve, |_| true, pods, t);
-        assert_eq!(b.delete.len(), 1000);
-        let c = p.update(&[], &[], resolve, |_| true, pods, t);
+        let b = kernel.pass(&mut p, resolve, t);
+        assert_eq!(b.take.len(), 1000);
+        let c = kernel.pass(&mut p, resolve, t);
         assert_eq!(c.tracked, 20);
         assert_eq!(attempts(&c, Kind::Other, ""), 980);
         // A new peer now goes to other; the admitted keep theirs.
-        let d = p.update(&[(key(1, [10, 99, 0, 1], 80, DIR_OUT), counters(1, 1_000_000))], &[], resolve, |_| true, pods, t);
+        kernel.add(key(1, [10, 99, 0, 1], 80, DIR_OUT), 1, 1_000_000);
+        let d = kernel.pass(&mut p, resolve, t);
         assert_eq!(attempts(&d, Kind::Other, ""), 981);
         assert_eq!(attempts(&d, Kind::External, "10.78.3.231"), 1);
     }
@@ -591,21 +721,26 @@ mod tests {
     #[test]
     fn idle_peers_give_their_place_and_a_late_one_starts_at_zero() {
         let mut p = Peers::new(1, Duration::from_secs(10));
-        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
+        let mut kernel = Kernel::default();
         let t = Instant::now();
         let (a, b) = (key(1, [10, 0, 0, 1], 80, DIR_OUT), key(1, [10, 0, 0, 2], 80, DIR_OUT));
         // a is admitted (busier), b counted in other.
-        let p1 = p.update(&[(a, counters(1, 100)), (b, counters(2, 1))], &[], resolve, |_| true, pods, t);
+        kernel.add(a, 1, 100);
+        kernel.add(b, 2, 1);
+        let p1 = kernel.pass(&mut p, resolve, t);
         assert_eq!((attempts(&p1, Kind::External, "10.0.0.1"), attempts(&p1, Kind::Other, "")), (1, 2));
         // b keeps connecting; a goes quiet, is folded out, then idle past the grace.
-        let p2 = p.update(&[(a, counters(1, 100)), (b, counters(3, 1))], &[], resolve, |_| true, pods, t + Duration::from_secs(5));
+        kernel.add(b, 1, 0);
+        let p2 = kernel.pass(&mut p, resolve, t + Duration::from_secs(5));
         assert_eq!(attempts(&p2, Kind::Other, ""), 3);
-        let p3 = p.update(&[(b, counters(4, 1))], &[], resolve, |_| true, pods, t + Duration::from_secs(11));
+        kernel.add(b, 1, 0);
+        let p3 = kernel.pass(&mut p, resolve, t + Duration::from_secs(11));
         // a's series is gone; b took its place from 0, other keeps b's 4.
         assert!(!p3.series.keys().any(|(_, l)| l.peer == "10.0.0.1"), "{:?}", p3.series.keys());
         assert_eq!(attempts(&p3, Kind::Other, ""), 4, "other never goes back");
         assert_eq!(attempts(&p3, Kind::External, "10.0.0.2"), 0, "b's own series starts at its admission");
-        let p4 = p.update(&[(b, counters(6, 1))], &[], resolve, |_| true, pods, t + Duration::from_secs(12));
+        kernel.add(b, 2, 0);
+        let p4 = kernel.pass(&mut p, resolve, t + Duration::from_secs(12));
         assert_eq!((attempts(&p4, Kind::External, "10.0.0.2"), attempts(&p4, Kind::Other, "")), (2, 4));
     }
 
@@ -615,11 +750,12 @@ mod tests {
         // second): a peer that changed in a pass is not idle, so it never
         // loses its series to other.
         let mut p = Peers::new(20, Duration::ZERO);
-        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
+        let mut kernel = Kernel::default();
         let t = Instant::now();
         let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
         for i in 1..=6u64 {
-            let pass = p.update(&[(k, counters(5 * i, 1))], &[], resolve, |_| true, pods, t + Duration::from_secs(i));
+            kernel.add(k, 5, 1);
+            let pass = kernel.pass(&mut p, resolve, t + Duration::from_secs(i));
             assert_eq!(attempts(&pass, Kind::External, "10.0.0.1"), 5 * i, "pass {i}");
             assert_eq!(attempts(&pass, Kind::Other, ""), 0, "pass {i}");
         }
@@ -628,40 +764,103 @@ mod tests {
     #[test]
     fn directions_have_their_own_bound() {
         let mut p = Peers::new(1, Duration::from_secs(300));
-        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
-        let stats = [(key(1, [10, 0, 0, 1], 80, DIR_OUT), counters(1, 1)), (key(1, [10, 0, 0, 2], 8080, DIR_IN), counters(1, 1))];
-        let a = p.update(&stats, &[], resolve, |_| true, pods, Instant::now());
+        let mut kernel = Kernel::default();
+        kernel.add(key(1, [10, 0, 0, 1], 80, DIR_OUT), 1, 1);
+        kernel.add(key(1, [10, 0, 0, 2], 8080, DIR_IN), 1, 1);
+        let a = kernel.pass(&mut p, resolve, Instant::now());
         assert!(a.series.keys().all(|(_, l)| l.kind == Kind::External), "{:?}", a.series.keys());
     }
 
     #[test]
-    fn pending_cgroups_wait_then_go_and_gone_pods_take_their_counts() {
+    fn pending_cgroups_wait_unattributable_ones_are_dropped_and_gone_pods_take_their_counts() {
         let mut p = Peers::new(20, Duration::from_secs(10));
-        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
+        let mut kernel = Kernel::default();
         let t = Instant::now();
         let k = key(7, [10, 0, 0, 1], 80, DIR_OUT);
-        let a = p.update(&[(k, counters(1, 1))], &[], resolve, |_| true, pods, t);
-        assert_eq!((a.series.len(), a.pending, a.delete.len()), (0, 1, 0));
-        let b = p.update(&[(k, counters(1, 1))], &[], resolve, |_| true, pods, t + Duration::from_secs(10));
-        assert_eq!((b.series.len(), b.pending, b.delete), (0, 0, vec![k]));
-        let k1 = key(1, [10, 0, 0, 1], 80, DIR_OUT);
-        let c = p.update(&[(k1, counters(1, 1))], &[], resolve, |_| true, pods, t);
-        assert_eq!(c.series.len(), 1);
-        let d = p.update(&[(k1, counters(2, 1))], &[], resolve, |o| *o != web(), pods, t);
-        assert_eq!((d.series.len(), d.delete), (0, vec![k1]));
+        kernel.add(k, 1, 1);
+        let a = kernel.pass(&mut p, resolve, t);
+        assert_eq!((a.series.len(), a.pending, a.take.len()), (0, 1, 0));
+        // Pending as long as the resolver says so, whatever the time.
+        let b = kernel.pass(&mut p, resolve, t + Duration::from_secs(100));
+        assert_eq!((b.series.len(), b.pending, b.take.len()), (0, 1, 0));
+        // Then known: every count is the pod's.
+        let mut known = |cg: u64, _: Instant| if cg == 7 { Resolution::Owner(web()) } else { resolve(cg, t) };
+        kernel.add(k, 1, 1);
+        let c = kernel.pass(&mut p, &mut known, t + Duration::from_secs(101));
+        assert_eq!(attempts(&c, Kind::External, "10.0.0.1"), 2);
+        // A cgroup no owner will ever be known for: dropped and counted.
+        let k9 = key(9, [10, 0, 0, 1], 80, DIR_OUT);
+        kernel.add(k9, 1, 1);
+        let d = kernel.pass(&mut p, |cg, s| if cg == 9 { Resolution::Unattributable } else { known(cg, s) }, t + Duration::from_secs(102));
+        assert_eq!((d.unattributed, d.take.contains(&k9)), (1, true));
+        assert!(!kernel.stats.contains_key(&k9));
+        // The pod goes: its series and kernel entries with it.
+        kernel.add(k, 1, 1);
+        let stats: Vec<_> = kernel.stats.iter().map(|(k, v)| (*k, *v)).collect();
+        let e = p.update(&stats, &[], known, |o| *o != web(), named, t + Duration::from_secs(103));
+        assert_eq!((e.series.len(), e.take), (0, vec![k]));
+    }
+
+    /// Thousands of short-lived cgroups of one owner, one connect each to
+    /// the same server: one series with every connect, and the state held
+    /// between passes is that of the last interval's cgroups only.
+    #[test]
+    fn short_lived_cgroups_fold_into_their_owner_and_leave_nothing_behind() {
+        let mut p = Peers::new(20, Duration::from_secs(300));
+        let mut kernel = Kernel::default();
+        let mut t = Instant::now();
+        for batch in 0..30u64 {
+            for i in 0..100 {
+                kernel.add(key(100 + batch * 100 + i, [10, 96, 0, 10], 53, DIR_OUT), 1, 0);
+            }
+            t += Duration::from_secs(15);
+            let pass = kernel.pass(&mut p, resolve, t);
+            assert!(p.live.len() <= 200 && p.cgroups.len() <= 200, "batch {batch}: {} entries, {} cgroups", p.live.len(), p.cgroups.len());
+            assert_eq!(pass.tracked, 1);
+        }
+        let last = kernel.pass(&mut p, resolve, t + Duration::from_secs(15));
+        assert_eq!(attempts_of(&last, &Owner::default(), Kind::External, "10.96.0.10"), 3000);
+        assert_eq!(last.tracked, 1);
+    }
+
+    /// An entry with connections open stays in the kernel however long it
+    /// is unchanged (their close is counted there), and its peer keeps its
+    /// series.
+    #[test]
+    fn entries_with_connections_open_stay_in_the_kernel() {
+        let mut p = Peers::new(20, Duration::from_secs(10)).pinned_by(|c| c.words[ESTABLISHED] + c.words[ACCEPTED] > c.words[CLOSED]);
+        let mut kernel = Kernel::default();
+        let t = Instant::now();
+        let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
+        kernel.stats.insert(k, {
+            let mut c = PeerCounters::ZERO;
+            c.words[ESTABLISHED] = 100;
+            c.words[ATTEMPTS] = 100;
+            c
+        });
+        for s in [0, 15, 30, 45] {
+            let pass = kernel.pass(&mut p, resolve, t + Duration::from_secs(s));
+            assert!(pass.take.is_empty(), "at {s}s: open connections keep the entry");
+            assert_eq!(attempts(&pass, Kind::External, "10.0.0.1"), 100, "at {s}s");
+        }
+        kernel.stats.get_mut(&k).expect("entry").words[CLOSED] = 100;
+        kernel.pass(&mut p, resolve, t + Duration::from_secs(50));
+        let pass = kernel.pass(&mut p, resolve, t + Duration::from_secs(55));
+        assert_eq!(pass.take, vec![k], "closed: taken out once idle");
     }
 
     #[test]
     fn latency_buckets_fold_with_their_peer() {
         let mut p = Peers::new(20, Duration::from_secs(300));
-        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
+        let mut kernel = Kernel::default();
         let t = Instant::now();
         let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
-        let lat = [(LatKey { peer: k, slot: 300, pad: 0 }, 2)];
-        p.update(&[(k, counters(2, 2))], &lat, resolve, |_| true, pods, t);
-        let b = p.update(&[(k, counters(2, 2))], &lat, resolve, |_| true, pods, t);
-        assert_eq!(b.delete_lat, vec![lat[0].0]);
-        let c = p.update(&[], &[], resolve, |_| true, pods, t);
+        kernel.add(k, 2, 2);
+        kernel.lat.insert(LatKey { peer: k, slot: 300, pad: 0 }, 2);
+        kernel.pass(&mut p, resolve, t);
+        let b = kernel.pass(&mut p, resolve, t);
+        assert_eq!(b.take_lat, vec![LatKey { peer: k, slot: 300, pad: 0 }]);
+        let c = kernel.pass(&mut p, resolve, t);
         let (_, counts) = c.series.iter().next().expect("a series");
         assert_eq!(counts.lat.get(&300), Some(&2));
     }

@@ -127,8 +127,11 @@ impl super::watch::Store for ServiceIndex {
         ServiceIndex::end_list(self);
     }
     fn expire(&mut self, _now: Instant, _grace: Duration) {}
-    fn reason_mut(&mut self) -> &mut Reason {
-        &mut self.reason
+    fn reason(&self) -> Reason {
+        self.reason
+    }
+    fn set_reason(&mut self, r: Reason, _now: Instant) {
+        self.reason = r;
     }
     fn synced(&self) -> bool {
         self.synced

@@ -75,7 +75,8 @@ pub trait Store: Send + 'static {
     fn end_list(&mut self, now: Instant);
     /// Forgets what was deleted at least `grace` ago.
     fn expire(&mut self, now: Instant, grace: Duration);
-    fn reason_mut(&mut self) -> &mut Reason;
+    fn reason(&self) -> Reason;
+    fn set_reason(&mut self, r: Reason, now: Instant);
     fn synced(&self) -> bool;
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
@@ -102,8 +103,11 @@ impl Store for PodIndex {
     fn expire(&mut self, now: Instant, grace: Duration) {
         PodIndex::expire(self, now, grace);
     }
-    fn reason_mut(&mut self) -> &mut Reason {
-        &mut self.reason
+    fn reason(&self) -> Reason {
+        PodIndex::reason(self)
+    }
+    fn set_reason(&mut self, r: Reason, now: Instant) {
+        PodIndex::set_reason(self, r, now);
     }
     fn synced(&self) -> bool {
         self.synced
@@ -212,7 +216,7 @@ impl Logged {
 
 /// One failure: the reason, the log line (once per kind), the backoff.
 fn failed<S: Store>(index: &Mutex<S>, logged: &mut Logged, backoff: &mut Backoff, node: &str, r: Reason, err: &str) -> Duration {
-    *lock(index).reason_mut() = r;
+    lock(index).set_reason(r, Instant::now());
     let delay = backoff.failed(Instant::now());
     // Up to a quarter more, from the clock's nanoseconds.
     let ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
@@ -236,6 +240,12 @@ async fn client(source: Source) -> Option<Client> {
         },
         Source::InCluster(c) => *c,
     };
+    // The watch loop retries with backoff of its own and says why in the
+    // sync state; kube's retries of 429, 503 and 504 (15, up to minutes
+    // apart) would hide an API server out of reach behind a load balancer
+    // answering 503, and the pods it did not list would count as gone.
+    let mut config = config;
+    config.default_retry = false;
     match kube::client::ClientBuilder::try_from(config) {
         Ok(b) => Some(b.with_layer(&super::bound::Layer::default()).build()),
         Err(e) => {
@@ -290,7 +300,7 @@ async fn watch<S: Store>(api: Api<S::Object>, cfg: watcher::Config, node: &str, 
                     let mut idx = lock(&index);
                     idx.expire(now, settings.grace);
                     if idx.synced() && listing.is_none() && backoff.recovered(now) {
-                        *idx.reason_mut() = Reason::Synced;
+                        idx.set_reason(Reason::Synced, now);
                         drop(idx);
                         if logged.recovered() {
                             tracing::info!(node = %node, "pod attribution: watching {} again", S::WHAT);
@@ -313,8 +323,8 @@ async fn watch<S: Store>(api: Api<S::Object>, cfg: watcher::Config, node: &str, 
                             listing = Some(tokio::time::Instant::now());
                             idx.begin_list();
                             // A failure's reason stays until the list is in.
-                            if !idx.reason_mut().failed() {
-                                *idx.reason_mut() = Reason::Listing;
+                            if !idx.reason().failed() {
+                                idx.set_reason(Reason::Listing, Instant::now());
                             }
                         }
                         Event::InitApply(p) | Event::Apply(p) => idx.apply(&p),

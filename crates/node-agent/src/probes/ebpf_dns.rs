@@ -113,6 +113,8 @@ pub struct Collector {
     /// Failing answers by name, when asked for: each (cgroup, rcode, name)
     /// as a key of its own whose address is a digest of the name.
     names: Option<Peers>,
+    /// Cgroups whose counts were dropped, no pod being known for them.
+    unattributed: u64,
 }
 
 /// A question name in wire format (`len` bytes with the final 0, or 0 when
@@ -180,14 +182,14 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
     let max = MAX_SERVERS.get(f)?;
     let timeout = TIMEOUT.get(f)?;
     let grace = super::ebpf_pods::GRACE_PERIOD.get(f)?;
-    let pods = if ctx.kube { ctx.pods()? } else { None };
+    let resolver = ctx.resolver(grace)?;
     let probe = match crate::pods::cgroup::v2_root(&p.sysfs) {
         Some(_) => ctx.attach(&PROGRAMS),
         None => ctx.down(&PROGRAMS, "no cgroup v2 hierarchy mounted (cgroup socket-buffer programs attach to one)"),
     };
     Ok(Box::new(Collector {
         probe,
-        resolver: Resolver::new(pods, &p.sysfs),
+        resolver,
         peers: Peers::new(max, grace).ranked_by(queries).labelled_by(|d| d & !TIMEOUT_RECORD),
         timeout,
         timeouts: HashMap::new(),
@@ -195,6 +197,7 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
             0 => None,
             n => Some(Peers::new(n, grace).ranked_by(|c| c.words[0])),
         },
+        unattributed: 0,
     }))
 }
 
@@ -232,9 +235,11 @@ fn read(ebpf: &aya::Ebpf) -> Result<Read, MapError> {
     Ok((maps::hash_entries(ebpf, STATS)?, maps::hash_entries(ebpf, LAT)?, drops))
 }
 
-fn delete(ebpf: &mut aya::Ebpf, keys: &[PeerKey], lat_keys: &[LatKey]) -> Result<(), MapError> {
-    maps::hash_delete::<_, PeerCounters>(ebpf, STATS, keys)?;
-    maps::hash_delete::<_, u64>(ebpf, LAT, lat_keys)
+/// Takes `keys` and `lat_keys` out of the kernel, with their values.
+type Taken = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>);
+
+fn take(ebpf: &mut aya::Ebpf, keys: &[PeerKey], lat_keys: &[LatKey]) -> Result<Taken, MapError> {
+    Ok((maps::hash_take(ebpf, STATS, keys)?, maps::hash_take(ebpf, LAT, lat_keys)?))
 }
 
 impl host::Collector for Collector {
@@ -255,14 +260,21 @@ impl host::Collector for Collector {
             (*k, c)
         }));
         let (pass, services_known) = self.resolver.pass(&mut self.peers, &stats, &lat, Instant::now());
-        let (ours, kernels): (Vec<PeerKey>, Vec<PeerKey>) = pass.delete.iter().partition(|k| k.dir & TIMEOUT_RECORD != 0);
-        for k in ours {
-            self.timeouts.remove(&k);
-        }
-        delete(&mut *shared.lock().ok_or(MapError::Poisoned)?, &kernels, &pass.delete_lat)?;
+        let (ours, kernels): (Vec<PeerKey>, Vec<PeerKey>) = pass.take.iter().partition(|k| k.dir & TIMEOUT_RECORD != 0);
+        let (mut taken, taken_lat) = take(&mut *shared.lock().ok_or(MapError::Poisoned)?, &kernels, &pass.take_lat)?;
+        // The agent's own records are taken as the kernel's are.
+        taken.extend(ours.into_iter().filter_map(|k| {
+            let n = self.timeouts.remove(&k)?;
+            let mut c = PeerCounters::ZERO;
+            c.words[TIMEOUTS] = n;
+            Some((k, c))
+        }));
+        self.peers.retire(&taken, &taken_lat);
+        self.unattributed += pass.unattributed as u64;
         // The agent's timeout records and the kernel's counts of one
         // server share its label, hence its series.
         emit(sink, &pass.series);
+        super::ebpf_pods::unattributed(sink, "ebpf_dns", self.unattributed);
         if let Some(names) = &mut self.names {
             let entries: Vec<(NameKey, u64)> = maps::hash_entries(&*shared.lock().ok_or(MapError::Poisoned)?, NAMES)?;
             let by_digest: HashMap<PeerKey, NameKey> = entries.iter().map(|(k, _)| (name_key(k), *k)).collect();
@@ -283,8 +295,17 @@ impl host::Collector for Collector {
                 (crate::pods::peers::Kind::External, by_addr.get(&raw).cloned().unwrap_or_default())
             };
             let (npass, _) = self.resolver.pass_named(names, &stats, &[], Instant::now(), Some(&name));
-            let gone: Vec<NameKey> = npass.delete.iter().filter_map(|d| by_digest.get(d).copied()).collect();
-            maps::hash_delete::<_, u64>(&mut *shared.lock().ok_or(MapError::Poisoned)?, NAMES, &gone)?;
+            let gone: Vec<NameKey> = npass.take.iter().filter_map(|d| by_digest.get(d).copied()).collect();
+            let taken: Vec<(NameKey, u64)> = maps::hash_take(&mut *shared.lock().ok_or(MapError::Poisoned)?, NAMES, &gone)?;
+            let taken: Vec<(PeerKey, PeerCounters)> = taken
+                .iter()
+                .map(|(k, n)| {
+                    let mut c = PeerCounters::ZERO;
+                    c.words[0] = *n;
+                    (name_key(k), c)
+                })
+                .collect();
+            names.retire(&taken, &[]);
             let mut f = sink.family(
                 "node_ebpf_pod_dns_failing_domain_responses_total",
                 "NXDOMAIN, SERVFAIL and REFUSED answers the pod received, by question name (at most --collector.ebpf_dns.failing-domains \

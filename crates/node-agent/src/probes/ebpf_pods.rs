@@ -33,7 +33,7 @@ use crate::ebpf::kernel::Kernel;
 use crate::ebpf::maps::{self, MapError};
 use crate::ebpf::{Globals, Probe};
 use crate::pods::attrib::Attribution;
-use crate::pods::cgroup::{self, Cgroup};
+use crate::pods::hierarchy::Hierarchy;
 use crate::pods::index::Reason;
 use crate::pods::watch;
 
@@ -197,14 +197,12 @@ struct Active {
     probe: Probe,
     pods: Arc<crate::pods::Watched>,
     attrib: Attribution,
-    root: Option<PathBuf>,
-    cgroups: HashMap<u64, Cgroup>,
-    walked: Option<Instant>,
-    /// Counted cgroups the last walk did not find (gone before it): they
-    /// do not call for another walk.
-    unfound: std::collections::HashSet<u64>,
+    /// The pods' cgroups (None without a cgroup v2 hierarchy: all the host's).
+    hierarchy: Option<Arc<Hierarchy>>,
     /// Label sets left out beyond `attrib::MAX_LABEL_SETS`, summed over scrapes.
     label_sets_dropped: u64,
+    /// Cgroups whose counts were dropped, no pod being known for them.
+    unattributed: u64,
 }
 
 pub struct Collector {
@@ -216,13 +214,10 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
 }
 
 /// The collector.
-pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigError> {
+pub fn new(f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigError> {
     let grace = GRACE_PERIOD.get(f)?;
     let Some(pods) = ctx.pods()? else { return Ok(Collector { active: None }) };
-    let root = cgroup::v2_root(&p.sysfs);
-    if root.is_none() {
-        tracing::warn!(sysfs = %p.sysfs.display(), "no cgroup v2 hierarchy: every task's events count for the host");
-    }
+    let hierarchy = ctx.hierarchy(grace)?;
     let shared = ctx.ebpf();
     let bits = if shared.is_ok() { ctx.pod_events } else { SYSCALLS };
     // Its programs shared with the node probes (run-queue, syscalls, TCP,
@@ -244,23 +239,8 @@ pub fn new(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Collector, ConfigE
     .collect();
     tracing::info!(node = %pods.node, events = %names.join(","), "pod attribution on");
     Ok(Collector {
-        active: Some(Active {
-            probe,
-            pods,
-            attrib: Attribution::new(grace),
-            root,
-            cgroups: HashMap::new(),
-            walked: None,
-            unfound: Default::default(),
-            label_sets_dropped: 0,
-        }),
+        active: Some(Active { probe, pods, attrib: Attribution::new(grace), hierarchy, label_sets_dropped: 0, unattributed: 0 }),
     })
-}
-
-/// Re-walk the hierarchy when a cgroup appeared since the last walk, and
-/// every 10 s to notice cgroups that went.
-fn walk_due(walked: Option<Instant>, new_cgroup: bool, now: Instant) -> bool {
-    new_cgroup || walked.is_none_or(|w| now.duration_since(w) >= Duration::from_secs(10))
 }
 
 impl host::Collector for Collector {
@@ -280,36 +260,24 @@ impl host::Collector for Collector {
         let read = read();
         a.probe.self_metrics(sink);
         let entries = read?;
-        // The hierarchy is walked without holding the eBPF state.
         let now = Instant::now();
-        match &a.root {
-            Some(root) => {
-                let new_cgroup = entries.iter().any(|(id, _)| !a.cgroups.contains_key(id) && !a.unfound.contains(id));
-                if walk_due(a.walked, new_cgroup, now) {
-                    a.cgroups = cgroup::walk(root);
-                    a.walked = Some(now);
-                    a.unfound = entries.iter().map(|(id, _)| *id).filter(|id| !a.cgroups.contains_key(id)).collect();
-                }
-            }
-            // No cgroup v2 hierarchy to name anything with: all the host's.
-            None => a.cgroups = entries.iter().map(|(id, _)| (*id, Cgroup { path: String::new(), pod: None })).collect(),
-        }
         let (out, pods, synced, reason, index_dropped) = {
+            // No cgroup v2 hierarchy to name anything with: all the host's.
+            let none = HashMap::new();
+            let view = a.hierarchy.as_ref().map(|h| h.view());
             let mut idx = a.pods.lock();
-            let out = a.attrib.update(&entries, &a.cgroups, &mut idx, now);
-            (out, idx.live(now, a.attrib.grace).count(), idx.synced, idx.reason, idx.dropped)
+            let out = match &view {
+                Some(v) => a.attrib.update(&entries, &**v, &mut idx, now),
+                None => a.attrib.update(&entries, &none, &mut idx, now),
+            };
+            (out, idx.live(now, a.attrib.grace).count(), idx.synced, idx.reason(), idx.dropped)
         };
         a.label_sets_dropped += out.dropped_label_sets as u64;
+        a.unattributed += out.unattributed as u64;
         let dropped = {
             let mut ebpf = shared.lock().ok_or(MapError::Poisoned)?;
-            if !out.delete.is_empty() {
-                let map = ebpf.map_mut(STATS).ok_or(MapError::Missing(STATS))?;
-                let mut stats: aya::maps::HashMap<_, u64, PodCounters> =
-                    aya::maps::HashMap::try_from(map).map_err(|source| MapError::Map { map: STATS, source })?;
-                for id in &out.delete {
-                    let _ = stats.remove(id);
-                }
-            }
+            let taken: Vec<(u64, PodCounters)> = maps::hash_take(&mut ebpf, STATS, &out.take)?;
+            a.attrib.retire(&taken);
             maps::counter(&ebpf, DROPPED, 0)?
         };
         emit(sink, &out.series);
@@ -348,10 +316,24 @@ impl host::Collector for Collector {
         .sample(&[("reason", "pods_cap")], index_dropped.pods_cap as f64)
         .sample(&[("reason", "deleted_early")], index_dropped.deleted_early as f64)
         .sample(&[("reason", "series_cap")], a.label_sets_dropped as f64);
+        unattributed(sink, "ebpf_pods", a.unattributed);
         sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
             .sample(&[("probe", "pods")], dropped as f64);
         Ok(())
     }
+}
+
+/// Writes `node_ebpf_pod_attribution_unattributed_cgroups_total` for
+/// `collector` (one of the three that name pods by cgroup: `ebpf_pods`,
+/// `ebpf_tcp_peers`, `ebpf_dns`).
+pub fn unattributed(sink: &mut Sink, collector: &str, cgroups: u64) {
+    sink.family(
+        "node_ebpf_pod_attribution_unattributed_cgroups_total",
+        "Cgroups whose counts the collector dropped because it could not name their pod: a pod's cgroup whose pod the synced pod \
+         watch did not list within --collector.ebpf_pods.grace-period (deleted before it was listed, or beyond the 1,000 pods tracked).",
+        Kind::Counter,
+    )
+    .sample(&[("collector", collector)], cgroups as f64);
 }
 
 /// Writes the per-pod families (per container for OOM kills).
@@ -428,15 +410,6 @@ fn emit(sink: &mut Sink, series: &BTreeMap<(String, String, String), PodCounters
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn walks_when_due() {
-        let t = Instant::now();
-        assert!(walk_due(None, false, t));
-        assert!(walk_due(Some(t), true, t + Duration::from_millis(1)));
-        assert!(!walk_due(Some(t), false, t + Duration::from_secs(9)));
-        assert!(walk_due(Some(t), false, t + Duration::from_secs(10)));
-    }
 
     #[test]
     fn the_grace_period_is_a_second_to_a_day() {

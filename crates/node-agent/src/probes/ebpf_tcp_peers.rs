@@ -129,28 +129,43 @@ struct Active {
     swept: Option<Instant>,
     /// The sweep failed once (said at warn, then at debug).
     sweep_failed: bool,
+    /// Cgroups whose counts were dropped, no pod being known for them.
+    unattributed: u64,
 }
 
 pub struct Collector {
     active: Active,
 }
 
-pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
+pub fn build(f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
     let max = MAX_PEERS.get(f)?;
     let grace = super::ebpf_pods::GRACE_PERIOD.get(f)?;
     let k = Kernel::get();
-    let pods = if ctx.kube { ctx.pods()? } else { None };
+    let mut resolver = ctx.resolver(grace)?;
     let probe = match k.tcp_peers() {
         Ok(_) if !k.at_least(5, 6) => ctx.down(&PROGRAMS, "sock.sk_protocol is a bitfield before Linux 5.6"),
         Ok(_) => ctx.attach(&PROGRAMS),
         Err(why) => ctx.down(&PROGRAMS, why),
     };
     let sweep_every = SWEEP_INTERVAL.get(f)?;
-    let mut resolver = Resolver::new(pods, &p.sysfs);
     resolver.cidrs = EXTERNAL_CIDRS.get(f)?;
     Ok(Box::new(Collector {
-        active: Active { probe, resolver, peers: Peers::new(max, grace), sweep_every, swept: None, sweep_failed: false },
+        active: Active {
+            probe,
+            resolver,
+            peers: Peers::new(max, grace).pinned_by(open_connections),
+            sweep_every,
+            swept: None,
+            sweep_failed: false,
+            unattributed: 0,
+        },
     }))
+}
+
+/// Whether a peer's kernel entry has connections open: it stays in the
+/// kernel, where their closes will be counted, though unchanged.
+fn open_connections(c: &Counts) -> bool {
+    c.words[ESTABLISHED].wrapping_add(c.words[ACCEPTED]) > c.words[CLOSED]
 }
 
 /// Counts the open connections' bytes and retransmits so far: the sweep
@@ -179,9 +194,11 @@ fn read(ebpf: &aya::Ebpf) -> Result<Read, MapError> {
     Ok((maps::hash_entries(ebpf, STATS)?, maps::hash_entries(ebpf, LAT)?, drops))
 }
 
-fn delete(ebpf: &mut aya::Ebpf, keys: &[PeerKey], lat_keys: &[LatKey]) -> Result<(), MapError> {
-    maps::hash_delete::<_, PeerCounters>(ebpf, STATS, keys)?;
-    maps::hash_delete::<_, u64>(ebpf, LAT, lat_keys)
+/// Takes `keys` and `lat_keys` out of the kernel, with their values.
+type Taken = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>);
+
+fn take(ebpf: &mut aya::Ebpf, keys: &[PeerKey], lat_keys: &[LatKey]) -> Result<Taken, MapError> {
+    Ok((maps::hash_take(ebpf, STATS, keys)?, maps::hash_take(ebpf, LAT, lat_keys)?))
 }
 
 impl host::Collector for Collector {
@@ -204,8 +221,11 @@ impl host::Collector for Collector {
         // Read whole: the maps' figures take this count, not a walk of their own.
         shared.note_entries(STATS, stats.len());
         let (pass, services_known) = a.resolver.pass(&mut a.peers, &stats, &lat, now);
-        delete(&mut *shared.lock().ok_or(MapError::Poisoned)?, &pass.delete, &pass.delete_lat)?;
+        let (taken, taken_lat) = take(&mut *shared.lock().ok_or(MapError::Poisoned)?, &pass.take, &pass.take_lat)?;
+        a.peers.retire(&taken, &taken_lat);
+        a.unattributed += pass.unattributed as u64;
         emit(sink, &pass.series);
+        super::ebpf_pods::unattributed(sink, "ebpf_tcp_peers", a.unattributed);
         sink.family(
             "node_ebpf_tcp_peers_tracked",
             "Peers ebpf_tcp_peers keeps counts of in user space, cgroups whose pod is not known yet, and Services known by ClusterIP.",

@@ -64,6 +64,9 @@ pub struct Context {
     /// node's name (the watch starts when the first collector asks).
     pub pods_source: Option<(crate::pods::watch::Source, String, crate::pods::watch::Settings)>,
     pods_watch: Option<Arc<crate::pods::Watched>>,
+    /// The pods' cgroups as they come and go, shared by the collectors that
+    /// name cgroups (started by the first that asks).
+    hierarchy: Option<Option<Arc<crate::pods::hierarchy::Hierarchy>>>,
     /// There is a Kubernetes API to name pods with ([`ebpf_pods::prepare`]).
     pub kube: bool,
     /// `ebpf_tcp_peers` or `ebpf_dns` is on: the watch names Services too.
@@ -113,6 +116,7 @@ impl Context {
             attribute: false,
             pods_source: None,
             pods_watch: None,
+            hierarchy: None,
             kube: false,
             services: false,
             tcp_connections: agent_common::tcp_peers::MAX_SOCKS,
@@ -162,6 +166,41 @@ impl Context {
         let w = Arc::new(w);
         self.pods_watch = Some(Arc::clone(&w));
         Ok(Some(w))
+    }
+
+    /// The pods' cgroups of the node's cgroup v2 hierarchy, followed as they
+    /// come and go (gone ones kept for `retention`): started by the first
+    /// collector that asks; None without a cgroup v2 hierarchy (every
+    /// cgroup is then the host's).
+    pub fn hierarchy(&mut self, retention: std::time::Duration) -> Result<Option<Arc<crate::pods::hierarchy::Hierarchy>>, ConfigError> {
+        if let Some(h) = &self.hierarchy {
+            return Ok(h.clone());
+        }
+        let h = match crate::pods::cgroup::v2_root(&self.sysfs) {
+            Some(root) => Some(Arc::new(crate::pods::hierarchy::Hierarchy::start(root, retention).map_err(|e| ConfigError::Invalid {
+                flag: "collector.ebpf_pods".into(),
+                msg: format!("following the pods' cgroups: {e}"),
+            })?)),
+            None => {
+                tracing::warn!(sysfs = %self.sysfs.display(), "no cgroup v2 hierarchy: every task's events count for the host");
+                None
+            }
+        };
+        self.hierarchy = Some(h.clone());
+        Ok(h)
+    }
+
+    /// What `ebpf_tcp_peers` and `ebpf_dns` name cgroups and peers with:
+    /// the pod watch and the pods' cgroups where there is a Kubernetes API
+    /// (else every count is the host's), and this node's name.
+    pub fn resolver(&mut self, grace: std::time::Duration) -> Result<crate::pods::resolve::Resolver, ConfigError> {
+        let pods = if self.kube { self.pods()? } else { None };
+        let hierarchy = if pods.is_some() { self.hierarchy(grace)? } else { None };
+        let node = match &pods {
+            Some(w) => w.node.clone(),
+            None => host::sys::uname().map(|u| u.nodename.to_lowercase()).unwrap_or_default(),
+        };
+        Ok(crate::pods::resolve::Resolver::new(pods, hierarchy, node))
     }
 
     /// The loaded object: loaded on the first call, with every probe's global.
