@@ -81,6 +81,9 @@ pub struct PodFaults {
     pub hang_lists: std::sync::atomic::AtomicBool,
     /// Every pod watch is answered with a 410 Gone error event at once.
     pub gone_watches: std::sync::atomic::AtomicBool,
+    /// Out of reach for pods and Services: requests are answered 503 and
+    /// the watches open end (within half a second), while this is set.
+    pub unreachable: std::sync::atomic::AtomicBool,
 }
 
 impl PodFaults {
@@ -630,6 +633,10 @@ impl Api {
         tokio::spawn(async move {
             let mut seen = from;
             loop {
+                if (resource == "pods" || resource == "services") && self.pod_faults.unreachable.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    return;
+                }
                 let notified = self.changed.notified();
                 let lines: Vec<(u64, String)> = {
                     let st = self.state.lock().expect("state");
@@ -677,6 +684,10 @@ impl Api {
         };
         let selector = query.get("labelSelector").cloned().unwrap_or_default();
         let fields = query.get("fieldSelector").cloned().unwrap_or_default();
+        if (resource == "pods" || resource == "services") && self.pod_faults.unreachable.load(std::sync::atomic::Ordering::Relaxed) {
+            let (c, v) = status(503, "ServiceUnavailable");
+            return Ok(json_response(c, v));
+        }
         let (code, v) = match (method.as_str(), &name) {
             ("GET", None) if query.get("watch").map(String::as_str) == Some("true") && resource == "pods" && self.pod_faults.watch() => {
                 let total = self.pod_faults.endless_line.load(std::sync::atomic::Ordering::Relaxed);

@@ -17,6 +17,19 @@ pub const UID_OTHER: &str = "8c2f3e4a-5b6c-4d7e-af80-91a2b3c4d5e6";
 pub const CID_A: &str = "aaaa1111bbbb2222cccc3333dddd4444eeee5555ffff6666aaaa7777bbbb8888";
 pub const CID_B: &str = "bbbb1111cccc2222dddd3333eeee4444ffff5555aaaa6666bbbb7777cccc8888";
 
+/// A pod UID of this test process's own (a UUID: the process id, then
+/// `n`), so that tests running at once in other processes, which count
+/// every cgroup of the node, never count for it.
+pub fn uid(n: u16) -> String {
+    format!("{:08x}-{n:04x}-4000-8000-{:012x}", std::process::id(), 0xa9e47)
+}
+
+/// A container id of this test process's own (64 hex digits: the process
+/// id, then `n`).
+pub fn cid(n: u16) -> String {
+    format!("{:08x}{n:04x}{}", std::process::id(), "c".repeat(52))
+}
+
 /// An API server's objects: pods A (web/web-0, container app) and B (db/db-0,
 /// container pg) on this node, and one pod on another node.
 pub fn api() -> Arc<Api> {
@@ -115,6 +128,13 @@ pub fn pod_cgroup(which: char, memory_limit: Option<u64>) -> PodCgroup {
             UID_B.replace('-', "_")
         ),
     };
+    cgroup_at(&rel, memory_limit)
+}
+
+/// A cgroup at `rel` under the v2 hierarchy's root (a container's, with a
+/// kubelet path; or the host's), optionally memory-limited.
+pub fn cgroup_at(rel: &str, memory_limit: Option<u64>) -> PodCgroup {
+    let rel = rel.to_string();
     let root = v2_root();
     let mut made = Vec::new();
     let mut memory = None;

@@ -160,6 +160,41 @@ fn oom_kill_counted_for_its_pod_and_container_only() {
     assert!(host1 - host0 <= (vm - own) as f64, "the host's kills are the node's other kills: +{} of {}", host1 - host0, vm - own);
 }
 
+/// A container OOM-killed a moment after it started, its cgroup gone
+/// before any scrape saw it (a crash loop at a 15-30 s scrape interval):
+/// the kill is its pod's and container's, named by the path its cgroup had
+/// when it was made.
+#[test]
+fn oom_kill_of_a_container_gone_before_any_scrape_is_its_pods() {
+    let Some(t) = truth("5m") else { return };
+    let agent = &t.agent;
+    let oom = || agent.value("node_ebpf_pod_oom_kills_total", &[("namespace", "web"), ("pod", "web-0"), ("container", "app")]);
+    let host = || agent.value("node_ebpf_pod_oom_kills_total", &[("namespace", ""), ("pod", "")]);
+    // A container of its own (the restarted "app" of web-0), so that its
+    // cgroup is made and removed by this test whatever other tests left.
+    const CID_OOM: &str = "cccc1111dddd2222eeee3333ffff4444aaaa5555bbbb6666cccc7777dddd8888";
+    {
+        let api = &t.cluster.api;
+        let mut st = api.state.lock().expect("state");
+        let p = node_agent_tests::apiserver::pod(UID_A, "web", "web-0", NODE, "app", CID_OOM);
+        api.put(&mut st, "pods", "web", "web-0", p, false);
+    }
+    let (a0, host0, vm0) = (oom(), host(), vmstat("oom_kill"));
+    {
+        let a = node_agent_tests::pods::cgroup_at(&format!("kubepods/burstable/pod{UID_A}/{CID_OOM}"), Some(32 << 20));
+        let status = a.spawn("tail /dev/zero").wait().expect("memory hog");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "the memory hog was not OOM-killed: {status:?}");
+        assert_eq!(pod_oom_kills(&a), 1, "exactly one OOM kill in the container's cgroup");
+        // The cgroup goes here, with no scrape since it was made.
+    }
+    assert!(!v2_root().join(format!("kubepods/burstable/pod{UID_A}/{CID_OOM}")).exists(), "the container's cgroup is gone");
+    let (a1, host1, vm) = (oom(), host(), vmstat("oom_kill") - vm0);
+    eprintln!("web-0/app +{}, host +{}, /proc/vmstat oom_kill +{vm}", a1 - a0, host1 - host0);
+    assert_eq!(a1 - a0, 1.0, "the kill is web-0/app's");
+    assert!(host1 - host0 <= (vm - 1) as f64, "and not the host's");
+}
+
 /// Run-queue wait of a task: /proc/PID/schedstat's second field, in ns.
 fn run_delay_ns(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
@@ -278,7 +313,8 @@ fn slow_syscalls_are_the_sleeping_pods() {
 
 /// The kernel's cgroup table full (filled from outside through the map's
 /// id): the new pod's events are counted as dropped, nothing is
-/// misattributed, and the scrape keeps succeeding.
+/// misattributed, and the scrape keeps succeeding; the fillers, idle, are
+/// taken out by the agent after a pass, and counting resumes.
 #[test]
 fn full_cgroup_table_counts_dropped_events_and_keeps_serving() {
     let Some(t) = truth("5m") else { return };
@@ -293,6 +329,9 @@ fn full_cgroup_table_counts_dropped_events_and_keeps_serving() {
     let data = aya::maps::MapData::from_id(id).expect("open POD_STATS by id");
     let mut table: aya::maps::HashMap<_, u64, agent_common::pods::PodCounters> =
         aya::maps::HashMap::try_from(aya::maps::Map::from_map_data(data).expect("map")).expect("a hash map");
+    let dropped = || agent.value("node_ebpf_events_dropped_total", &[("probe", "pods")]);
+    let (d0, e0) = (dropped(), agent.pod("node_ebpf_pod_syscall_errors_total", "web", "web-0"));
+    // Filled with no scrape in between: the agent has not seen the fillers yet.
     let mut filled = 0u32;
     for k in 0..agent_common::pods::MAX_CGROUPS as u64 {
         if table.insert(u64::MAX - k, agent_common::pods::PodCounters::default(), 1 /* BPF_NOEXIST */).is_ok() {
@@ -300,18 +339,21 @@ fn full_cgroup_table_counts_dropped_events_and_keeps_serving() {
         }
     }
     assert!(table.insert(1u64 << 62, agent_common::pods::PodCounters::default(), 1).is_err(), "the table is full");
-    let dropped = || agent.value("node_ebpf_events_dropped_total", &[("probe", "pods")]);
-    let (d0, e0) = (dropped(), agent.pod("node_ebpf_pod_syscall_errors_total", "web", "web-0"));
     let _ = a.spawn(&failing_opens(300)).wait();
     let (d1, e1) = (dropped(), agent.pod("node_ebpf_pod_syscall_errors_total", "web", "web-0"));
     eprintln!("filled {filled} entries; dropped +{}, web-0 +{}", d1 - d0, e1 - e0);
     assert!(d1 - d0 >= 300.0, "web-0's failures had no entry to go to: dropped +{}", d1 - d0);
     assert_eq!(e1 - e0, 0.0, "nothing counted for web-0");
-    for k in 0..agent_common::pods::MAX_CGROUPS as u64 {
-        let _ = table.remove(&(u64::MAX - k));
-    }
+    // The fillers stayed unchanged over the pass between those two
+    // scrapes: the agent took them out (a full table of idle entries
+    // empties itself), and counting resumes without the test's help.
     let _ = a.spawn(&failing_opens(1)).wait();
-    assert!(agent.pod("node_ebpf_pod_syscall_errors_total", "web", "web-0") - e0 >= 1.0, "counting resumes once there is room");
+    let left = table.keys().filter_map(Result::ok).filter(|k| *k > u64::MAX - agent_common::pods::MAX_CGROUPS as u64).count();
+    assert!(
+        agent.pod("node_ebpf_pod_syscall_errors_total", "web", "web-0") - e0 >= 1.0,
+        "counting resumes once there is room ({left} fillers left)"
+    );
+    assert_eq!(left, 0, "every idle filler was taken out");
 }
 
 /// In a network namespace of its own: a connection over lo whose receiver

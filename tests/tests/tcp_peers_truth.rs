@@ -150,13 +150,6 @@ s.close()
 print(n, flush=True)
 "#;
 
-/// How long after a pod's first counts the agent has named its cgroup: it
-/// walks the cgroup hierarchy for a cgroup it does not know at most once a
-/// second (`pods::resolve`), so counts read sooner after its last walk are
-/// still pending (held, not lost). A fast machine reaches the first read
-/// within that second.
-const NAMED_AFTER: Duration = Duration::from_millis(1100);
-
 fn api() -> std::sync::Arc<Api> {
     node_agent_tests::pods::api_with_addresses(
         &[(UID_A, "web", "web-0", "app", CID_A, "10.77.0.1"), (UID_B, "db", "db-0", "pg", CID_B, "10.77.0.2")],
@@ -271,9 +264,8 @@ fn connects_bytes_and_peers_are_the_pods_own() {
     // Phase 1: B's pod, by its address.
     let [made, refused, wrote, read] = client(&a, &ns, &client_py, "pods");
     assert_eq!((made, refused, read), (11.0, 4.0, 700.0), "the client's own counts");
-    // The pods' cgroups are new to the agent: it names them at its next
-    // walk of the hierarchy, at most one a second after the last.
-    std::thread::sleep(NAMED_AFTER);
+    // The pods' cgroups are named when they are made (`pods::hierarchy`):
+    // the first read is exact.
     let out = |name: &str| agent.pod(name, "web", "web-0");
     let attempts = out("node_ebpf_pod_tcp_peer_connect_attempts_total");
     let connects = out("node_ebpf_pod_tcp_peer_connects_total");
@@ -413,8 +405,6 @@ fn connect_latency_is_the_paths() {
     let took: Vec<Duration> =
         String::from_utf8_lossy(&out.stdout).split_whitespace().map(|us| Duration::from_micros(us.parse().expect("µs"))).collect();
     assert_eq!(took.len(), N);
-    // The pods' cgroups are new to the agent (see NAMED_AFTER).
-    std::thread::sleep(NAMED_AFTER);
     let quick = took.iter().filter(|d| **d < Duration::from_micros(31_250)).count();
     let bucket = |le: &str| -> f64 {
         agent
