@@ -111,7 +111,8 @@ pub struct PeerCounters {
 /// other; connections accepted (established from SYN received); connections
 /// closed after being established; payload bytes the peer acknowledged,
 /// payload bytes received; segments retransmitted; the sum of connect
-/// latencies (their count is `ESTABLISHED`).
+/// latencies (their count is `ESTABLISHED`); the followed connections open
+/// ([`OPEN`]).
 pub const ATTEMPTS: usize = 0;
 pub const ESTABLISHED: usize = 1;
 pub const REFUSED: usize = 2;
@@ -126,7 +127,13 @@ pub const BYTES_SENT: usize = 10;
 pub const BYTES_RECEIVED: usize = 11;
 pub const RETRANSMITS: usize = 12;
 pub const LATENCY_NS: usize = 13;
-/// Words 14 and 15 are unused here (`dns` uses them).
+/// Followed connections open: one more when a connection the program
+/// follows ([`SOCKS`]) is established or accepted, one less (a wrapping
+/// add) when it closes, both in its peer's record. The agent never deletes
+/// a record holding open connections, so the close is counted where the
+/// open was.
+pub const OPEN: usize = 14;
+/// (`dns` uses words 14 and 15 for its own; 15 is unused here.)
 pub const NUM_WORDS: usize = 16;
 
 impl PeerCounters {

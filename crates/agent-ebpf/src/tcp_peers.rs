@@ -15,7 +15,7 @@ use agent_common::tcp_latency::IPPROTO_TCP;
 use agent_common::tcp_peers::{
     failure, payload, LatKey, Offsets, PeerCounters, PeerKey, SockState, ACCEPTED, AF_INET, AF_INET6, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT,
     CLOSED, DIR_IN, DIR_OUT, DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, ESTABLISHED_FLAG, LATENCY_NS, MAX_LAT, MAX_PEERS, MAX_SOCKS,
-    NUM_DROPS, RETRANSMITS, SWEEP_BATCH, TCP_CLOSE, TCP_ESTABLISHED, TCP_FIN_WAIT2, TCP_SYN_RECV, TCP_SYN_SENT,
+    NUM_DROPS, OPEN, RETRANSMITS, SWEEP_BATCH, TCP_CLOSE, TCP_ESTABLISHED, TCP_FIN_WAIT2, TCP_SYN_RECV, TCP_SYN_SENT,
 };
 use aya_ebpf::{
     macros::{map, raw_tracepoint},
@@ -84,12 +84,15 @@ fn peer_of(sk: u64, off: &Offsets, dir: u8) -> Option<PeerKey> {
     Some(PeerKey { cgroup, addr, port, dir, pad: [0; 5] })
 }
 
-/// Follows a connection from now.
+/// Follows a connection from now, if the map has room: whether it is
+/// followed (if not, counted as dropped).
 #[inline(always)]
-fn follow(sk: u64, st: SockState) {
+fn follow(sk: u64, st: SockState) -> bool {
     if TCP_PEER_SOCKS.insert(sk, st, 0).is_err() {
         inc(&TCP_PEER_DROPPED, DROP_SOCKS);
+        return false;
     }
+    true
 }
 
 /// The counters a connection starts from when established.
@@ -116,11 +119,13 @@ fn swap64(p: *mut u64, v: u64) -> u64 {
 }
 
 /// A followed connection closes: its payload and retransmits since it was
-/// last counted (established, or the last sweep).
+/// last counted (established, or the last sweep), in the record its open
+/// was counted in (which the agent keeps while it holds open connections).
 #[inline(always)]
 fn closed(sk: u64, off: &Offsets, old: i32, p: *mut SockState, peer: &PeerKey) {
     let Some(c) = counters(peer) else { return };
     add(c, CLOSED, 1);
+    add(c, OPEN, u64::MAX);
     let acked: u64 = read_kernel(sk, off.bytes_acked).unwrap_or(0);
     let received: u64 = read_kernel(sk, off.bytes_received).unwrap_or(0);
     let retrans: u32 = read_kernel(sk, off.total_retrans).unwrap_or(0);
@@ -179,10 +184,16 @@ fn sweep_one(sk: u64, off: &Offsets) {
             swap64(&raw mut (*p).base_retrans, retrans as u64),
         )
     };
+    let (sent, got, again) =
+        (acked.saturating_sub(base_acked), received.saturating_sub(base_received), (retrans as u64).saturating_sub(base_retrans));
+    if sent == 0 && got == 0 && again == 0 {
+        // An idle connection leaves its record as it was.
+        return;
+    }
     let Some(c) = counters(&peer) else { return };
-    add(c, BYTES_SENT, acked.saturating_sub(base_acked));
-    add(c, BYTES_RECEIVED, received.saturating_sub(base_received));
-    add(c, RETRANSMITS, (retrans as u64).saturating_sub(base_retrans));
+    add(c, BYTES_SENT, sent);
+    add(c, BYTES_RECEIVED, got);
+    add(c, RETRANSMITS, again);
 }
 
 fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
@@ -206,12 +217,15 @@ fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
     }
     if old == TCP_SYN_RECV && new == TCP_ESTABLISHED {
         let peer = peer_of(sk, &off, DIR_IN).ok_or(0)?;
-        if let Some(c) = counters(&peer) {
-            add(c, ACCEPTED, 1);
-        }
+        let c = counters(&peer).ok_or(0)?;
+        add(c, ACCEPTED, 1);
         let mut st = SockState { peer, ..SockState::default() };
         baseline(sk, &off, &mut st);
-        follow(sk, st);
+        // Open only if followed: the close of a connection not followed
+        // is not seen.
+        if follow(sk, st) {
+            add(c, OPEN, 1);
+        }
         return Ok(());
     }
     if new != TCP_ESTABLISHED && new != TCP_CLOSE {
@@ -223,10 +237,14 @@ fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
     let mut st = unsafe { *p };
     if old == TCP_SYN_SENT && new == TCP_ESTABLISHED {
         let ns = now_ns().saturating_sub(st.start_ns);
-        if let Some(c) = counters(&st.peer) {
-            add(c, ESTABLISHED, 1);
-            add(c, LATENCY_NS, ns);
-        }
+        // No record to count its open in: not followed further.
+        let Some(c) = counters(&st.peer) else {
+            let _ = TCP_PEER_SOCKS.remove(sk);
+            return Ok(());
+        };
+        add(c, ESTABLISHED, 1);
+        add(c, LATENCY_NS, ns);
+        add(c, OPEN, 1);
         latency(&st.peer, ns);
         baseline(sk, &off, &mut st);
         // SAFETY: as above.

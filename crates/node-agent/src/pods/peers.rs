@@ -248,6 +248,9 @@ pub struct Peers {
     /// The direction of a key's series: its own, unless the probe keeps
     /// records of its own beside the kernel's ([`Peers::labelled_by`]).
     label_dir: fn(u8) -> u8,
+    /// The word counting things open now, if the probe has one
+    /// ([`Peers::open_in`]).
+    open: Option<usize>,
 }
 
 /// The result of one pass.
@@ -283,7 +286,22 @@ impl Peers {
             grace,
             rank: Counts::bytes,
             label_dir: |d| d,
+            open: None,
         }
+    }
+
+    /// Word `word` counts things open now (a gauge the kernel adds to and
+    /// takes from, e.g. connections): an entry holding some is active, is
+    /// never folded out of the kernel (what closes them must find it), and
+    /// when its peer is admitted after it was counted in `other` it takes
+    /// them along (a gauge need not only grow).
+    pub fn open_in(mut self, word: usize) -> Peers {
+        self.open = Some(word);
+        self
+    }
+
+    fn holds_open(&self, c: &Counts) -> bool {
+        self.open.and_then(|w| c.words.get(w)).is_some_and(|n| (*n as i64) > 0)
     }
 
     /// Keys whose `dir` maps to the same direction are one series (and
@@ -361,6 +379,7 @@ impl Peers {
                 continue;
             }
             let label_dir = self.label_dir;
+            let open = self.holds_open(&c);
             let e = self.entries.entry(k).or_insert_with(|| {
                 let (kind, peer) = name(address(k.addr));
                 Entry {
@@ -371,10 +390,10 @@ impl Peers {
                     reported: false,
                 }
             });
-            if e.live != c {
+            if e.live != c || open {
                 active.insert((k.cgroup, e.label.clone()));
             }
-            if e.live == c {
+            if e.live == c && !open {
                 // Unchanged for a whole interval: out of the kernel.
                 e.folded.add(&c);
                 e.live = Counts::default();
@@ -437,7 +456,10 @@ impl Peers {
         for (k, e) in &mut self.entries {
             let Some(o) = self.owners.get(&k.cgroup) else { continue };
             if e.reported && admitted_now.contains(&(o.clone(), e.label.clone())) {
-                let own = e.own();
+                let mut own = e.own();
+                if let Some(w) = self.open.and_then(|w| own.words.get_mut(w)) {
+                    *w = 0;
+                }
                 self.other.entry((k.cgroup, e.label.dir)).or_default().add(&own);
                 e.offset.add(&own);
             }
@@ -647,5 +669,63 @@ mod tests {
         let c = p.update(&[], &[], resolve, |_| true, pods, t);
         let (_, counts) = c.series.iter().next().expect("a series");
         assert_eq!(counts.lat.get(&300), Some(&2));
+    }
+
+    use agent_common::tcp_peers::{CLOSED, OPEN};
+
+    fn open(opened: u64, closed: u64) -> PeerCounters {
+        let mut c = counters(opened, 10);
+        c.words[OPEN] = opened.wrapping_sub(closed);
+        c.words[CLOSED] = closed;
+        c
+    }
+
+    fn gauge(p: &Pass, kind: Kind, peer: &str) -> i64 {
+        p.series.iter().filter(|((o, l), _)| *o == web() && l.kind == kind && l.peer == peer).map(|(_, c)| c.words[OPEN] as i64).sum()
+    }
+
+    #[test]
+    fn entries_holding_open_connections_stay_in_the_kernel_and_keep_their_series() {
+        let mut p = Peers::new(20, Duration::from_secs(10)).open_in(OPEN);
+        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
+        let t = Instant::now();
+        let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
+        // Two connections open, idle for longer than the grace period.
+        for s in [0, 5, 11, 30] {
+            let x = p.update(&[(k, open(2, 0))], &[], resolve, |_| true, pods, t + Duration::from_secs(s));
+            assert!(x.delete.is_empty(), "deleted with connections open at {s} s");
+            assert_eq!(gauge(&x, Kind::External, "10.0.0.1"), 2, "the peer keeps its series at {s} s");
+        }
+        // Both close: the close is in the same record, the gauge back to 0,
+        // and the record leaves the kernel once unchanged.
+        let x = p.update(&[(k, open(2, 2))], &[], resolve, |_| true, pods, t + Duration::from_secs(31));
+        assert_eq!(gauge(&x, Kind::External, "10.0.0.1"), 0);
+        let x = p.update(&[(k, open(2, 2))], &[], resolve, |_| true, pods, t + Duration::from_secs(32));
+        assert_eq!(x.delete, vec![k]);
+        // Without the open word, the same record would have gone at once.
+        let mut q = Peers::new(20, Duration::from_secs(10));
+        q.update(&[(k, open(2, 0))], &[], resolve, |_| true, pods, t);
+        assert_eq!(q.update(&[(k, open(2, 0))], &[], resolve, |_| true, pods, t).delete, vec![k]);
+    }
+
+    #[test]
+    fn a_peer_admitted_late_takes_its_open_connections_out_of_other() {
+        let mut p = Peers::new(1, Duration::from_secs(10)).open_in(OPEN);
+        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
+        let t = Instant::now();
+        let (a, b) = (key(1, [10, 0, 0, 1], 80, DIR_OUT), key(1, [10, 0, 0, 2], 80, DIR_OUT));
+        // a is admitted; b, with one connection open, is counted in other.
+        let x = p.update(&[(a, counters(1, 100)), (b, open(1, 0))], &[], resolve, |_| true, pods, t);
+        assert_eq!((gauge(&x, Kind::External, "10.0.0.2"), gauge(&x, Kind::Other, "")), (0, 1));
+        // a goes idle past the grace period; b takes its place, with its
+        // open connection, and other's gauge comes down.
+        p.update(&[(a, counters(1, 100)), (b, open(1, 0))], &[], resolve, |_| true, pods, t + Duration::from_secs(5));
+        let x = p.update(&[(b, open(1, 0))], &[], resolve, |_| true, pods, t + Duration::from_secs(11));
+        assert_eq!((gauge(&x, Kind::External, "10.0.0.2"), gauge(&x, Kind::Other, "")), (1, 0));
+        assert_eq!(attempts(&x, Kind::External, "10.0.0.2"), 0, "its counters start at its admission");
+        assert_eq!(attempts(&x, Kind::Other, ""), 1, "and other keeps what they had");
+        // It closes: the peer's gauge to 0, other's stays 0.
+        let x = p.update(&[(b, open(1, 1))], &[], resolve, |_| true, pods, t + Duration::from_secs(12));
+        assert_eq!((gauge(&x, Kind::External, "10.0.0.2"), gauge(&x, Kind::Other, "")), (0, 0));
     }
 }

@@ -18,7 +18,10 @@
 //! pods and the default, at most 250 × 2 × 21 = 10,500 label sets, each
 //! in 9 counter families and one gauge, and the out ones in one histogram.
 //! A peer idle for the grace period loses its series and its place; series
-//! go with their pod (after the pod attribution grace period).
+//! go with their pod (after the pod attribution grace period). The gauge of
+//! connections open counts exactly the connections whose close will be
+//! counted (those followed), in the record their open was (kept in the
+//! kernel while they are open).
 //! Connections open before the agent started are not counted, nor their
 //! bytes (there is no event to find them by). Bytes and retransmits of a
 //! connection are counted when it closes and, while it is open, by a sweep
@@ -33,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use agent_common::tcp_peers::{
     LatKey, Offsets, PeerCounters, PeerKey, SockState, ABORTED, ACCEPTED, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT, CLOSED, DIR_IN, DROPPED,
-    DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, LAT, LATENCY_NS, OFFSETS, OTHER, PROGRAMS, REFUSED, RESET, RETRANSMITS, SOCKS, STATS,
-    SWEEP, SWEEP_BATCH, TIMEOUT, UNREACHABLE,
+    DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, LAT, LATENCY_NS, OFFSETS, OPEN, OTHER, PROGRAMS, REFUSED, RESET, RETRANSMITS, SOCKS,
+    STATS, SWEEP, SWEEP_BATCH, TIMEOUT, UNREACHABLE,
 };
 use agent_common::NATIVE_OFFSET;
 use clap::Arg;
@@ -149,7 +152,7 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
     let mut resolver = Resolver::new(pods, &p.sysfs);
     resolver.cidrs = EXTERNAL_CIDRS.get(f)?;
     Ok(Box::new(Collector {
-        active: Active { probe, resolver, peers: Peers::new(max, grace), sweep_every, swept: None, sweep_failed: false },
+        active: Active { probe, resolver, peers: Peers::new(max, grace).open_in(OPEN), sweep_every, swept: None, sweep_failed: false },
     }))
 }
 
@@ -289,12 +292,11 @@ fn emit(sink: &mut Sink, series: &BTreeMap<(Owner, Label), Counts>) {
     }
     let mut f = sink.family(
         "node_ebpf_pod_tcp_peer_connections",
-        "TCP connections of the pod with the peer open now (established or accepted since the agent started, not closed).",
+        "TCP connections of the pod with the peer open now (established or accepted since the agent started and followed, not closed).",
         Kind::Gauge,
     );
     for (o, l, p, c) in &rows {
-        let opened = c.words[ESTABLISHED].wrapping_add(c.words[ACCEPTED]);
-        f.sample(&labels(o, l, p), opened.saturating_sub(c.words[CLOSED]) as f64);
+        f.sample(&labels(o, l, p), (c.words[OPEN] as i64).max(0) as f64);
     }
     for (name, help, w) in [
         (
