@@ -381,14 +381,15 @@ impl Peers {
             let label_dir = self.label_dir;
             let open = self.holds_open(&c);
             let e = self.entries.entry(k).or_insert_with(|| {
-                let (kind, peer) = name(address(k.addr));
-                Entry {
-                    label: Label { dir: label_dir(k.dir), kind, peer, port: Some(k.port) },
-                    folded: Counts::default(),
-                    live: Counts::default(),
-                    offset: Counts::default(),
-                    reported: false,
-                }
+                // The kernel's own record of a cgroup's peers beyond its
+                // bound: part of its other, never a peer.
+                let label = if k.is_other() {
+                    Label::other(label_dir(k.dir))
+                } else {
+                    let (kind, peer) = name(address(k.addr));
+                    Label { dir: label_dir(k.dir), kind, peer, port: Some(k.port) }
+                };
+                Entry { label, folded: Counts::default(), live: Counts::default(), offset: Counts::default(), reported: false }
             });
             if e.live != c || open {
                 active.insert((k.cgroup, e.label.clone()));
@@ -431,7 +432,7 @@ impl Peers {
         let mut waiting: BTreeMap<(Owner, u8), BTreeMap<Label, u64>> = BTreeMap::new();
         for (k, e) in &self.entries {
             let Some(o) = self.owners.get(&k.cgroup) else { continue };
-            if self.admitted.get(o).is_some_and(|m| m.contains_key(&e.label)) {
+            if e.label.kind == Kind::Other || self.admitted.get(o).is_some_and(|m| m.contains_key(&e.label)) {
                 continue;
             }
             *waiting.entry((o.clone(), e.label.dir)).or_default().entry(e.label.clone()).or_default() += (self.rank)(&e.own());
@@ -669,6 +670,26 @@ mod tests {
         let c = p.update(&[], &[], resolve, |_| true, pods, t);
         let (_, counts) = c.series.iter().next().expect("a series");
         assert_eq!(counts.lat.get(&300), Some(&2));
+    }
+
+    #[test]
+    fn the_kernels_other_record_is_the_cgroups_other_never_a_peer() {
+        let mut p = Peers::new(20, Duration::from_secs(300));
+        let pods = |a: IpAddr| name(a, None, &HashMap::new(), &[]);
+        let t = Instant::now();
+        let (k, o) = (key(1, [10, 0, 0, 1], 80, DIR_OUT), PeerKey::other(1, DIR_OUT));
+        let lat = [(LatKey { peer: o, slot: 300, pad: 0 }, 4)];
+        // Room for twenty peers, yet the kernel's other is summed as other.
+        let a = p.update(&[(k, counters(1, 1)), (o, counters(4, 4))], &lat, resolve, |_| true, pods, t);
+        assert_eq!(a.series.len(), 2, "{:?}", a.series.keys());
+        assert_eq!((attempts(&a, Kind::External, "10.0.0.1"), attempts(&a, Kind::Other, "")), (1, 4));
+        let other = a.series.get(&(web(), Label::other(DIR_OUT))).expect("other");
+        assert_eq!(other.lat.get(&300), Some(&4), "its buckets with it");
+        // Idle: folded out of the kernel, still other, with what comes later.
+        p.update(&[(k, counters(1, 1)), (o, counters(4, 4))], &lat, resolve, |_| true, pods, t);
+        let c = p.update(&[(o, counters(2, 2))], &[], resolve, |_| true, pods, t);
+        assert_eq!(attempts(&c, Kind::Other, ""), 6);
+        assert_eq!(c.series.len(), 2);
     }
 
     use agent_common::tcp_peers::{CLOSED, OPEN};
