@@ -222,11 +222,15 @@ fn queries(n: usize, server: &str, name: &str, qtype: u16, repeat: bool) -> Vec<
     (0..n).map(|_| format!("{server} {name} {qtype} {}", u8::from(repeat))).collect()
 }
 
+/// The tests share pods A and B's cgroups: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn queries_answers_timeouts_and_servers_are_the_pods_own() {
     if !root_or_skip("the DNS truth test") {
         return;
     }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let ns = Netns::new("dns");
     ns.batch(
         "link set lo up\naddr add 10.77.0.1/32 dev lo\naddr add 10.77.0.2/32 dev lo\naddr add 10.96.0.10/32 dev lo\n\
@@ -394,6 +398,14 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
     let _ = std::io::stdout().flush();
 }
 
+/// This process's cgroup v2 id (its directory's inode number).
+fn own_cgroup() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let own = std::fs::read_to_string("/proc/self/cgroup").expect("/proc/self/cgroup");
+    let rel = own.lines().find_map(|l| l.strip_prefix("0::")).expect("a cgroup v2 line").trim_start_matches('/').to_string();
+    std::fs::metadata(node_agent_tests::pods::v2_root().join(rel)).expect("this process's cgroup").ino()
+}
+
 /// The two programs see every packet of the node's sockets: whatever a
 /// packet holds (DNS or not, whole or cut short, IPv4, IPv6, garbage),
 /// they let it through (a cgroup skb program returning 0 drops it). Run
@@ -406,6 +418,11 @@ fn every_packet_is_let_through() {
     }
     use aya::programs::{CgroupSkb, TestRun, TestRunOptions};
     let mut ctx = node_agent::probes::Context::with_object(node_agent::ebpf::OBJECT, false);
+    // Counted by cgroup: the made-up packets' socket is the test-run's own,
+    // of this process's cgroup, whose share of the maps the node's other
+    // DNS traffic (another test's resolver) cannot take.
+    ctx.kube = true;
+    let cgroup = own_cgroup();
     let shared = ctx.ebpf().expect("the object loads");
     let probe = node_agent::ebpf::Probe::attach(Ok(shared.clone()), &agent_common::dns::PROGRAMS);
     assert!(probe.up(), "the DNS programs load and attach");
@@ -471,7 +488,7 @@ fn every_packet_is_let_through() {
         stats
             .iter()
             .filter_map(Result::ok)
-            .find(|(k, _)| k.cgroup == 0 && k.addr[10..] == [0xff, 0xff, 10, 0, 0, last] && k.dir == agent_common::dns::TRANSPORT_UDP)
+            .find(|(k, _)| k.cgroup == cgroup && k.addr[10..] == [0xff, 0xff, 10, 0, 0, last] && k.dir == agent_common::dns::TRANSPORT_UDP)
             .map(|(_, c)| c.words)
             .expect("counts for the address")
     };
@@ -479,4 +496,212 @@ fn every_packet_is_let_through() {
     let (to, from) = (of(2), of(1));
     assert_eq!((to[Q_A], to[Q_OTHER]), (1, 2), "the query; the one cut short and the unterminated name, of no type read: {to:?}");
     assert_eq!((from[R_NXDOMAIN], from[LATE]), (1, 1), "{from:?}");
+}
+
+/// Pod B, the resolver, querying argv[1] servers, each another address of
+/// 10.78.1.0-10.78.255.255 (nothing listens there), from 10.77.0.2; prints
+/// the queries sent.
+const NOISY: &str = r#"
+import socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("10.77.0.2", 0))
+n = int(sys.argv[1])
+for i in range(n):
+    q = struct.pack(">HHHHHH", i & 0xffff, 0x0100, 1, 0, 0, 0) + b"\x05noisy\x04test\x00" + struct.pack(">HH", 1, 1)
+    s.sendto(q, ("10.78.%d.%d" % (1 + i // 250, 1 + i % 250), 53))
+print(n, flush=True)
+"#;
+
+/// A pod's series of `name`, summed.
+fn pod_total(agent: &Agent, name: &str, pod: &str) -> f64 {
+    agent.samples(name).into_iter().filter(|(l, _)| l.get("pod").map(String::as_str) == Some(pod)).map(|s| s.1).sum()
+}
+
+/// #47 row 12: a recursive resolver (pod B, coredns-0) meets 3,000 new DNS
+/// servers at once, more than the node-wide map of (cgroup, server)
+/// records holds; pod A then queries B. Every one of A's queries and
+/// answers is counted, and every one of B's queries, those beyond its share
+/// of the map in its `other`.
+#[test]
+fn a_noisy_resolver_does_not_blind_a_quiet_pod() {
+    if !root_or_skip("the DNS truth test") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = Netns::new("dnsnoisy");
+    ns.batch(
+        "link set lo up\naddr add 10.77.0.1/32 dev lo\naddr add 10.77.0.2/32 dev lo\naddr add 10.96.0.10/32 dev lo\n\
+         route add local 10.78.0.0/16 dev lo\n",
+    );
+    let cluster = Running::start(api()).expect("API server");
+    let agent = Agent::new(&cluster);
+    let (a, b) = (pod_cgroup('A', None), pod_cgroup('B', None));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server_py, client_py, noisy_py) = (dir.path().join("server.py"), dir.path().join("client.py"), dir.path().join("noisy.py"));
+    std::fs::write(&server_py, SERVER).expect("server script");
+    std::fs::write(&client_py, CLIENT).expect("client script");
+    std::fs::write(&noisy_py, NOISY).expect("noisy script");
+    let mut server = b
+        .command(&format!("ip netns exec {} python3 {}", ns.0, server_py.display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("server");
+    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+    let out = b.command(&format!("ip netns exec {} python3 {} 3000", ns.0, noisy_py.display())).output().expect("resolver");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "3000", "{}", String::from_utf8_lossy(&out.stderr));
+    let plan = queries(30, "10.77.0.2", "ok.test", 1, false);
+    let seen = run_client(&a, &ns, &client_py, &plan, 1.0);
+    assert_eq!(seen.rcodes.get("0"), Some(&30.0), "the client's own count");
+    // The pods' cgroups are new to the agent: named at its next walk.
+    std::thread::sleep(Duration::from_millis(1100));
+    let p = "pod kube-system/coredns-0";
+    let q = agent.client("node_ebpf_pod_dns_queries_total");
+    eprintln!("web-0: queries {q:?}");
+    assert_eq!(q.get(&format!("{p} A")), Some(&30.0), "every query of the quiet pod");
+    assert_eq!(agent.client("node_ebpf_pod_dns_responses_total").get(&format!("{p} NOERROR")), Some(&30.0), "and every answer");
+    assert_eq!(agent.client("node_ebpf_pod_dns_latency_seconds_count").get(p), Some(&30.0));
+    let resolver = pod_total(&agent, "node_ebpf_pod_dns_queries_total", "coredns-0");
+    let other: f64 = agent
+        .samples("node_ebpf_pod_dns_queries_total")
+        .into_iter()
+        .filter(|(l, _)| l.get("pod").map(String::as_str) == Some("coredns-0") && l.get("server_kind").map(String::as_str) == Some("other"))
+        .map(|s| s.1)
+        .sum();
+    eprintln!("coredns-0: {resolver} queries, {other} in other");
+    assert_eq!(resolver, 3000.0, "every query of the resolver, in some series");
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+/// A resolver's rounds: from one socket on 10.0.0.1, in each of four
+/// rounds, one A query to each of 256 servers (10.1.0.1-128, 10.1.1.1-128)
+/// named `w<ms>r<round>n<i>`, then their 256 answers; then one query to
+/// each of 44 servers more (10.2.0.1-44), where nothing answers. Prints
+/// the answers received.
+const ROUNDS: &str = r#"
+import socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("10.0.0.1", 0))
+s.settimeout(10)
+def query(qid, name, addr):
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + bytes([len(name)]) + name + b"\x00" + struct.pack(">HH", 1, 1)
+    s.sendto(q, (addr, 53))
+answered = 0
+for r, wait in enumerate([0, 20, 60, 140]):
+    for i in range(256):
+        query(r * 256 + i, b"w%dr%dn%d" % (wait, r, i), "10.1.%d.%d" % (i // 128, 1 + i % 128))
+    for i in range(256):
+        s.recvfrom(512)
+        answered += 1
+for i in range(44):
+    query(5000 + i, b"x", "10.2.0.%d" % (1 + i))
+print(answered, flush=True)
+"#;
+
+/// The rounds' servers: UDP port 53 of 10.1.0.1-128 and 10.1.1.1-128,
+/// answering NXDOMAIN after the milliseconds the query's name says.
+/// Prints "ready".
+const ROUND_SERVERS: &str = r#"
+import heapq, selectors, socket, struct, time
+sel = selectors.DefaultSelector()
+for i in range(256):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("10.1.%d.%d" % (i // 128, 1 + i % 128), 53))
+    s.setblocking(False)
+    sel.register(s, selectors.EVENT_READ)
+due = []
+print("ready", flush=True)
+while True:
+    for key, _ in sel.select(max(0, due[0][0] - time.monotonic()) if due else None):
+        q, peer = key.fileobj.recvfrom(512)
+        label = q[13:13 + q[12]]
+        qid = struct.unpack(">H", q[:2])[0]
+        a = struct.pack(">HHHHHH", qid, 0x8183, 1, 0, 0, 0) + q[12:]
+        heapq.heappush(due, (time.monotonic() + int(label[1:label.index(b"r")]) / 1000, qid, key.fileobj, a, peer))
+    while due and due[0][0] <= time.monotonic():
+        _, _, s, a, peer = heapq.heappop(due)
+        s.sendto(a, peer)
+"#;
+
+/// The per-cgroup bounds, in the kernel's maps (the test's own load of the
+/// programs, attached to the node's cgroup v2 root, with attribution on and
+/// failing names counted, read directly): a resolver in a cgroup of the
+/// test's own asks 256 servers 4 times each, answered NXDOMAIN for a name
+/// of its own after about 0, 20, 60 and 140 ms (4 latency buckets per
+/// server), then 44 servers more. Its cgroup has records of its own for
+/// 256 servers (an eighth of DNS_STATS), buckets of its own for 768 of its
+/// peers' 1,024 (three quarters of its eighth of DNS_LAT) and 128 names
+/// (an eighth of DNS_NAMES): every other query, latency and name is in its
+/// other records, each record's buckets hold its own latencies, and the
+/// totals are what was sent and answered. (Keys made by two CPUs at once
+/// may pass a limit by one each.)
+#[test]
+fn a_cgroup_beyond_its_share_counts_in_its_other() {
+    if !root_or_skip("the DNS truth test") {
+        return;
+    }
+    use agent_common::dns::{NameKey, LAT, MATCHED, NAMES, Q_A, R_NXDOMAIN, STATS, TRANSPORT_UDP};
+    use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
+    use std::os::unix::fs::MetadataExt;
+    let mut ctx = node_agent::probes::Context::with_object(node_agent::ebpf::OBJECT, false);
+    ctx.kube = true;
+    ctx.dns_names = true;
+    let shared = ctx.ebpf().expect("the object loads");
+    let probe = node_agent::ebpf::Probe::attach(Ok(shared.clone()), &agent_common::dns::PROGRAMS);
+    assert!(probe.up(), "the DNS programs load and attach");
+    let ns = Netns::new("dnsshare");
+    ns.batch("link set lo up\naddr add 10.0.0.1/32 dev lo\nroute add local 10.1.0.0/16 dev lo\nroute add local 10.2.0.0/16 dev lo\n");
+    let mut made = Vec::new();
+    let root = node_agent_tests::pods::v2_root();
+    let v2 = node_agent_tests::pods::mkdirs(&root, &format!("na-truth-dnsshare-{}", std::process::id()), &mut made);
+    // The kernel's cgroup id is its directory's inode number.
+    let cgroup = std::fs::metadata(&v2).expect("the cgroup").ino();
+    let resolver = node_agent_tests::pods::PodCgroup { made, v2, memory: None };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server_py, client_py) = (dir.path().join("servers.py"), dir.path().join("rounds.py"));
+    std::fs::write(&server_py, ROUND_SERVERS).expect("server script");
+    std::fs::write(&client_py, ROUNDS).expect("client script");
+    let mut server = resolver
+        .command(&format!("ip netns exec {} python3 {}", ns.0, server_py.display()))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("servers");
+    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+    let out = resolver.command(&format!("ip netns exec {} python3 {}", ns.0, client_py.display())).output().expect("resolver");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1024", "answers the resolver got: {}", String::from_utf8_lossy(&out.stderr));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ebpf = shared.lock().expect("eBPF");
+    let stats: Vec<(PeerKey, PeerCounters)> = node_agent::ebpf::maps::hash_entries(&ebpf, STATS).expect("DNS_STATS");
+    let stats: Vec<_> = stats.into_iter().filter(|(k, _)| k.cgroup == cgroup).collect();
+    let own: Vec<_> = stats.iter().filter(|(k, _)| !k.is_other()).collect();
+    let other = stats.iter().find(|(k, _)| *k == PeerKey::other(cgroup, TRANSPORT_UDP)).map(|(_, c)| c.words).expect("the other record");
+    let sum = |w: usize| stats.iter().map(|(_, c)| c.words[w]).sum::<u64>();
+    assert_eq!(own.len(), 256, "records of its own: its share of DNS_STATS");
+    assert!(own.iter().all(|(k, c)| k.addr[12..14] == [10, 1] && c.words[Q_A] == 4 && c.words[R_NXDOMAIN] == 4), "{own:?}");
+    assert_eq!((other[Q_A], other[R_NXDOMAIN]), (44, 0), "the 44 servers beyond, in its other");
+    assert_eq!((sum(Q_A), sum(R_NXDOMAIN), sum(MATCHED)), (1024 + 44, 1024, 1024), "every query, answer and latency");
+    let lat: Vec<(LatKey, u64)> = node_agent::ebpf::maps::hash_entries(&ebpf, LAT).expect("DNS_LAT");
+    let lat: Vec<_> = lat.into_iter().filter(|(k, _)| k.peer.cgroup == cgroup).collect();
+    let own_buckets = lat.iter().filter(|(k, _)| !k.peer.is_other()).count();
+    eprintln!("latency buckets: {own_buckets} of peers, {} of other", lat.len() - own_buckets);
+    assert!((768..768 + cpus).contains(&own_buckets), "peers' buckets: three quarters of its share of DNS_LAT, {own_buckets}");
+    // Each record's histogram is whole: its count is its buckets' sum.
+    for (k, c) in &stats {
+        let buckets: u64 = lat.iter().filter(|(l, _)| l.peer == *k).map(|(_, n)| n).sum();
+        assert_eq!(buckets, c.words[MATCHED], "{k:?}: buckets and count");
+    }
+    let names: Vec<(NameKey, u64)> = node_agent::ebpf::maps::hash_entries(&ebpf, NAMES).expect("DNS_NAMES");
+    let names: Vec<_> = names.into_iter().filter(|(k, _)| k.cgroup == cgroup).collect();
+    let own_names = names.iter().filter(|(k, _)| !k.is_other()).count();
+    let all_names: u64 = names.iter().filter(|(k, _)| k.rcode == 3).map(|(_, n)| n).sum();
+    eprintln!("names: {own_names} of their own");
+    assert!((128..128 + cpus).contains(&own_names), "names of its own: its share of DNS_NAMES, {own_names}");
+    assert!(names.iter().any(|(k, _)| k.is_other()), "the rest in its other");
+    assert_eq!(all_names, 1024, "every failing answer, by name or in other");
 }

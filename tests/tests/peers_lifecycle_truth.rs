@@ -98,6 +98,8 @@ struct World {
     server: Child,
     dir: tempfile::TempDir,
     ns: Netns,
+    /// db-0's container's cgroup, where the server runs.
+    _b: PodCgroup,
     _turn: std::sync::MutexGuard<'static, ()>,
 }
 
@@ -147,13 +149,14 @@ fn api(with_a: bool, b_ip: &str) -> std::sync::Arc<Api> {
 }
 
 impl World {
-    /// The namespace with pod A's and B's addresses on its loopback, the
-    /// server running in pod B's cgroup there, the agent with `flags`.
-    fn new(tag: &str, api: std::sync::Arc<Api>, b: &PodCgroup, flags: &[&str]) -> Option<World> {
+    /// The namespace with web-0's and db-0's addresses on its loopback, the
+    /// server running in db-0's cgroup there, the agent with `flags`.
+    fn new(tag: &str, api: std::sync::Arc<Api>, flags: &[&str]) -> Option<World> {
         if !root_or_skip("the peers lifecycle truth tests") {
             return None;
         }
         let turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let b = b_cgroup();
         let ns = Netns::new(tag);
         ns.batch(&format!("link set lo up\naddr add {A_IP}/32 dev lo\naddr add {B_IP}/32 dev lo\n"));
         let dir = tempfile::tempdir().expect("tempdir");
@@ -182,7 +185,7 @@ impl World {
         let agent = InProcess::start(&all, &["ebpf_pods", "ebpf_tcp_peers", "ebpf_dns"]);
         agent.assert_up(&["tcp_peers_set_state", "dns_egress", "dns_ingress"], "CAP_BPF, CAP_NET_ADMIN and the kernel's BTF");
         agent.wait_for_pods_and_services("node_ebpf_tcp_peers_tracked", 0.0);
-        Some(World { agent, cluster, server, dir, ns, _turn: turn })
+        Some(World { agent, cluster, server, dir, ns, _b: b, _turn: turn })
     }
 
     /// Runs the client in `cgroup` (and the namespace) against `addr`.
@@ -250,8 +253,7 @@ fn an_init_container_gone_between_two_scrapes_is_counted_for_its_pod() {
         }]);
         api.put(&mut st, "pods", "web", "web-0", p, false);
     }
-    let b = b_cgroup();
-    let Some(w) = World::new("init", api, &b, &[]) else { return };
+    let Some(w) = World::new("init", api, &[]) else { return };
     let before = w.connects_and_queries("web", "web-0", "db/db-0");
     {
         let init = a_cgroup(&init_cid);
@@ -271,8 +273,7 @@ fn an_init_container_gone_between_two_scrapes_is_counted_for_its_pod() {
 /// more once it is listed: all 15 and 15 are its own, none dropped.
 #[test]
 fn counts_of_a_pod_made_during_an_api_outage_longer_than_the_grace_period_wait_for_it() {
-    let b = b_cgroup();
-    let Some(w) = World::new("outage", api(false, B_IP), &b, &["--collector.ebpf_pods.grace-period=3s"]) else { return };
+    let Some(w) = World::new("outage", api(false, B_IP), &["--collector.ebpf_pods.grace-period=3s"]) else { return };
     let faults = &w.cluster.api.pod_faults;
     faults.unreachable.store(true, Ordering::Relaxed);
     w.cluster.api.changed.notify_waiters();
@@ -317,8 +318,7 @@ fn counts_of_a_pod_made_during_an_api_outage_longer_than_the_grace_period_wait_f
 /// (it rose by about 2.8 KB per gone cgroup, for good).
 #[test]
 fn thousands_of_short_lived_host_cgroups_are_the_hosts_and_leave_nothing_behind() {
-    let b = b_cgroup();
-    let Some(w) = World::new("churn", api(false, B_IP), &b, &[]) else { return };
+    let Some(w) = World::new("churn", api(false, B_IP), &[]) else { return };
     // Not a pod's: the host's (the churning cgroups are made in it).
     let host = cgroup_at(&format!("na-churn-{}", std::process::id()), None);
     let churn = host.v2.clone();
@@ -366,8 +366,7 @@ fn thousands_of_short_lived_host_cgroups_are_the_hosts_and_leave_nothing_behind(
 /// the node's name, not from the outside world.
 #[test]
 fn connections_from_the_nodes_own_address_are_the_nodes() {
-    let b = b_cgroup();
-    let Some(w) = World::new("node", api(false, "10.94.0.2"), &b, &[]) else { return };
+    let Some(w) = World::new("node", api(false, "10.94.0.2"), &[]) else { return };
     // A veth from the agent's network namespace (the node's) to the test's:
     // 10.94.0.1 is an address of the node, 10.94.0.2 db-0's.
     let (here, there) = (format!("na-n{}", std::process::id() % 100_000), format!("na-p{}", std::process::id() % 100_000));

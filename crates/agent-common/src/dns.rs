@@ -29,6 +29,12 @@ pub const NAMES: &str = "DNS_NAMES";
 pub const NAME_SCRATCH: &str = "DNS_NAME_SCRATCH";
 /// Per-CPU counters of events not recorded: [`DROP_PENDING`], [`DROP_STATS`], [`DROP_LAT`], [`DROP_NAMES`].
 pub const DROPPED: &str = "DNS_DROPPED";
+/// The per-cgroup ledger of the keys of [`STATS`], [`LAT`] and [`NAMES`]
+/// (`crate::ledger`, words `STATS`, `LAT`, `AUX`), as `tcp_peers::MADE`.
+pub const MADE: &str = "DNS_MADE";
+pub const GONE: &str = "DNS_GONE";
+/// The per-cgroup limits (`ledger::Limits`; `aux`: failing names).
+pub const LIMITS: &str = "DNS_LIMITS";
 
 pub const EGRESS: Program = Program { name: "dns_egress", hook: Hook::CgroupSkb(crate::program::SkbDirection::Egress) };
 pub const INGRESS: Program = Program { name: "dns_ingress", hook: Hook::CgroupSkb(crate::program::SkbDirection::Ingress) };
@@ -49,6 +55,11 @@ pub const DROP_NAMES: u32 = 3;
 pub const NUM_DROPS: u32 = 4;
 /// Distinct (cgroup, rcode, name) triples of failing answers at once.
 pub const MAX_NAMES: u32 = 1024;
+/// Cgroups with keys in the maps at once (each holds one in [`STATS`] at
+/// least): the ledger's size.
+pub const MAX_CGROUPS: u32 = MAX_SERVERS;
+/// One cgroup holds at most this share of [`NAMES`] (as of the others).
+pub const NAMES_SHARE: u32 = 8;
 /// Bytes of a name kept (wire format: length-prefixed labels, then 0);
 /// longer names are kept cut.
 pub const NAME_BYTES: usize = 128;
@@ -167,6 +178,15 @@ pub struct NameKey {
 
 impl NameKey {
     pub const ZERO: NameKey = NameKey { cgroup: 0, rcode: 0, len: 0, pad: [0; 6], name: [0; NAME_BYTES] };
+
+    /// Whether this is its cgroup's *other* name for its rcode: the names
+    /// it has no key of their own for (beyond its limit,
+    /// `crate::ledger`), counted together. No name read has it: a cut
+    /// name (`len` 0) starts with a label's length, never 0.
+    #[inline(always)]
+    pub fn is_other(&self) -> bool {
+        self.len == 0 && self.name[0] == 0
+    }
 }
 
 /// Whether an rcode's answers are counted by name: NXDOMAIN, SERVFAIL, REFUSED.
@@ -187,6 +207,20 @@ mod tests {
         assert_eq!(core::mem::size_of::<Pending>(), 40);
         assert_eq!(core::mem::size_of::<Config>(), 8);
         assert_eq!(core::mem::size_of::<NameKey>(), 16 + NAME_BYTES);
+    }
+
+    #[test]
+    fn other_names_are_no_names() {
+        let mut k = NameKey::ZERO;
+        k.cgroup = 7;
+        k.rcode = 3;
+        assert!(k.is_other());
+        k.name[..2].copy_from_slice(&[0, 0]);
+        k.len = 1;
+        assert!(!k.is_other(), "the root");
+        k.name[..3].copy_from_slice(&[63, b'a', b'a']);
+        k.len = 0;
+        assert!(!k.is_other(), "a name cut");
     }
 
     #[test]

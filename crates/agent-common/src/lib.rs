@@ -12,6 +12,7 @@
 pub mod block_io;
 pub mod dns;
 pub mod hist;
+pub mod ledger;
 pub mod oom_kills;
 pub mod pods;
 pub mod process;
@@ -46,6 +47,8 @@ pub const MAPS: &[&str] = &[
     dns::DROPPED,
     dns::NAMES,
     dns::NAME_SCRATCH,
+    dns::MADE,
+    dns::GONE,
     oom_kills::KILLS,
     pods::STATS,
     pods::DROPPED,
@@ -67,11 +70,14 @@ pub const MAPS: &[&str] = &[
     tcp_peers::STATS,
     tcp_peers::LAT,
     tcp_peers::DROPPED,
+    tcp_peers::MADE,
+    tcp_peers::GONE,
     tcp_retransmits::RETRANSMITS,
 ];
 pub const GLOBALS: &[&str] = &[
     block_io::OFFSETS,
     dns::CONFIG,
+    dns::LIMITS,
     pods::OFFSETS,
     runqueue::OFFSETS,
     skb_drops::OFFSETS,
@@ -79,6 +85,7 @@ pub const GLOBALS: &[&str] = &[
     syscalls::OFFSETS,
     tcp_latency::OFFSETS,
     tcp_peers::OFFSETS,
+    tcp_peers::LIMITS,
     tcp_retransmits::OFFSETS,
 ];
 pub const PROGRAMS: &[&[Program]] = &[

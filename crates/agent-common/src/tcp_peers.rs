@@ -17,6 +17,13 @@ pub const STATS: &str = "TCP_PEER_STATS";
 pub const LAT: &str = "TCP_PEER_LAT";
 /// Per-CPU counters of events not recorded: [`DROP_SOCKS`], [`DROP_STATS`], [`DROP_LAT`].
 pub const DROPPED: &str = "TCP_PEER_DROPPED";
+/// The per-cgroup ledger of the keys of [`STATS`], [`LAT`] and [`SOCKS`]
+/// (`crate::ledger`, words `STATS`, `LAT`, `AUX`): cgroup id to
+/// `ledger::Entries`, made by the programs, gone by the agent.
+pub const MADE: &str = "TCP_PEER_MADE";
+pub const GONE: &str = "TCP_PEER_GONE";
+/// The per-cgroup limits (`ledger::Limits`; `aux`: connections followed).
+pub const LIMITS: &str = "TCP_PEERS_LIMITS";
 
 pub const SET_STATE: Program = Program::raw("tcp_peers_set_state", "inet_sock_set_state");
 /// Run by the agent at each scrape with up to [`SWEEP_BATCH`] followed
@@ -38,6 +45,13 @@ pub const MAX_SOCKS: u32 = 16384;
 pub const MAX_PEERS: u32 = 4096;
 /// Distinct (cgroup, peer, latency bucket) triples at once.
 pub const MAX_LAT: u32 = 8192;
+/// Cgroups with keys in the maps at once (each holds one at least in
+/// [`STATS`], or a followed socket): the ledger's size.
+pub const MAX_CGROUPS: u32 = MAX_PEERS;
+/// One cgroup follows at most this share of the connections followed
+/// (`1/4` of `--collector.ebpf_tcp_peers.max-connections`): more than the
+/// eighth of the other maps, for the servers that hold many.
+pub const SOCKS_SHARE: u32 = 4;
 
 /// `DROPPED` entries: a connection not followed (`SOCKS` full), counts of
 /// a peer not recorded (`STATS` full), a latency not recorded (`LAT` full).
@@ -64,6 +78,22 @@ pub struct PeerKey {
     pub pad: [u8; 5],
 }
 
+impl PeerKey {
+    /// The cgroup's *other* record for direction `dir`: the peers it has no
+    /// record of their own for (beyond its limit, `crate::ledger`), summed.
+    /// Its address, all ones, is a multicast one no TCP socket connects to,
+    /// and its port 0, which no DNS key has (53).
+    #[inline(always)]
+    pub const fn other(cgroup: u64, dir: u8) -> PeerKey {
+        PeerKey { cgroup, addr: [0xff; 16], port: 0, dir, pad: [0; 5] }
+    }
+
+    #[inline(always)]
+    pub fn is_other(&self) -> bool {
+        self.port == 0 && self.addr == [0xff; 16]
+    }
+}
+
 /// One native bucket of a peer's connect latency.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -78,6 +108,8 @@ pub struct LatKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SockState {
+    /// The record its counts go to: its peer's, or its cgroup's other
+    /// ([`PeerKey::other`]) when it had no room for its peer's.
     pub peer: PeerKey,
     /// When it entered SYN_SENT (active opens).
     pub start_ns: u64,
@@ -111,7 +143,8 @@ pub struct PeerCounters {
 /// other; connections accepted (established from SYN received); connections
 /// closed after being established; payload bytes the peer acknowledged,
 /// payload bytes received; segments retransmitted; the sum of connect
-/// latencies (their count is `ESTABLISHED`).
+/// latencies in this record's buckets ([`LAT`]) and their count
+/// ([`TIMED`]); the followed connections open ([`OPEN`]).
 pub const ATTEMPTS: usize = 0;
 pub const ESTABLISHED: usize = 1;
 pub const REFUSED: usize = 2;
@@ -126,7 +159,17 @@ pub const BYTES_SENT: usize = 10;
 pub const BYTES_RECEIVED: usize = 11;
 pub const RETRANSMITS: usize = 12;
 pub const LATENCY_NS: usize = 13;
-/// Words 14 and 15 are unused here (`dns` uses them).
+/// Followed connections open: one more when a connection the program
+/// follows ([`SOCKS`]) is established or accepted, one less (a wrapping
+/// add) when it closes, both in the record its state names
+/// ([`SockState::peer`]), so the close is counted where the open was. The
+/// agent never deletes a record holding open connections.
+pub const OPEN: usize = 14;
+/// Connect latencies in this record's buckets: [`ESTABLISHED`] less those
+/// counted in the cgroup's other's buckets (its peers' buckets beyond its
+/// limit) or not at all (the latency map full).
+pub const TIMED: usize = 15;
+/// (`dns` uses words 14 and 15 for its own.)
 pub const NUM_WORDS: usize = 16;
 
 impl PeerCounters {
@@ -246,6 +289,20 @@ mod tests {
         assert_eq!(core::mem::size_of::<LatKey>(), 40);
         assert_eq!(core::mem::size_of::<SockState>(), 72);
         assert_eq!(core::mem::size_of::<PeerCounters>(), 8 * NUM_WORDS);
+    }
+
+    #[test]
+    fn other_records_are_no_peers() {
+        let o = PeerKey::other(7, DIR_IN);
+        assert!(o.is_other());
+        assert_eq!((o.cgroup, o.dir), (7, DIR_IN));
+        let mut v4 = PeerKey { cgroup: 7, addr: [0; 16], port: 80, dir: DIR_OUT, pad: [0; 5] };
+        v4.addr[10..].copy_from_slice(&[0xff, 0xff, 255, 255, 255, 255]);
+        assert!(!v4.is_other(), "255.255.255.255");
+        let mut dns = o;
+        dns.port = 53;
+        assert!(!dns.is_other());
+        assert!(!PeerKey::default().is_other());
     }
 
     #[test]

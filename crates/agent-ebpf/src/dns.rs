@@ -11,10 +11,10 @@
 
 use agent_common::dns::{
     failing, qtype_word, rcode_word, Config, NameKey, Pending, PendingKey, DROP_LAT, DROP_NAMES, DROP_PENDING, DROP_STATS, FLAG_QR,
-    FLAG_TC, LATE, LATENCY_NS, MATCHED, MAX_LABELS, MAX_LAT, MAX_NAMES, MAX_PENDING, MAX_SERVERS, NAME_BYTES, NUM_DROPS, PORT, RCODE_MASK,
+    FLAG_TC, LATE, MATCHED, MAX_CGROUPS, MAX_LABELS, MAX_LAT, MAX_NAMES, MAX_PENDING, MAX_SERVERS, NAME_BYTES, NUM_DROPS, PORT, RCODE_MASK,
     RETRANSMITS, TRANSPORT_TCP, TRANSPORT_UDP, TRUNCATED,
 };
-use agent_common::native_bucket;
+use agent_common::ledger::{Entries, Limits, AUX};
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
 use aya_ebpf::{
     macros::{cgroup_skb, map},
@@ -24,12 +24,16 @@ use aya_ebpf::{
 };
 
 use crate::helpers::{inc, now_ns, BPF_F_NO_PREALLOC};
-use crate::peer_maps::{self, add};
+use crate::peer_maps::{self, add, Ledger};
 
 // SAFETY: the symbol name is unique in the object; user space finds the
 // global by it (EbpfLoader::set_global) and nothing else defines it.
 #[unsafe(no_mangle)]
 static DNS_CONFIG: Global<Config> = Global::new(Config::DEFAULT);
+
+// SAFETY: as above; the agent sets it from the maps' sizes.
+#[unsafe(no_mangle)]
+static DNS_LIMITS: Global<Limits> = Global::new(Limits::UNBOUNDED);
 
 #[map]
 static DNS_PENDING: HashMap<PendingKey, Pending> = HashMap::with_max_entries(MAX_PENDING, BPF_F_NO_PREALLOC);
@@ -43,21 +47,33 @@ static DNS_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_DROPS, 
 static DNS_NAMES: HashMap<NameKey, u64> = HashMap::with_max_entries(MAX_NAMES, BPF_F_NO_PREALLOC);
 #[map]
 static DNS_NAME_SCRATCH: PerCpuArray<NameKey> = PerCpuArray::with_max_entries(1, 0);
+/// The ledger of the keys of DNS_STATS, DNS_LAT and DNS_NAMES by cgroup
+/// (`agent_common::ledger`).
+#[map]
+static DNS_MADE: HashMap<u64, Entries> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
+#[map]
+static DNS_GONE: HashMap<u64, Entries> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
+
+static LEDGER: Ledger = Ledger { made: &DNS_MADE, gone: &DNS_GONE };
 
 const IPPROTO_UDP: u8 = 17;
 const IPPROTO_TCP: u8 = 6;
 /// The packet lets through (a cgroup skb program returning 0 would drop it).
 const PASS: i32 = 1;
 
+/// The counters `peer`'s events go to and their key: its own record, or
+/// (beyond its cgroup's limit) its cgroup's other.
 #[inline(always)]
-fn counters(peer: &PeerKey) -> Option<*mut PeerCounters> {
-    peer_maps::counters(&DNS_STATS, peer, &DNS_DROPPED, DROP_STATS)
+fn counters(peer: &PeerKey) -> Option<(*mut PeerCounters, PeerKey)> {
+    peer_maps::counters(&DNS_STATS, &LEDGER, &DNS_LIMITS.load(), peer, &DNS_DROPPED, DROP_STATS)
 }
 
+/// A matched response's latency, in the buckets of the record `c` (key
+/// `at`) or, beyond its cgroup's limit, its other's, with their count
+/// (MATCHED) and sum.
 #[inline(always)]
-fn latency(peer: &PeerKey, ns: u64) {
-    let key = LatKey { peer: *peer, slot: native_bucket(ns.max(1)) as u32, pad: 0 };
-    peer_maps::count(&DNS_LAT, &key, &DNS_DROPPED, DROP_LAT);
+fn latency(c: *mut PeerCounters, at: &PeerKey, ns: u64) {
+    peer_maps::latency(&DNS_STATS, &DNS_LAT, &LEDGER, &DNS_LIMITS.load(), c, at, MATCHED, ns, &DNS_DROPPED, DROP_LAT);
 }
 
 /// A DNS packet's remote address (IPv4 as `::ffff:a.b.c.d`), its
@@ -179,8 +195,27 @@ fn record_name(ctx: &SkBuffContext, dns: usize, cgroup: u64, rcode: u8) -> Optio
             next = i + b as usize + 1;
         }
     }
-    peer_maps::count(&DNS_NAMES, k, &DNS_DROPPED, DROP_NAMES);
+    count_name(k);
     Some(())
+}
+
+/// Counts a failing answer's name (the key in this CPU's scratch slot): its
+/// own key, made while its cgroup holds fewer than its limit, else its
+/// cgroup's other name for the rcode; what neither can take is dropped.
+#[inline(always)]
+fn count_name(k: &mut NameKey) {
+    let aux = DNS_LIMITS.load().aux;
+    if peer_maps::count_within(&DNS_NAMES, &LEDGER, k.cgroup, AUX, aux, k) {
+        return;
+    }
+    let (cgroup, rcode) = (k.cgroup, k.rcode);
+    *k = NameKey::ZERO;
+    k.cgroup = cgroup;
+    k.rcode = rcode;
+    // Other names are made whatever the count: three per cgroup at most.
+    if !peer_maps::count_exempt(&DNS_NAMES, &LEDGER, cgroup, AUX, k) {
+        inc(&DNS_DROPPED, DROP_NAMES);
+    }
 }
 
 fn try_egress(ctx: &SkBuffContext) -> Option<()> {
@@ -192,7 +227,7 @@ fn try_egress(ctx: &SkBuffContext) -> Option<()> {
     let word = qtype_word(qtype(ctx, dns).unwrap_or(0));
     let peer = PeerKey { cgroup: cgroup(ctx), addr, port: PORT, dir: transport, pad: [0; 5] };
     let key = PendingKey { cookie: cookie(ctx), id, pad: [0; 6] };
-    let c = counters(&peer)?;
+    let (c, _) = counters(&peer)?;
     if DNS_PENDING.get_ptr(key).is_some() {
         add(c, RETRANSMITS, 1);
         return Some(());
@@ -224,17 +259,14 @@ fn try_ingress(ctx: &SkBuffContext) -> Option<()> {
         Some(w) => w.peer,
         None => PeerKey { cgroup: cgroup(ctx), addr, port: PORT, dir: transport, pad: [0; 5] },
     };
-    let c = counters(&peer)?;
+    let (c, at) = counters(&peer)?;
     add(c, rcode_word(flags & RCODE_MASK), 1);
     if flags & FLAG_TC != 0 {
         add(c, TRUNCATED, 1);
     }
     match matched {
         Some(w) => {
-            let ns = now_ns().saturating_sub(w.start_ns);
-            add(c, MATCHED, 1);
-            add(c, LATENCY_NS, ns);
-            latency(&peer, ns);
+            latency(c, &at, now_ns().saturating_sub(w.start_ns));
         }
         None => add(c, LATE, 1),
     }

@@ -10,12 +10,12 @@
 
 use core::intrinsics::{atomic_xchg, AtomicOrdering};
 
-use agent_common::native_bucket;
+use agent_common::ledger::{Entries, Limits, AUX};
 use agent_common::tcp_latency::IPPROTO_TCP;
 use agent_common::tcp_peers::{
     failure, payload, LatKey, Offsets, PeerCounters, PeerKey, SockState, ACCEPTED, AF_INET, AF_INET6, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT,
-    CLOSED, DIR_IN, DIR_OUT, DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, ESTABLISHED_FLAG, LATENCY_NS, MAX_LAT, MAX_PEERS, MAX_SOCKS,
-    NUM_DROPS, RETRANSMITS, SWEEP_BATCH, TCP_CLOSE, TCP_ESTABLISHED, TCP_FIN_WAIT2, TCP_SYN_RECV, TCP_SYN_SENT,
+    CLOSED, DIR_IN, DIR_OUT, DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, ESTABLISHED_FLAG, MAX_CGROUPS, MAX_LAT, MAX_PEERS, MAX_SOCKS,
+    NUM_DROPS, OPEN, RETRANSMITS, SWEEP_BATCH, TCP_CLOSE, TCP_ESTABLISHED, TCP_FIN_WAIT2, TCP_SYN_RECV, TCP_SYN_SENT, TIMED,
 };
 use aya_ebpf::{
     macros::{map, raw_tracepoint},
@@ -25,17 +25,21 @@ use aya_ebpf::{
 };
 
 use crate::helpers::{inc, now_ns, read_kernel, BPF_F_NO_PREALLOC};
-use crate::peer_maps::{self, add};
+use crate::peer_maps::{self, add, Ledger};
 
 // SAFETY: the symbol name is unique in the object; user space finds the
 // global by it (EbpfLoader::set_global) and nothing else defines it.
 #[unsafe(no_mangle)]
 static TCP_PEERS_OFFSETS: Global<Offsets> = Global::new(Offsets::DEFAULT);
 
+// SAFETY: as above; the agent sets it from the maps' sizes.
+#[unsafe(no_mangle)]
+static TCP_PEERS_LIMITS: Global<Limits> = Global::new(Limits::UNBOUNDED);
+
 /// Connections followed, by socket. An entry is made when a connect starts
 /// or a connection is accepted, and removed when the socket closes (every
-/// socket ends in CLOSE). Not preallocated, as the two maps below: their
-/// memory follows the connections and peers there are.
+/// socket ends in CLOSE). Not preallocated, as the maps below: their
+/// memory follows the connections, peers and cgroups there are.
 #[map]
 static TCP_PEER_SOCKS: HashMap<u64, SockState> = HashMap::with_max_entries(MAX_SOCKS, BPF_F_NO_PREALLOC);
 #[map]
@@ -44,10 +48,21 @@ static TCP_PEER_STATS: HashMap<PeerKey, PeerCounters> = HashMap::with_max_entrie
 static TCP_PEER_LAT: HashMap<LatKey, u64> = HashMap::with_max_entries(MAX_LAT, BPF_F_NO_PREALLOC);
 #[map]
 static TCP_PEER_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_DROPS, 0);
+/// The ledger of the three maps' keys by cgroup (`agent_common::ledger`):
+/// sockets followed are counted here when followed and taken away when
+/// they close; the other two maps' keys as made (the agent deletes them).
+#[map]
+static TCP_PEER_MADE: HashMap<u64, Entries> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
+#[map]
+static TCP_PEER_GONE: HashMap<u64, Entries> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
 
+static LEDGER: Ledger = Ledger { made: &TCP_PEER_MADE, gone: &TCP_PEER_GONE };
+
+/// The counters `peer`'s events go to and their key: its own record, or
+/// (beyond its cgroup's limit) its cgroup's other.
 #[inline(always)]
-fn counters(peer: &PeerKey) -> Option<*mut PeerCounters> {
-    peer_maps::counters(&TCP_PEER_STATS, peer, &TCP_PEER_DROPPED, DROP_STATS)
+fn counters(peer: &PeerKey) -> Option<(*mut PeerCounters, PeerKey)> {
+    peer_maps::counters(&TCP_PEER_STATS, &LEDGER, &TCP_PEERS_LIMITS.load(), peer, &TCP_PEER_DROPPED, DROP_STATS)
 }
 
 /// The socket's peer: its cgroup v2 id (0 without attribution), remote
@@ -84,11 +99,42 @@ fn peer_of(sk: u64, off: &Offsets, dir: u8) -> Option<PeerKey> {
     Some(PeerKey { cgroup, addr, port, dir, pad: [0; 5] })
 }
 
-/// Follows a connection from now.
+/// Follows a connection from now, if its cgroup follows fewer than its
+/// limit and the map has room: whether it is followed (if not, counted as
+/// dropped).
 #[inline(always)]
-fn follow(sk: u64, st: SockState) {
+fn follow(sk: u64, st: SockState) -> bool {
+    let Some(r) = LEDGER.room(st.peer.cgroup, AUX, TCP_PEERS_LIMITS.load().aux) else {
+        inc(&TCP_PEER_DROPPED, DROP_SOCKS);
+        return false;
+    };
+    // A socket still followed from a life the program did not see end (it
+    // always does: every socket ends in CLOSE) is counted out of its cgroup.
+    if let Some(old) = TCP_PEER_SOCKS.get_ptr(sk) {
+        // SAFETY: a copy of a map value's cgroup.
+        unfollowed(unsafe { (*old).peer.cgroup });
+    }
     if TCP_PEER_SOCKS.insert(sk, st, 0).is_err() {
         inc(&TCP_PEER_DROPPED, DROP_SOCKS);
+        return false;
+    }
+    Ledger::count(r, AUX, 1);
+    true
+}
+
+/// A followed socket is no longer: one fewer for its cgroup.
+#[inline(always)]
+fn unfollowed(cgroup: u64) {
+    if let Some(r) = LEDGER.record(cgroup) {
+        Ledger::count(r, AUX, u64::MAX);
+    }
+}
+
+/// Stops following a connection (closed, or with no record to count it in).
+#[inline(always)]
+fn unfollow(sk: u64, cgroup: u64) {
+    if TCP_PEER_SOCKS.remove(sk).is_ok() {
+        unfollowed(cgroup);
     }
 }
 
@@ -101,10 +147,11 @@ fn baseline(sk: u64, off: &Offsets, st: &mut SockState) {
     st.flags |= ESTABLISHED_FLAG;
 }
 
+/// A connect's latency, in the buckets of the record it was counted in
+/// (or, beyond its cgroup's limit, its other's), with their count (TIMED).
 #[inline(always)]
-fn latency(peer: &PeerKey, ns: u64) {
-    let key = LatKey { peer: *peer, slot: native_bucket(ns.max(1)) as u32, pad: 0 };
-    peer_maps::count(&TCP_PEER_LAT, &key, &TCP_PEER_DROPPED, DROP_LAT);
+fn latency(c: *mut PeerCounters, at: &PeerKey, ns: u64) {
+    peer_maps::latency(&TCP_PEER_STATS, &TCP_PEER_LAT, &LEDGER, &TCP_PEERS_LIMITS.load(), c, at, TIMED, ns, &TCP_PEER_DROPPED, DROP_LAT);
 }
 
 /// Exchanges the last counted value at `p` for `v`: the old one. The sweep
@@ -116,11 +163,13 @@ fn swap64(p: *mut u64, v: u64) -> u64 {
 }
 
 /// A followed connection closes: its payload and retransmits since it was
-/// last counted (established, or the last sweep).
+/// last counted (established, or the last sweep), in the record its open
+/// was counted in (which the agent keeps while it holds open connections).
 #[inline(always)]
 fn closed(sk: u64, off: &Offsets, old: i32, p: *mut SockState, peer: &PeerKey) {
-    let Some(c) = counters(peer) else { return };
+    let Some((c, _)) = counters(peer) else { return };
     add(c, CLOSED, 1);
+    add(c, OPEN, u64::MAX);
     let acked: u64 = read_kernel(sk, off.bytes_acked).unwrap_or(0);
     let received: u64 = read_kernel(sk, off.bytes_received).unwrap_or(0);
     let retrans: u32 = read_kernel(sk, off.total_retrans).unwrap_or(0);
@@ -179,10 +228,16 @@ fn sweep_one(sk: u64, off: &Offsets) {
             swap64(&raw mut (*p).base_retrans, retrans as u64),
         )
     };
-    let Some(c) = counters(&peer) else { return };
-    add(c, BYTES_SENT, acked.saturating_sub(base_acked));
-    add(c, BYTES_RECEIVED, received.saturating_sub(base_received));
-    add(c, RETRANSMITS, (retrans as u64).saturating_sub(base_retrans));
+    let (sent, got, again) =
+        (acked.saturating_sub(base_acked), received.saturating_sub(base_received), (retrans as u64).saturating_sub(base_retrans));
+    if sent == 0 && got == 0 && again == 0 {
+        // An idle connection leaves its record as it was.
+        return;
+    }
+    let Some((c, _)) = counters(&peer) else { return };
+    add(c, BYTES_SENT, sent);
+    add(c, BYTES_RECEIVED, got);
+    add(c, RETRANSMITS, again);
 }
 
 fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
@@ -198,20 +253,27 @@ fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
     if new == TCP_SYN_SENT {
         // connect(): the destination is set before SYN_SENT.
         let peer = peer_of(sk, &off, DIR_OUT).ok_or(0)?;
-        if let Some(c) = counters(&peer) {
-            add(c, ATTEMPTS, 1);
-        }
-        follow(sk, SockState { peer, start_ns: now_ns(), ..SockState::default() });
+        let at = match counters(&peer) {
+            Some((c, at)) => {
+                add(c, ATTEMPTS, 1);
+                at
+            }
+            None => peer,
+        };
+        follow(sk, SockState { peer: at, start_ns: now_ns(), ..SockState::default() });
         return Ok(());
     }
     if old == TCP_SYN_RECV && new == TCP_ESTABLISHED {
         let peer = peer_of(sk, &off, DIR_IN).ok_or(0)?;
-        if let Some(c) = counters(&peer) {
-            add(c, ACCEPTED, 1);
-        }
-        let mut st = SockState { peer, ..SockState::default() };
+        let (c, at) = counters(&peer).ok_or(0)?;
+        add(c, ACCEPTED, 1);
+        let mut st = SockState { peer: at, ..SockState::default() };
         baseline(sk, &off, &mut st);
-        follow(sk, st);
+        // Open only if followed: the close of a connection not followed
+        // is not seen.
+        if follow(sk, st) {
+            add(c, OPEN, 1);
+        }
         return Ok(());
     }
     if new != TCP_ESTABLISHED && new != TCP_CLOSE {
@@ -223,11 +285,16 @@ fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
     let mut st = unsafe { *p };
     if old == TCP_SYN_SENT && new == TCP_ESTABLISHED {
         let ns = now_ns().saturating_sub(st.start_ns);
-        if let Some(c) = counters(&st.peer) {
-            add(c, ESTABLISHED, 1);
-            add(c, LATENCY_NS, ns);
-        }
-        latency(&st.peer, ns);
+        // Its record, or its cgroup's other if it was folded out meanwhile
+        // and there is no room to make it again.
+        let Some((c, at)) = counters(&st.peer) else {
+            unfollow(sk, st.peer.cgroup);
+            return Ok(());
+        };
+        add(c, ESTABLISHED, 1);
+        add(c, OPEN, 1);
+        latency(c, &at, ns);
+        st.peer = at;
         baseline(sk, &off, &mut st);
         // SAFETY: as above.
         unsafe { *p = st };
@@ -237,13 +304,13 @@ fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
         if old == TCP_SYN_SENT {
             let err: i32 = read_kernel(sk, off.sk_err).unwrap_or(0);
             let soft: i32 = read_kernel(sk, off.sk_err_soft).unwrap_or(0);
-            if let Some(c) = counters(&st.peer) {
+            if let Some((c, _)) = counters(&st.peer) {
                 add(c, failure(err, soft), 1);
             }
         } else if st.flags & ESTABLISHED_FLAG != 0 {
             closed(sk, &off, old, p, &st.peer);
         }
-        let _ = TCP_PEER_SOCKS.remove(sk);
+        unfollow(sk, st.peer.cgroup);
     }
     Ok(())
 }

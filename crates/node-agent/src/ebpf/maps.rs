@@ -138,6 +138,19 @@ fn lookup_batch<K: aya::Pod, V: aya::Pod>(fd: i32) -> Option<Vec<(K, V)>> {
     }
 }
 
+/// Deletes `keys` from hash map `map` (keys already gone are no error).
+pub fn hash_delete<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, map: &'static str, keys: &[K]) -> Result<(), MapError> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let mut m: aya::maps::HashMap<_, K, V> =
+        aya::maps::HashMap::try_from(ebpf.map_mut(map).ok_or(MapError::Missing(map))?).map_err(|source| MapError::Map { map, source })?;
+    for k in keys {
+        let _ = m.remove(k);
+    }
+    Ok(())
+}
+
 /// Takes `keys` out of hash map `map`: each deleted, with the value it
 /// held when it was deleted (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`, Linux 5.14+
 /// for hash maps), so that nothing the programs add between a read and the

@@ -1,12 +1,14 @@
 //! The eBPF loader: the object built from `agent-ebpf` and embedded in the
 //! binary, loaded once per agent ([`loader`]), with the running kernel's
 //! facts ([`kernel`]: tracefs formats, release, features) and the kernel's
-//! BTF ([`btf`]) to fill each probe's read-only global, and typed readers
-//! of the probes' maps ([`maps`]). The probes themselves are in
+//! BTF ([`btf`]) to fill each probe's read-only global, typed readers
+//! of the probes' maps ([`maps`]), and the agent's side of the per-cgroup
+//! ledgers that bound the peer probes' maps ([`ledger`]). The probes themselves are in
 //! `crate::probes`, one module each.
 
 pub mod btf;
 pub mod kernel;
+pub mod ledger;
 pub mod loader;
 pub mod map_stats;
 pub mod maps;

@@ -455,6 +455,12 @@ mod tests {
         let id = ino(&c);
         std::fs::create_dir_all(root.join("system.slice/cron.service")).expect("mkdir");
         let host = ino(&root.join("system.slice/cron.service"));
+        // Named while it lives (a container lives longer than this takes).
+        let deadline = Instant::now() + POLL_EVERY * 3;
+        while h.view().get(id).is_none() {
+            assert!(Instant::now() < deadline, "the container's cgroup was never named");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         std::fs::remove_dir(&c).expect("rmdir");
         // Inotify: known at once; polling: after the thread's next walk.
         let deadline = Instant::now() + POLL_EVERY * 3;
@@ -485,8 +491,13 @@ mod tests {
         let c = pod.join(CID);
         std::fs::create_dir(&c).expect("mkdir");
         let id = ino(&c);
-        // Give the thread the time to see it (it looks at a new directory at once).
-        std::thread::sleep(Duration::from_millis(200));
+        // The thread looks at a new directory at once (no reader drains
+        // the events here: the state is looked at without `view`).
+        let deadline = Instant::now() + POLL_EVERY * 3;
+        while lock(&h.state).get(id).is_none() {
+            assert!(Instant::now() < deadline, "the thread never named it");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         std::fs::remove_dir(&c).expect("rmdir");
         let v = h.view();
         let k = v.get(id).expect("named while it lived");

@@ -264,9 +264,9 @@ pub struct Peers {
     /// The direction of a key's series: its own, unless the probe keeps
     /// records of its own beside the kernel's ([`Peers::labelled_by`]).
     label_dir: fn(u8) -> u8,
-    /// Whether an entry must stay in the kernel though unchanged
-    /// ([`Peers::pinned_by`]).
-    pinned: fn(&Counts) -> bool,
+    /// The word counting things open now, if the probe has one
+    /// ([`Peers::open_in`]).
+    open: Option<usize>,
 }
 
 /// The result of one pass.
@@ -310,7 +310,7 @@ impl Peers {
             grace,
             rank: Counts::bytes,
             label_dir: |d| d,
-            pinned: |_| false,
+            open: None,
         }
     }
 
@@ -327,12 +327,18 @@ impl Peers {
         self
     }
 
-    /// Kernel entries for which `pinned` holds stay in the kernel though
-    /// unchanged (a peer with connections open, whose close the kernel
-    /// counts in the same entry).
-    pub fn pinned_by(mut self, pinned: fn(&Counts) -> bool) -> Peers {
-        self.pinned = pinned;
+    /// Word `word` counts things open now (a gauge the kernel adds to and
+    /// takes from, e.g. connections): an entry holding some is active, is
+    /// never taken out of the kernel (what closes them must find it), and
+    /// when its peer is admitted after it was counted in `other` it takes
+    /// them along (a gauge need not only grow).
+    pub fn open_in(mut self, word: usize) -> Peers {
+        self.open = Some(word);
         self
+    }
+
+    fn holds_open(&self, c: &Counts) -> bool {
+        self.open.and_then(|w| c.words.get(w)).is_some_and(|n| (*n as i64) > 0)
     }
 
     /// One pass over the kernel's entries. `resolve` names a cgroup's owner
@@ -413,16 +419,23 @@ impl Peers {
             let Some(CgroupOwner::Known(o)) = self.cgroups.get(&k.cgroup) else { continue };
             let fresh = !self.live.contains_key(k);
             let label_dir = self.label_dir;
+            let open = self.holds_open(c);
             let l = self.live.entry(*k).or_insert_with(|| {
-                let (kind, peer) = name(address(k.addr));
-                Live { owner: o.clone(), label: Label { dir: label_dir(k.dir), kind, peer, port: Some(k.port) }, counts: Counts::default() }
+                // The kernel's own record of a cgroup's peers beyond its
+                // bound: part of its other, never a peer.
+                let label = if k.is_other() {
+                    Label::other(label_dir(k.dir))
+                } else {
+                    let (kind, peer) = name(address(k.addr));
+                    Label { dir: label_dir(k.dir), kind, peer, port: Some(k.port) }
+                };
+                Live { owner: o.clone(), label, counts: Counts::default() }
             });
             self.aggs.entry((l.owner.clone(), l.label.clone())).or_default();
-            let pinned = (self.pinned)(c);
-            if !fresh && l.counts == *c && !pinned {
+            if !fresh && l.counts == *c && !open {
                 take(&mut pass, &mut lat_keys);
-            } else if fresh || l.counts != *c || pinned {
-                // Changed, or with connections open: not idle.
+            } else if fresh || l.counts != *c || open {
+                // Changed, or with something open: not idle.
                 active.insert((l.owner.clone(), l.label.clone()));
             }
             l.counts = c.clone();
@@ -480,7 +493,7 @@ impl Peers {
         // Admit waiting peers, the busiest first, while there is room.
         let mut waiting: BTreeMap<(Owner, u8), Vec<(u64, Label)>> = BTreeMap::new();
         for (o, label) in self.aggs.keys() {
-            if self.admitted.get(o).is_some_and(|m| m.contains_key(label)) {
+            if label.kind == Kind::Other || self.admitted.get(o).is_some_and(|m| m.contains_key(label)) {
                 continue;
             }
             let busy = (self.rank)(&own(&self.aggs, &(o.clone(), label.clone())));
@@ -498,9 +511,13 @@ impl Peers {
         }
         self.admitted.retain(|_, m| !m.is_empty());
         // A peer admitted after it was counted in other: what it had stays
-        // there, and its own series starts at 0.
+        // there, and its own series starts at 0 (but for what is open now,
+        // which it takes along: its closes will be its own).
         for key in admitted_now {
-            let counted = own(&self.aggs, &key);
+            let mut counted = own(&self.aggs, &key);
+            if let Some(w) = self.open.and_then(|w| counted.words.get_mut(w)) {
+                *w = 0;
+            }
             if let Some(a) = self.aggs.get_mut(&key).filter(|a| a.reported) {
                 self.other.entry((key.0.clone(), key.1.dir)).or_default().add(&counted);
                 a.offset.add(&counted);
@@ -558,7 +575,7 @@ impl Peers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_common::tcp_peers::{ACCEPTED, ATTEMPTS, CLOSED, DIR_IN, DIR_OUT, ESTABLISHED};
+    use agent_common::tcp_peers::{ATTEMPTS, CLOSED, DIR_IN, DIR_OUT, ESTABLISHED, OPEN};
 
     /// No address is this node's.
     fn not_node(_: IpAddr) -> bool {
@@ -828,7 +845,7 @@ mod tests {
     /// series.
     #[test]
     fn entries_with_connections_open_stay_in_the_kernel() {
-        let mut p = Peers::new(20, Duration::from_secs(10)).pinned_by(|c| c.words[ESTABLISHED] + c.words[ACCEPTED] > c.words[CLOSED]);
+        let mut p = Peers::new(20, Duration::from_secs(10)).open_in(OPEN);
         let mut kernel = Kernel::default();
         let t = Instant::now();
         let k = key(1, [10, 0, 0, 1], 80, DIR_OUT);
@@ -836,6 +853,7 @@ mod tests {
             let mut c = PeerCounters::ZERO;
             c.words[ESTABLISHED] = 100;
             c.words[ATTEMPTS] = 100;
+            c.words[OPEN] = 100;
             c
         });
         for s in [0, 15, 30, 45] {
@@ -843,7 +861,8 @@ mod tests {
             assert!(pass.take.is_empty(), "at {s}s: open connections keep the entry");
             assert_eq!(attempts(&pass, Kind::External, "10.0.0.1"), 100, "at {s}s");
         }
-        kernel.stats.get_mut(&k).expect("entry").words[CLOSED] = 100;
+        let c = kernel.stats.get_mut(&k).expect("entry");
+        (c.words[CLOSED], c.words[OPEN]) = (100, 0);
         kernel.pass(&mut p, resolve, t + Duration::from_secs(50));
         let pass = kernel.pass(&mut p, resolve, t + Duration::from_secs(55));
         assert_eq!(pass.take, vec![k], "closed: taken out once idle");
@@ -863,5 +882,61 @@ mod tests {
         let c = kernel.pass(&mut p, resolve, t);
         let (_, counts) = c.series.iter().next().expect("a series");
         assert_eq!(counts.lat.get(&300), Some(&2));
+    }
+
+    #[test]
+    fn the_kernels_other_record_is_the_cgroups_other_never_a_peer() {
+        let mut p = Peers::new(20, Duration::from_secs(300));
+        let mut kernel = Kernel::default();
+        let t = Instant::now();
+        let (k, o) = (key(1, [10, 0, 0, 1], 80, DIR_OUT), PeerKey::other(1, DIR_OUT));
+        kernel.add(k, 1, 1);
+        kernel.add(o, 4, 4);
+        kernel.lat.insert(LatKey { peer: o, slot: 300, pad: 0 }, 4);
+        // Room for twenty peers, yet the kernel's other is summed as other.
+        let a = kernel.pass(&mut p, resolve, t);
+        assert_eq!(a.series.len(), 2, "{:?}", a.series.keys());
+        assert_eq!((attempts(&a, Kind::External, "10.0.0.1"), attempts(&a, Kind::Other, "")), (1, 4));
+        let other = a.series.get(&(web(), Label::other(DIR_OUT))).expect("other");
+        assert_eq!(other.lat.get(&300), Some(&4), "its buckets with it");
+        // Idle: taken out of the kernel, still other, with what comes later.
+        kernel.pass(&mut p, resolve, t);
+        kernel.add(o, 2, 2);
+        let c = kernel.pass(&mut p, resolve, t);
+        assert_eq!(attempts(&c, Kind::Other, ""), 6);
+        assert_eq!(c.series.len(), 2);
+    }
+
+    fn gauge(p: &Pass, kind: Kind, peer: &str) -> i64 {
+        p.series.iter().filter(|((o, l), _)| *o == web() && l.kind == kind && l.peer == peer).map(|(_, c)| c.words[OPEN] as i64).sum()
+    }
+
+    #[test]
+    fn a_peer_admitted_late_takes_its_open_connections_out_of_other() {
+        let mut p = Peers::new(1, Duration::from_secs(10)).open_in(OPEN);
+        let mut kernel = Kernel::default();
+        let t = Instant::now();
+        let (a, b) = (key(1, [10, 0, 0, 1], 80, DIR_OUT), key(1, [10, 0, 0, 2], 80, DIR_OUT));
+        // a is admitted; b, with one connection open, is counted in other.
+        kernel.add(a, 1, 100);
+        kernel.stats.insert(b, {
+            let mut c = PeerCounters::ZERO;
+            (c.words[ATTEMPTS], c.words[ESTABLISHED], c.words[OPEN]) = (1, 1, 1);
+            c
+        });
+        let x = kernel.pass(&mut p, resolve, t);
+        assert_eq!((gauge(&x, Kind::External, "10.0.0.2"), gauge(&x, Kind::Other, "")), (0, 1));
+        // a goes idle past the grace period; b takes its place, with its
+        // open connection, and other's gauge comes down.
+        kernel.pass(&mut p, resolve, t + Duration::from_secs(5));
+        let x = kernel.pass(&mut p, resolve, t + Duration::from_secs(11));
+        assert_eq!((gauge(&x, Kind::External, "10.0.0.2"), gauge(&x, Kind::Other, "")), (1, 0));
+        assert_eq!(attempts(&x, Kind::External, "10.0.0.2"), 0, "its counters start at its admission");
+        assert_eq!(attempts(&x, Kind::Other, ""), 1, "and other keeps what they had");
+        // It closes: the peer's gauge to 0, other's stays 0.
+        let c = kernel.stats.get_mut(&b).expect("b");
+        (c.words[CLOSED], c.words[OPEN]) = (1, 0);
+        let x = kernel.pass(&mut p, resolve, t + Duration::from_secs(12));
+        assert_eq!((gauge(&x, Kind::External, "10.0.0.2"), gauge(&x, Kind::Other, "")), (0, 0));
     }
 }

@@ -24,6 +24,11 @@
 //! counter families (queries × 5 types, responses × 5 rcodes) and one
 //! histogram.
 //!
+//! In the kernel, each cgroup has a share of the maps (an eighth of the
+//! records, latency buckets and failing names: `agent_common::ledger`, kept
+//! with `ebpf::ledger`): a new server beyond is counted in the cgroup's own
+//! other record (`server_kind="other"`), a name in its other name.
+//!
 //! Needs CAP_NET_ADMIN to load the programs (the agent drops it after),
 //! and a cgroup v2 hierarchy (on cgroup v1 alone it is down).
 
@@ -31,10 +36,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use agent_common::dns::{
-    NameKey, Pending, PendingKey, DROPPED, DROP_LAT, DROP_NAMES, DROP_PENDING, DROP_STATS, LAT, LATE, LATENCY_NS, MATCHED, NAMES, PENDING,
-    PROGRAMS, Q_A, Q_AAAA, Q_OTHER, Q_PTR, Q_SRV, RETRANSMITS, R_NOERROR, R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS, TIMEOUTS,
-    TRANSPORT_TCP, TRUNCATED,
+    NameKey, Pending, PendingKey, DROPPED, DROP_LAT, DROP_NAMES, DROP_PENDING, DROP_STATS, GONE, LAT, LATE, LATENCY_NS, LIMITS, MADE,
+    MATCHED, MAX_LAT, MAX_NAMES, NAMES, NAMES_SHARE, PENDING, PROGRAMS, Q_A, Q_AAAA, Q_OTHER, Q_PTR, Q_SRV, RETRANSMITS, R_NOERROR,
+    R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS, TIMEOUTS, TRANSPORT_TCP, TRUNCATED,
 };
+use agent_common::ledger::{self, Entries, Limits};
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
 use agent_common::NATIVE_OFFSET;
 use clap::Arg;
@@ -43,6 +49,7 @@ use host::flags::{self, Flags, ParsedFlag};
 use host::{ConfigError, Paths};
 
 use super::Context;
+use crate::ebpf::ledger::{self as book, Ledger};
 use crate::ebpf::maps::{self, MapError, NativeSum};
 use crate::ebpf::{Globals, Probe};
 use crate::pods::peers::{Counts, Label, Owner, Peers};
@@ -95,6 +102,7 @@ pub fn args() -> Vec<Arg> {
 pub fn globals(_: &crate::ebpf::kernel::Kernel, ctx: &mut Context, g: &mut Globals) {
     let attribute = u32::from(ctx.kube);
     g.set(agent_common::dns::CONFIG, &agent_common::dns::Config { attribute, names: u32::from(ctx.dns_names) });
+    g.set(LIMITS, &Limits::per_cgroup(ctx.kube, agent_common::dns::MAX_SERVERS, MAX_LAT, MAX_NAMES, NAMES_SHARE));
 }
 
 /// [`PeerKey::dir`] of the agent's own records of timeouts, beside the
@@ -113,6 +121,8 @@ pub struct Collector {
     /// Failing answers by name, when asked for: each (cgroup, rcode, name)
     /// as a key of its own whose address is a digest of the name.
     names: Option<Peers>,
+    /// The per-cgroup ledger's side the agent writes.
+    ledger: Ledger,
     /// Cgroups whose counts were dropped, no pod being known for them.
     unattributed: u64,
 }
@@ -152,9 +162,13 @@ pub fn decode_name(name: &[u8], len: u8) -> String {
 }
 
 /// A failing answer's name as a key of [`Peers`]: its address a digest of
-/// the rcode and name, its direction the rcode.
+/// the rcode and name, its direction the rcode; the kernel's other name
+/// of a cgroup and rcode is the cgroup's other record for that rcode.
 fn name_key(k: &NameKey) -> PeerKey {
     use std::hash::{Hash, Hasher};
+    if k.is_other() {
+        return PeerKey::other(k.cgroup, k.rcode);
+    }
     let mut addr = [0u8; 16];
     for (i, half) in addr.chunks_mut(8).enumerate() {
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -197,6 +211,7 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
             0 => None,
             n => Some(Peers::new(n, grace).ranked_by(|c| c.words[0])),
         },
+        ledger: Ledger::default(),
         unattributed: 0,
     }))
 }
@@ -246,6 +261,9 @@ impl host::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
         self.probe.self_metrics(sink);
         let Some(shared) = self.probe.shared.clone() else { return Ok(()) };
+        // The ledger's counts first: keys made after are then counted twice
+        // (until the next scrape), never missed.
+        let made = Ledger::read_made(&*shared.lock().ok_or(MapError::Poisoned)?, MADE)?;
         let (timed_out, in_flight) = reap(&mut *shared.lock().ok_or(MapError::Poisoned)?, self.timeout)?;
         for mut k in timed_out {
             k.dir |= TIMEOUT_RECORD;
@@ -254,6 +272,7 @@ impl host::Collector for Collector {
         let (mut stats, lat, drops) = read(&*shared.lock().ok_or(MapError::Poisoned)?)?;
         // Read whole: the maps' figures take this count, not a walk of their own.
         shared.note_entries(STATS, stats.len());
+        let kernel_keys = stats.len();
         stats.extend(self.timeouts.iter().map(|(k, n)| {
             let mut c = PeerCounters::ZERO;
             c.words[TIMEOUTS] = *n;
@@ -262,6 +281,12 @@ impl host::Collector for Collector {
         let (pass, services_known) = self.resolver.pass(&mut self.peers, &stats, &lat, Instant::now());
         let (ours, kernels): (Vec<PeerKey>, Vec<PeerKey>) = pass.take.iter().partition(|k| k.dir & TIMEOUT_RECORD != 0);
         let (mut taken, taken_lat) = take(&mut *shared.lock().ok_or(MapError::Poisoned)?, &kernels, &pass.take_lat)?;
+        // What each cgroup holds now: the keys read and not taken out.
+        let mut kept: HashMap<u64, Entries> = HashMap::new();
+        let gone: std::collections::HashSet<&PeerKey> = taken.iter().map(|(k, _)| k).collect();
+        let gone_lat: std::collections::HashSet<&LatKey> = taken_lat.iter().map(|(k, _)| k).collect();
+        book::count(&mut kept, ledger::STATS, stats[..kernel_keys].iter().filter(|(k, _)| !gone.contains(k)), |(k, _)| k.cgroup);
+        book::count(&mut kept, ledger::LAT, lat.iter().filter(|(k, _)| !gone_lat.contains(k)), |(k, _)| k.peer.cgroup);
         // The agent's own records are taken as the kernel's are.
         taken.extend(ours.into_iter().filter_map(|k| {
             let n = self.timeouts.remove(&k)?;
@@ -297,6 +322,8 @@ impl host::Collector for Collector {
             let (npass, _) = self.resolver.pass_named(names, &stats, &[], Instant::now(), Some(&name));
             let gone: Vec<NameKey> = npass.take.iter().filter_map(|d| by_digest.get(d).copied()).collect();
             let taken: Vec<(NameKey, u64)> = maps::hash_take(&mut *shared.lock().ok_or(MapError::Poisoned)?, NAMES, &gone)?;
+            let left: std::collections::HashSet<&NameKey> = taken.iter().map(|(k, _)| k).collect();
+            book::count(&mut kept, ledger::AUX, entries.iter().filter(|(k, _)| !left.contains(k)), |(k, _)| k.cgroup);
             let taken: Vec<(PeerKey, PeerCounters)> = taken
                 .iter()
                 .map(|(k, n)| {
@@ -317,6 +344,10 @@ impl host::Collector for Collector {
                 f.sample(&[("namespace", &o.0), ("pod", &o.1), ("rcode", rcode_name(l.dir)), ("domain", domain)], c.words[0] as f64);
             }
         }
+        let settled = self.ledger.settle(&made, &kept, [true; ledger::WORDS]);
+        Ledger::apply(&mut *shared.lock().ok_or(MapError::Poisoned)?, MADE, GONE, &settled)?;
+        shared.note_entries(MADE, made.len());
+        shared.note_entries(GONE, self.ledger.len());
         sink.family(
             "node_ebpf_dns_tracked",
             "What ebpf_dns keeps: servers with counts in user space, cgroups whose pod is not known yet, queries waiting for an answer, \

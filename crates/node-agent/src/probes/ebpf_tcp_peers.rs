@@ -19,6 +19,14 @@
 //! in 9 counter families and one gauge, and the out ones in one histogram.
 //! A peer idle for the grace period loses its series and its place; series
 //! go with their pod (after the pod attribution grace period).
+//!
+//! In the kernel, each cgroup has a share of the maps (an eighth of the
+//! records and latency buckets, a quarter of the connections followed:
+//! `agent_common::ledger`, kept with `ebpf::ledger`): a new peer beyond is
+//! counted in the cgroup's own other record, a connection beyond is not
+//! followed (nor shown open). The gauge of connections open counts
+//! exactly the connections whose close will be counted, in the record
+//! their open was (kept in the kernel while they are open).
 //! Connections open before the agent started are not counted, nor their
 //! bytes (there is no event to find them by). Bytes and retransmits of a
 //! connection are counted when it closes and, while it is open, by a sweep
@@ -31,10 +39,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
+use agent_common::ledger::{self, Entries, Limits};
 use agent_common::tcp_peers::{
     LatKey, Offsets, PeerCounters, PeerKey, SockState, ABORTED, ACCEPTED, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT, CLOSED, DIR_IN, DROPPED,
-    DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, LAT, LATENCY_NS, OFFSETS, OTHER, PROGRAMS, REFUSED, RESET, RETRANSMITS, SOCKS, STATS,
-    SWEEP, SWEEP_BATCH, TIMEOUT, UNREACHABLE,
+    DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, GONE, LAT, LATENCY_NS, LIMITS, MADE, MAX_LAT, OFFSETS, OPEN, OTHER, PROGRAMS, REFUSED,
+    RESET, RETRANSMITS, SOCKS, SOCKS_SHARE, STATS, SWEEP, SWEEP_BATCH, TIMED, TIMEOUT, UNREACHABLE,
 };
 use agent_common::NATIVE_OFFSET;
 use clap::Arg;
@@ -44,6 +55,7 @@ use host::{ConfigError, Paths};
 
 use super::Context;
 use crate::ebpf::kernel::Kernel;
+use crate::ebpf::ledger::{self as book, Ledger};
 use crate::ebpf::maps::{self, MapError, NativeSum};
 use crate::ebpf::{Globals, Probe};
 use crate::pods::peers::{Cidr, Counts, Label, Owner, Peers};
@@ -63,7 +75,7 @@ pub const MAX_CONNECTIONS: ParsedFlag<u32> = ParsedFlag {
     value_name: "N",
     default: "16384",
     env: None,
-    help: "TCP connections followed at once (16 bytes of kernel memory each, charged to the agent's cgroup, plus about 130 for each followed); connections beyond are counted as dropped events and their bytes not counted.",
+    help: "TCP connections followed at once, a quarter of them at most by one cgroup (16 bytes of kernel memory each, charged to the agent's cgroup, plus about 130 for each followed); connections beyond are counted as dropped events, and neither their bytes nor their closes are counted (nor shown open).",
     parse: parse_connections,
 };
 
@@ -119,6 +131,7 @@ pub fn globals(k: &Kernel, ctx: &mut Context, g: &mut Globals) {
     }
     g.set(OFFSETS, &o);
     g.max_entries(SOCKS, ctx.tcp_connections);
+    g.set(LIMITS, &Limits::per_cgroup(o.attribute != 0, agent_common::tcp_peers::MAX_PEERS, MAX_LAT, ctx.tcp_connections, SOCKS_SHARE));
 }
 
 struct Active {
@@ -129,6 +142,8 @@ struct Active {
     swept: Option<Instant>,
     /// The sweep failed once (said at warn, then at debug).
     sweep_failed: bool,
+    /// The per-cgroup ledger's side the agent writes.
+    ledger: Ledger,
     /// Cgroups whose counts were dropped, no pod being known for them.
     unattributed: u64,
 }
@@ -153,36 +168,35 @@ pub fn build(f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::C
         active: Active {
             probe,
             resolver,
-            peers: Peers::new(max, grace).pinned_by(open_connections),
+            peers: Peers::new(max, grace).open_in(OPEN),
             sweep_every,
             swept: None,
             sweep_failed: false,
+            ledger: Ledger::default(),
             unattributed: 0,
         },
     }))
 }
 
-/// Whether a peer's kernel entry has connections open: it stays in the
-/// kernel, where their closes will be counted, though unchanged.
-fn open_connections(c: &Counts) -> bool {
-    c.words[ESTABLISHED].wrapping_add(c.words[ACCEPTED]) > c.words[CLOSED]
-}
-
 /// Counts the open connections' bytes and retransmits so far: the sweep
-/// program run over every followed socket, [`SWEEP_BATCH`] at a time.
-fn sweep(shared: &crate::ebpf::Shared) -> Result<usize, String> {
-    let socks: Vec<u64> = {
+/// program run over every followed socket, [`SWEEP_BATCH`] at a time. Also
+/// the sockets followed, by cgroup (the ledger's third word).
+fn sweep(shared: &crate::ebpf::Shared) -> Result<HashMap<u64, Entries>, String> {
+    let socks: Vec<(u64, SockState)> = {
         let ebpf = shared.lock().ok_or("eBPF state poisoned")?;
-        let m: aya::maps::HashMap<_, u64, SockState> =
-            aya::maps::HashMap::try_from(ebpf.map(SOCKS).ok_or("no map")?).map_err(|e| e.to_string())?;
-        m.keys().filter_map(Result::ok).collect()
+        maps::hash_entries(&ebpf, SOCKS).map_err(|e| e.to_string())?
     };
+    let mut followed = HashMap::new();
+    book::count(&mut followed, ledger::AUX, &socks, |(_, st)| st.peer.cgroup);
     let batches = socks.chunks(SWEEP_BATCH).map(|c| {
         let mut args = [0u64; 12];
-        args[..c.len()].copy_from_slice(c);
+        for (a, (sk, _)) in args.iter_mut().zip(c) {
+            *a = *sk;
+        }
         args
     });
-    shared.run(SWEEP.name, batches).map_err(|e| e.to_string())
+    shared.run(SWEEP.name, batches).map_err(|e| e.to_string())?;
+    Ok(followed)
 }
 
 /// The kernel's entries, and the events it could not record.
@@ -207,23 +221,39 @@ impl host::Collector for Collector {
         a.probe.self_metrics(sink);
         let Some(shared) = a.probe.shared.clone() else { return Ok(()) };
         let now = Instant::now();
+        // The ledger's counts first: keys made after are then counted twice
+        // (until the next scrape), never missed.
+        let made = Ledger::read_made(&*shared.lock().ok_or(MapError::Poisoned)?, MADE)?;
+        let mut followed = None;
         if a.probe.up() && a.swept.is_none_or(|t| now.duration_since(t) >= a.sweep_every) {
             a.swept = Some(now);
-            if let Err(e) = sweep(&shared) {
-                if !std::mem::replace(&mut a.sweep_failed, true) {
+            match sweep(&shared) {
+                Ok(f) => followed = Some(f),
+                Err(e) if !std::mem::replace(&mut a.sweep_failed, true) => {
                     tracing::warn!(err = %e, "ebpf_tcp_peers: reading open connections failed (their bytes are counted when they close)");
-                } else {
-                    tracing::debug!(err = %e, "ebpf_tcp_peers: reading open connections failed");
                 }
+                Err(e) => tracing::debug!(err = %e, "ebpf_tcp_peers: reading open connections failed"),
             }
         }
         let (stats, lat, drops) = read(&*shared.lock().ok_or(MapError::Poisoned)?)?;
         // Read whole: the maps' figures take this count, not a walk of their own.
         shared.note_entries(STATS, stats.len());
         let (pass, services_known) = a.resolver.pass(&mut a.peers, &stats, &lat, now);
-        let (taken, taken_lat) = take(&mut *shared.lock().ok_or(MapError::Poisoned)?, &pass.take, &pass.take_lat)?;
+        let mut ebpf = shared.lock().ok_or(MapError::Poisoned)?;
+        let (taken, taken_lat) = take(&mut ebpf, &pass.take, &pass.take_lat)?;
+        // What each cgroup holds now: the keys read and not taken out.
+        let mut kept = followed.clone().unwrap_or_default();
+        let gone: std::collections::HashSet<&PeerKey> = taken.iter().map(|(k, _)| k).collect();
+        let gone_lat: std::collections::HashSet<&LatKey> = taken_lat.iter().map(|(k, _)| k).collect();
+        book::count(&mut kept, ledger::STATS, stats.iter().filter(|(k, _)| !gone.contains(k)), |(k, _)| k.cgroup);
+        book::count(&mut kept, ledger::LAT, lat.iter().filter(|(k, _)| !gone_lat.contains(k)), |(k, _)| k.peer.cgroup);
+        let settled = a.ledger.settle(&made, &kept, [true, true, followed.is_some(), true]);
+        Ledger::apply(&mut ebpf, MADE, GONE, &settled)?;
+        drop(ebpf);
         a.peers.retire(&taken, &taken_lat);
         a.unattributed += pass.unattributed as u64;
+        shared.note_entries(MADE, made.len());
+        shared.note_entries(GONE, a.ledger.len());
         emit(sink, &pass.series);
         super::ebpf_pods::unattributed(sink, "ebpf_tcp_peers", a.unattributed);
         sink.family(
@@ -295,7 +325,7 @@ fn emit(sink: &mut Sink, series: &BTreeMap<(Owner, Label), Counts>) {
             zero: 0,
             buckets: c.lat.iter().map(|(slot, n)| (*slot as i32 + NATIVE_OFFSET, *n)).collect(),
             sum: c.words[LATENCY_NS] as f64 / 1e9,
-            count: c.words[ESTABLISHED],
+            count: c.words[TIMED],
         };
         h.write(&mut f, &labels(o, l, p));
     }
@@ -309,12 +339,11 @@ fn emit(sink: &mut Sink, series: &BTreeMap<(Owner, Label), Counts>) {
     }
     let mut f = sink.family(
         "node_ebpf_pod_tcp_peer_connections",
-        "TCP connections of the pod with the peer open now (established or accepted since the agent started, not closed).",
+        "TCP connections of the pod with the peer open now (established or accepted since the agent started and followed, not closed).",
         Kind::Gauge,
     );
     for (o, l, p, c) in &rows {
-        let opened = c.words[ESTABLISHED].wrapping_add(c.words[ACCEPTED]);
-        f.sample(&labels(o, l, p), opened.saturating_sub(c.words[CLOSED]) as f64);
+        f.sample(&labels(o, l, p), (c.words[OPEN] as i64).max(0) as f64);
     }
     for (name, help, w) in [
         (
