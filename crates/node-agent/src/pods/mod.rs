@@ -2,10 +2,12 @@
 //!
 //! The eBPF programs count events per cgroup v2 id (`POD_STATS`); this
 //! module names the cgroups: the hierarchy's paths give pod UIDs and
-//! container ids (`cgroup`), a watch on the node's pods gives namespaces,
-//! names and container names (`index`, `watch`, with the bounds on what the
-//! API server may send in `bound`), and `attrib` turns the per-cgroup
-//! counts into bounded per-pod counters.
+//! container ids (`cgroup`), followed as cgroups are made and removed
+//! (`hierarchy`), a watch on the node's pods gives namespaces, names and
+//! container names (`index`, `watch`, with the bounds on what the API
+//! server may send in `bound`), and `attrib` turns the per-cgroup counts
+//! into bounded per-pod counters (`peers` and `resolve` do the same per pod
+//! and peer).
 
 pub mod attrib;
 pub mod bound;
