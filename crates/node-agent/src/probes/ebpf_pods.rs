@@ -261,7 +261,7 @@ impl host::Collector for Collector {
         a.probe.self_metrics(sink);
         let entries = read?;
         let now = Instant::now();
-        let (out, pods, synced, reason, index_dropped) = {
+        let (out, pods, synced, reason, index_dropped, cgroups_refused) = {
             // No cgroup v2 hierarchy to name anything with: all the host's.
             let none = HashMap::new();
             let view = a.hierarchy.as_ref().map(|h| h.view());
@@ -270,7 +270,8 @@ impl host::Collector for Collector {
                 Some(v) => a.attrib.update(&entries, &**v, &mut idx, now),
                 None => a.attrib.update(&entries, &none, &mut idx, now),
             };
-            (out, idx.live(now, a.attrib.grace).count(), idx.synced, idx.reason(), idx.dropped)
+            let refused = view.as_ref().map_or(0, |v| v.refused);
+            (out, idx.live(now, a.attrib.grace).count(), idx.synced, idx.reason(), idx.dropped, refused)
         };
         a.label_sets_dropped += out.dropped_label_sets as u64;
         a.unattributed += out.unattributed as u64;
@@ -310,12 +311,14 @@ impl host::Collector for Collector {
             "node_ebpf_pod_attribution_dropped_total",
             "What pod attribution left out to stay bounded. reason is one of pods_cap (events of a new pod not tracked: 1,000 pods \
              not deleted are), deleted_early (deleted pods forgotten before their grace period to make room), series_cap (label \
-             sets of whole pods left out of a scrape beyond 5,000, counted at each scrape).",
+             sets of whole pods left out of a scrape beyond 5,000, counted at each scrape), cgroups_cap (pods' cgroups not followed \
+             beyond 16,384 kept: their counts are the host's).",
             Kind::Counter,
         )
         .sample(&[("reason", "pods_cap")], index_dropped.pods_cap as f64)
         .sample(&[("reason", "deleted_early")], index_dropped.deleted_early as f64)
-        .sample(&[("reason", "series_cap")], a.label_sets_dropped as f64);
+        .sample(&[("reason", "series_cap")], a.label_sets_dropped as f64)
+        .sample(&[("reason", "cgroups_cap")], cgroups_refused as f64);
         unattributed(sink, "ebpf_pods", a.unattributed);
         sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
             .sample(&[("probe", "pods")], dropped as f64);
@@ -427,6 +430,7 @@ mod tests {
         assert_eq!(crate::pods::bound::BODY_MAX, 64 << 20);
         assert_eq!(crate::pods::index::MAX_PODS, 1000);
         assert_eq!(crate::pods::attrib::MAX_LABEL_SETS, 5000);
+        assert_eq!(crate::pods::hierarchy::MAX_KEPT, 16_384);
     }
 
     #[test]
