@@ -20,4 +20,5 @@ pub mod pods;
 pub mod probes;
 pub mod process;
 pub mod server;
+pub mod turns;
 pub mod webconfig;

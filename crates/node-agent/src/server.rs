@@ -2,7 +2,7 @@
 //! `collect[]`/`exclude[]`), /healthz, /readyz and a landing page, over hyper.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -184,15 +184,15 @@ fn landing(state: &State) -> Response<Full<Bytes>> {
     r
 }
 
-/// Handles one request: authentication, then the route, then the
-/// configured response headers. The web config is read per request (as
-/// exporter-toolkit does), so a rotated password or newly required basic
-/// auth applies at once to kept-alive connections too; TLS settings apply
-/// from the next connection.
-pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+/// Handles one request from `peer` (its admission key): authentication,
+/// then the route, then the configured response headers. The web config is
+/// read per request (as exporter-toolkit does), so a rotated password or
+/// newly required basic auth applies at once to kept-alive connections
+/// too; TLS settings apply from the next connection.
+pub async fn handle(state: Arc<State>, req: Request<Incoming>, peer: IpAddr) -> Result<Response<Full<Bytes>>, Infallible> {
     let web = state.web.current();
     let auth = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let mut resp = if web.authorize(auth).await == crate::webconfig::Auth::Denied {
+    let mut resp = if web.authorize(auth, peer, || ()).await == crate::webconfig::Auth::Denied {
         let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
         r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
         r
@@ -530,11 +530,12 @@ async fn connection(
             return;
         }
     }
+    let peer = stream.peer_addr().map_or(IpAddr::from([0u8; 16]), |a| crate::admission::peer_key(a.ip()));
     let svc = service_fn(move |req| {
         let busy = slot.busy();
         let state = Arc::clone(&state);
         async move {
-            let r = handle(state, req).await;
+            let r = handle(state, req, peer).await;
             drop(busy);
             r
         }
