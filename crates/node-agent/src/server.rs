@@ -184,15 +184,22 @@ fn landing(state: &State) -> Response<Full<Bytes>> {
     r
 }
 
-/// Handles one request from `peer` (its admission key): authentication,
-/// then the route, then the configured response headers. The web config is
-/// read per request (as exporter-toolkit does), so a rotated password or
-/// newly required basic auth applies at once to kept-alive connections
-/// too; TLS settings apply from the next connection.
-pub async fn handle(state: Arc<State>, req: Request<Incoming>, peer: IpAddr) -> Result<Response<Full<Bytes>>, Infallible> {
+/// Handles one request of connection `slot` from `peer` (its admission
+/// key): authentication, then the route, then the configured response
+/// headers. The web config is read per request (as exporter-toolkit does),
+/// so a rotated password or newly required basic auth applies at once to
+/// kept-alive connections too; TLS settings apply from the next
+/// connection. While the request waits for its password check, its
+/// connection may be closed to make room (see [`crate::admission`]).
+pub async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    peer: IpAddr,
+    slot: &Arc<Slot>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let web = state.web.current();
     let auth = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let mut resp = if web.authorize(auth, peer, || ()).await == crate::webconfig::Auth::Denied {
+    let mut resp = if web.authorize(auth, peer, || slot.waiting()).await == crate::webconfig::Auth::Denied {
         let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
         r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
         r
@@ -534,8 +541,9 @@ async fn connection(
     let svc = service_fn(move |req| {
         let busy = slot.busy();
         let state = Arc::clone(&state);
+        let slot = Arc::clone(&slot);
         async move {
-            let r = handle(state, req, peer).await;
+            let r = handle(state, req, peer, &slot).await;
             drop(busy);
             r
         }
