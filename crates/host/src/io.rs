@@ -57,11 +57,20 @@ pub const MAX_KEPT: usize = 512;
 const KEPT_WITHOUT_LIMIT: usize = 64;
 
 /// The kept-descriptor budget for an open-file limit (`RLIMIT_NOFILE`'s
-/// soft value): a quarter of it, at most [`MAX_KEPT`]. The listener takes
-/// at most half (`--web.max-connections` is lowered to fit), and the last
-/// quarter is for everything else (see the agent's runtime).
+/// soft value): a quarter of it, at most [`MAX_KEPT`]; lower still when the
+/// agent caps it ([`cap_kept`]) with what its start-up left of the limit
+/// (the eBPF object, the listener's connections and a reserve come first:
+/// see the agent's `descriptors`).
 pub fn budget_for(nofile: Option<u64>) -> usize {
     nofile.map_or(KEPT_WITHOUT_LIMIT, |n| usize::try_from(n / 4).unwrap_or(usize::MAX)).min(MAX_KEPT)
+}
+
+/// Keeps at most `n` descriptors open between scrapes (below
+/// [`budget_for`]'s share of the limit): the agent's share for kept files,
+/// set once at start-up, before any is kept.
+pub fn cap_kept(n: usize) {
+    BUDGET.cap.store(n, Ordering::Relaxed);
+    BUDGET.limit.store(UNSET, Ordering::Relaxed);
 }
 
 /// One budget for every descriptor kept open between scrapes: the kept
@@ -76,6 +85,8 @@ struct Budget {
     /// The most `used` may reach; `UNSET` until read from the open-file
     /// limit, and again after each release (the limit may have changed).
     limit: AtomicUsize,
+    /// The most `limit` may be whatever the open-file limit ([`cap_kept`]).
+    cap: AtomicUsize,
     generation: AtomicU64,
     releases: AtomicU64,
 }
@@ -86,13 +97,19 @@ static BUDGET: Budget = Budget::new();
 
 impl Budget {
     const fn new() -> Budget {
-        Budget { used: AtomicUsize::new(0), limit: AtomicUsize::new(UNSET), generation: AtomicU64::new(0), releases: AtomicU64::new(0) }
+        Budget {
+            used: AtomicUsize::new(0),
+            limit: AtomicUsize::new(UNSET),
+            cap: AtomicUsize::new(usize::MAX),
+            generation: AtomicU64::new(0),
+            releases: AtomicU64::new(0),
+        }
     }
 
     fn limit(&self) -> usize {
         match self.limit.load(Ordering::Relaxed) {
             UNSET => {
-                let l = budget_for(crate::sys::nofile_limit());
+                let l = budget_for(crate::sys::nofile_limit()).min(self.cap.load(Ordering::Relaxed));
                 self.limit.store(l, Ordering::Relaxed);
                 l
             }
@@ -638,6 +655,23 @@ mod tests {
         assert_eq!(super::budget_for(Some(2047)), 511);
         assert_eq!(super::budget_for(Some(4096)), super::MAX_KEPT);
         assert_eq!(super::budget_for(Some(u64::MAX)), super::MAX_KEPT);
+    }
+
+    /// The agent's cap (what its start-up left of the open-file limit)
+    /// holds below a quarter of the limit, and again after a release reads
+    /// the limit afresh.
+    #[test]
+    fn a_cap_lowers_the_budget_and_outlives_a_release() {
+        let b = budget(super::UNSET);
+        let quarter = super::budget_for(crate::sys::nofile_limit());
+        assert_eq!(b.limit(), quarter, "uncapped: a quarter of the limit");
+        b.cap.store(3, Ordering::Relaxed);
+        b.limit.store(super::UNSET, Ordering::Relaxed);
+        assert_eq!(b.limit(), quarter.min(3));
+        let slots: Vec<_> = std::iter::from_fn(|| b.acquire()).take(10).collect();
+        assert_eq!(slots.len(), quarter.min(3));
+        b.begin_release();
+        assert_eq!(b.limit(), quarter.min(3), "still capped after a release");
     }
 
     #[test]
