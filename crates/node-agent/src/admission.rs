@@ -52,10 +52,13 @@ pub enum Closed {
     ConnectionCap,
     /// New, refused: every connection busy and no other peer over its share.
     Refused,
+    /// An accept failed for want of descriptors: the one the cap would
+    /// close, closed to give the listener one back.
+    Descriptors,
 }
 
 impl Closed {
-    pub const ALL: [Closed; 4] = [Closed::FirstByteTimeout, Closed::PeerCap, Closed::ConnectionCap, Closed::Refused];
+    pub const ALL: [Closed; 5] = [Closed::FirstByteTimeout, Closed::PeerCap, Closed::ConnectionCap, Closed::Refused, Closed::Descriptors];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -63,6 +66,7 @@ impl Closed {
             Closed::PeerCap => "peer_cap",
             Closed::ConnectionCap => "connection_cap",
             Closed::Refused => "refused",
+            Closed::Descriptors => "descriptors",
         }
     }
 }
@@ -159,6 +163,20 @@ struct Table {
     per_peer: HashMap<IpAddr, usize>,
 }
 
+impl Table {
+    /// Removes connection `id`, if it is still held.
+    fn remove(&mut self, id: u64) -> Option<Arc<Slot>> {
+        let (peer, slot) = self.conns.remove(&id)?;
+        if let Some(n) = self.per_peer.get_mut(&peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&peer);
+            }
+        }
+        Some(slot)
+    }
+}
+
 /// What to do with a new connection, given what is open.
 #[derive(Debug, PartialEq, Eq)]
 enum Decision {
@@ -243,7 +261,7 @@ pub struct Admission {
     table: Mutex<Table>,
     max: usize,
     per_peer: usize,
-    closed: [AtomicU64; 4],
+    closed: [AtomicU64; 5],
 }
 
 /// An admitted connection: removed from the table when dropped.
@@ -255,15 +273,7 @@ pub struct Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut t = self.admission.lock();
-        if let Some((peer, _)) = t.conns.remove(&self.id) {
-            if let Some(n) = t.per_peer.get_mut(&peer) {
-                *n -= 1;
-                if *n == 0 {
-                    t.per_peer.remove(&peer);
-                }
-            }
-        }
+        self.admission.lock().remove(self.id);
     }
 }
 
@@ -303,6 +313,21 @@ impl Admission {
         Closed::ALL.into_iter().map(|c| (c, self.closed[c as usize].load(Relaxed)))
     }
 
+    /// Closes the connection the server's cap would close (an idle or
+    /// waiting one of the peer holding the most), for an accept that failed
+    /// for want of descriptors; false when every connection is busy.
+    pub fn shed(&self) -> bool {
+        let mut t = self.lock();
+        let conns = t.conns.iter().map(|(id, (p, s))| (*id, *p, s.state()));
+        let Some(id) = biggest_evictable(conns) else { return false };
+        if let Some(slot) = t.remove(id) {
+            slot.close.notify_one();
+        }
+        drop(t);
+        self.count(Closed::Descriptors);
+        true
+    }
+
     /// Admits a connection from `ip`, closing the oldest idle one at a
     /// cap; `None` when it is refused (counted).
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Ticket> {
@@ -319,13 +344,7 @@ impl Admission {
             }
             Decision::Evict(ids) => {
                 for (id, why) in ids {
-                    if let Some((p, slot)) = t.conns.remove(&id) {
-                        if let Some(n) = t.per_peer.get_mut(&p) {
-                            *n -= 1;
-                            if *n == 0 {
-                                t.per_peer.remove(&p);
-                            }
-                        }
+                    if let Some(slot) = t.remove(id) {
                         slot.close.notify_one();
                         self.count(why);
                     }
@@ -469,6 +488,24 @@ mod tests {
         assert!(adm.admit(ip("10.0.2.2")).is_none(), "all busy, nobody over its share: refused");
         let closed: HashMap<_, _> = adm.closed().collect();
         assert_eq!((closed[&Closed::ConnectionCap], closed[&Closed::Refused]), (1, 1));
+    }
+
+    /// An accept that ran out of descriptors closes the connection the
+    /// cap would: an idle or waiting one of the peer holding the most.
+    #[tokio::test]
+    async fn shedding_for_descriptors_closes_what_the_cap_would() {
+        let adm = Admission::new(64);
+        let probe = adm.admit(ip("10.0.0.1")).expect("admitted");
+        let crowd: Vec<Ticket> = (0..3).filter_map(|_| adm.admit(ip("10.0.0.2"))).collect();
+        let _busy = crowd[0].slot.busy();
+        assert!(adm.shed());
+        tokio::time::timeout(Duration::from_secs(1), crowd[1].slot.closed()).await.expect("the crowd's oldest idle one");
+        assert_eq!(adm.open(), 3);
+        assert!(adm.shed() && adm.shed(), "then its next, then the probe's");
+        let _b = probe.slot.busy();
+        assert!(!adm.shed(), "every connection left is busy");
+        let closed: HashMap<_, _> = adm.closed().collect();
+        assert_eq!(closed[&Closed::Descriptors], 3);
     }
 
     #[tokio::test]

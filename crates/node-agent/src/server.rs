@@ -458,6 +458,13 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
                             return;
                         }
                     }
+                    // Out of descriptors (something beside the budget took
+                    // them: crate::descriptors): the connection the cap
+                    // would close goes, giving the listener one back.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) && admission.shed() => {
+                        tracing::debug!(err = %e, "accept out of descriptors: a connection closed for it");
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
                     Err(e) => {
                         tracing::warn!(err = %e, "accept failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
