@@ -67,10 +67,15 @@ pub fn budget_for(nofile: Option<u64>) -> usize {
 
 /// Keeps at most `n` descriptors open between scrapes (below
 /// [`budget_for`]'s share of the limit): the agent's share for kept files,
-/// set once at start-up, before any is kept.
+/// set once at start-up. What collectors kept while they were built, past
+/// `n`, is closed (the shared files now, each [`SysDir`]'s at its next
+/// read) and kept again within the cap.
 pub fn cap_kept(n: usize) {
-    BUDGET.cap.store(n, Ordering::Relaxed);
-    BUDGET.limit.store(UNSET, Ordering::Relaxed);
+    if BUDGET.cap_at(n) {
+        if let Ok(mut k) = kept().lock() {
+            k.clear();
+        }
+    }
 }
 
 /// One budget for every descriptor kept open between scrapes: the kept
@@ -138,10 +143,27 @@ impl Budget {
 
     /// Moves to a new generation (holders release what they keep), and
     /// reads the open-file limit afresh at the next acquire.
-    fn begin_release(&self) {
+    fn outdate(&self) {
         self.limit.store(UNSET, Ordering::Relaxed);
-        self.releases.fetch_add(1, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Caps the budget at `n`; true when more are kept now (outdated:
+    /// their holders close them and keep again within the cap).
+    fn cap_at(&self, n: usize) -> bool {
+        self.cap.store(n, Ordering::Relaxed);
+        self.limit.store(UNSET, Ordering::Relaxed);
+        let over = self.used.load(Ordering::Acquire) > n;
+        if over {
+            self.outdate();
+        }
+        over
+    }
+
+    /// [`Budget::outdate`], counted as a release for want of descriptors.
+    fn begin_release(&self) {
+        self.releases.fetch_add(1, Ordering::Relaxed);
+        self.outdate();
     }
 }
 
@@ -665,13 +687,27 @@ mod tests {
         let b = budget(super::UNSET);
         let quarter = super::budget_for(crate::sys::nofile_limit());
         assert_eq!(b.limit(), quarter, "uncapped: a quarter of the limit");
-        b.cap.store(3, Ordering::Relaxed);
-        b.limit.store(super::UNSET, Ordering::Relaxed);
+        assert!(!b.cap_at(3), "nothing kept yet");
         assert_eq!(b.limit(), quarter.min(3));
         let slots: Vec<_> = std::iter::from_fn(|| b.acquire()).take(10).collect();
         assert_eq!(slots.len(), quarter.min(3));
         b.begin_release();
         assert_eq!(b.limit(), quarter.min(3), "still capped after a release");
+    }
+
+    /// Kept while the collectors were built, past the cap set afterwards:
+    /// closed at the holder's next read, and kept again within the cap.
+    #[test]
+    fn a_cap_below_what_is_kept_closes_the_rest() {
+        let d = attrs(3);
+        let b = budget(super::UNSET);
+        let mut s = super::SysDir::open_in(b, d.path()).unwrap();
+        assert_eq!((s.read_u64("a1"), s.read_u64("a2")), (Some(1), Some(2)));
+        assert_eq!(used(b), 3);
+        assert!(b.cap_at(1), "three kept, one allowed");
+        assert_eq!(s.read_u64("a0"), Some(0));
+        assert_eq!((used(b), s.attrs.len()), (1, 0), "the directory alone kept");
+        assert_eq!(b.releases.load(Ordering::Relaxed), 0, "not a release for want of descriptors");
     }
 
     #[test]
