@@ -92,7 +92,7 @@ impl HttpMetrics {
         sink.single("node_agent_http_connections_open", "HTTP connections held now.", Kind::Gauge, a.open() as f64);
         sink.single(
             "node_agent_http_connections_max",
-            "The most HTTP connections held at once (--web.max-connections, lowered to half the open-file limit).",
+            "The most HTTP connections held at once (--web.max-connections, lowered to two thirds of what the open-file limit leaves after start-up).",
             Kind::Gauge,
             a.max() as f64,
         );

@@ -12,6 +12,7 @@ pub mod agent;
 pub mod caps;
 pub mod cmd;
 pub mod config;
+pub mod descriptors;
 pub mod ebpf;
 pub mod httpstats;
 pub mod logging;

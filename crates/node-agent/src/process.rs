@@ -78,7 +78,7 @@ impl ProcessMetrics {
         );
         sink.single(
             "node_agent_kept_fds_max",
-            "The most file descriptors kept open between scrapes: a quarter of the open-file limit, at most 512.",
+            "The most file descriptors kept open between scrapes: what the open-file limit leaves after start-up, connections and a reserve (at most a quarter of the limit, at most 512).",
             Kind::Gauge,
             kept.budget as f64,
         );
