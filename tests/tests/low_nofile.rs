@@ -20,6 +20,8 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
+use node_agent_tests::connect_from;
+
 struct Agent {
     child: std::process::Child,
     addr: SocketAddr,
@@ -75,42 +77,12 @@ fn tail(log: &std::path::Path) -> String {
     lines[lines.len().saturating_sub(5)..].join("\n")
 }
 
-/// A connection to `addr` from the loopback address `from`.
-fn connect_from(from: Ipv4Addr, addr: SocketAddr) -> std::io::Result<TcpStream> {
-    use std::os::fd::FromRawFd;
-    let SocketAddr::V4(to) = addr else { return Err(std::io::Error::other("IPv4 only")) };
-    let sin = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr { s_addr: u32::from(ip).to_be() },
-        sin_zero: [0; 8],
-    };
-    // SAFETY: socket(2) with constant arguments.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a new socket this function owns; closed by the TcpStream.
-    let stream = unsafe { TcpStream::from_raw_fd(fd) };
-    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    let (local, remote) = (sin(from, 0), sin(*to.ip(), to.port()));
-    // SAFETY: valid sockaddr_in structures of the given length.
-    if unsafe { libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    if unsafe { libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(stream)
-}
-
 /// `GET path` from `from` on a connection of its own: the status (`None`
 /// when closed or reset unanswered, or nothing within `timeout`), the
 /// body, and how long it took.
 fn get(addr: SocketAddr, from: Ipv4Addr, path: &str, timeout: Duration) -> (Option<u16>, String, Duration) {
     let t = Instant::now();
-    let answer = connect_from(from, addr).ok().and_then(|mut s| {
+    let answer = connect_from(from, addr, true).ok().and_then(|mut s| {
         s.set_read_timeout(Some(timeout)).ok()?;
         s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
         let mut raw = Vec::new();
@@ -130,7 +102,7 @@ fn idle_keep_alive(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
     let mut held = Vec::new();
     for i in 0..n {
         let from = Ipv4Addr::new(127, 0, 0, 2 + (i % 5) as u8);
-        let Ok(mut s) = connect_from(from, addr) else { continue };
+        let Ok(mut s) = connect_from(from, addr, true) else { continue };
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
         if s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").is_err() {
             continue;

@@ -165,7 +165,8 @@ impl Turns {
     }
 
     /// Requests waiting for the turn.
-    pub fn waiting(&self) -> usize {
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
         self.lock().waiting.values().map(VecDeque::len).sum()
     }
 }
