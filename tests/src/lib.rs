@@ -73,6 +73,50 @@ pub fn start_exporter_prepared<S: AsRef<std::ffi::OsStr>>(
     Ok((guard, url, pid))
 }
 
+/// A TCP connection to `addr` from the loopback address `from` (a client
+/// of its own address: 127.0.0.0/8 is all local); with
+/// `wait` false, connecting goes on in the background (the handshake is
+/// the kernel's; a SYN dropped by a full accept queue is retried by it).
+pub fn connect_from(from: std::net::Ipv4Addr, addr: std::net::SocketAddr, wait: bool) -> std::io::Result<std::net::TcpStream> {
+    use std::os::fd::FromRawFd;
+    let std::net::SocketAddr::V4(to) = addr else { return Err(std::io::Error::other("IPv4 only")) };
+    let sin = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(ip).to_be() },
+        sin_zero: [0; 8],
+    };
+    let nonblock = if wait { 0 } else { libc::SOCK_NONBLOCK };
+    // SAFETY: socket(2) with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | nonblock, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new socket this function owns; closed by the TcpStream.
+    let stream = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // The port is picked at connect (by the 4-tuple), not at bind: binding
+    // thousands of sockets to one address would search the port space.
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt with an int option value of its size.
+    unsafe {
+        libc::setsockopt(fd, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, (&one as *const libc::c_int).cast(), 4);
+    }
+    let (local, remote) = (sin(from, 0), sin(*to.ip(), to.port()));
+    // SAFETY: valid sockaddr_in structures of the given length.
+    if unsafe { libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if wait || e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+    }
+    Ok(stream)
+}
+
 /// The node-agent binary of this build (built first if need be), beside the
 /// running test executable: target/<profile>/deps/<test> → target/<profile>/node-agent.
 /// `GET path` on a fresh connection: (status, body), or `None` when there

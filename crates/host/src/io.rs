@@ -57,11 +57,25 @@ pub const MAX_KEPT: usize = 512;
 const KEPT_WITHOUT_LIMIT: usize = 64;
 
 /// The kept-descriptor budget for an open-file limit (`RLIMIT_NOFILE`'s
-/// soft value): a quarter of it, at most [`MAX_KEPT`]. The listener takes
-/// at most half (`--web.max-connections` is lowered to fit), and the last
-/// quarter is for everything else (see the agent's runtime).
+/// soft value): a quarter of it, at most [`MAX_KEPT`]; lower still when the
+/// agent caps it ([`cap_kept`]) with what its start-up left of the limit
+/// (the eBPF object, the listener's connections and a reserve come first:
+/// see the agent's `descriptors`).
 pub fn budget_for(nofile: Option<u64>) -> usize {
     nofile.map_or(KEPT_WITHOUT_LIMIT, |n| usize::try_from(n / 4).unwrap_or(usize::MAX)).min(MAX_KEPT)
+}
+
+/// Keeps at most `n` descriptors open between scrapes (below
+/// [`budget_for`]'s share of the limit): the agent's share for kept files,
+/// set once at start-up. What collectors kept while they were built, past
+/// `n`, is closed (the shared files now, each [`SysDir`]'s at its next
+/// read) and kept again within the cap.
+pub fn cap_kept(n: usize) {
+    if BUDGET.cap_at(n) {
+        if let Ok(mut k) = kept().lock() {
+            k.clear();
+        }
+    }
 }
 
 /// One budget for every descriptor kept open between scrapes: the kept
@@ -76,6 +90,8 @@ struct Budget {
     /// The most `used` may reach; `UNSET` until read from the open-file
     /// limit, and again after each release (the limit may have changed).
     limit: AtomicUsize,
+    /// The most `limit` may be whatever the open-file limit ([`cap_kept`]).
+    cap: AtomicUsize,
     generation: AtomicU64,
     releases: AtomicU64,
 }
@@ -86,13 +102,19 @@ static BUDGET: Budget = Budget::new();
 
 impl Budget {
     const fn new() -> Budget {
-        Budget { used: AtomicUsize::new(0), limit: AtomicUsize::new(UNSET), generation: AtomicU64::new(0), releases: AtomicU64::new(0) }
+        Budget {
+            used: AtomicUsize::new(0),
+            limit: AtomicUsize::new(UNSET),
+            cap: AtomicUsize::new(usize::MAX),
+            generation: AtomicU64::new(0),
+            releases: AtomicU64::new(0),
+        }
     }
 
     fn limit(&self) -> usize {
         match self.limit.load(Ordering::Relaxed) {
             UNSET => {
-                let l = budget_for(crate::sys::nofile_limit());
+                let l = budget_for(crate::sys::nofile_limit()).min(self.cap.load(Ordering::Relaxed));
                 self.limit.store(l, Ordering::Relaxed);
                 l
             }
@@ -121,10 +143,27 @@ impl Budget {
 
     /// Moves to a new generation (holders release what they keep), and
     /// reads the open-file limit afresh at the next acquire.
-    fn begin_release(&self) {
+    fn outdate(&self) {
         self.limit.store(UNSET, Ordering::Relaxed);
-        self.releases.fetch_add(1, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Caps the budget at `n`; true when more are kept now (outdated:
+    /// their holders close them and keep again within the cap).
+    fn cap_at(&self, n: usize) -> bool {
+        self.cap.store(n, Ordering::Relaxed);
+        self.limit.store(UNSET, Ordering::Relaxed);
+        let over = self.used.load(Ordering::Acquire) > n;
+        if over {
+            self.outdate();
+        }
+        over
+    }
+
+    /// [`Budget::outdate`], counted as a release for want of descriptors.
+    fn begin_release(&self) {
+        self.releases.fetch_add(1, Ordering::Relaxed);
+        self.outdate();
     }
 }
 
@@ -638,6 +677,37 @@ mod tests {
         assert_eq!(super::budget_for(Some(2047)), 511);
         assert_eq!(super::budget_for(Some(4096)), super::MAX_KEPT);
         assert_eq!(super::budget_for(Some(u64::MAX)), super::MAX_KEPT);
+    }
+
+    /// The agent's cap (what its start-up left of the open-file limit)
+    /// holds below a quarter of the limit, and again after a release reads
+    /// the limit afresh.
+    #[test]
+    fn a_cap_lowers_the_budget_and_outlives_a_release() {
+        let b = budget(super::UNSET);
+        let quarter = super::budget_for(crate::sys::nofile_limit());
+        assert_eq!(b.limit(), quarter, "uncapped: a quarter of the limit");
+        assert!(!b.cap_at(3), "nothing kept yet");
+        assert_eq!(b.limit(), quarter.min(3));
+        let slots: Vec<_> = std::iter::from_fn(|| b.acquire()).take(10).collect();
+        assert_eq!(slots.len(), quarter.min(3));
+        b.begin_release();
+        assert_eq!(b.limit(), quarter.min(3), "still capped after a release");
+    }
+
+    /// Kept while the collectors were built, past the cap set afterwards:
+    /// closed at the holder's next read, and kept again within the cap.
+    #[test]
+    fn a_cap_below_what_is_kept_closes_the_rest() {
+        let d = attrs(3);
+        let b = budget(super::UNSET);
+        let mut s = super::SysDir::open_in(b, d.path()).unwrap();
+        assert_eq!((s.read_u64("a1"), s.read_u64("a2")), (Some(1), Some(2)));
+        assert_eq!(used(b), 3);
+        assert!(b.cap_at(1), "three kept, one allowed");
+        assert_eq!(s.read_u64("a0"), Some(0));
+        assert_eq!((used(b), s.attrs.len()), (1, 0), "the directory alone kept");
+        assert_eq!(b.releases.load(Ordering::Relaxed), 0, "not a release for want of descriptors");
     }
 
     #[test]

@@ -70,21 +70,10 @@ impl Agent {
         let mut cfg = config::parse(m)?;
         // Then the collectors: this loads and attaches the eBPF programs and
         // starts the pod watch, which need the capabilities the drop below
-        // removes.
-        cfg.collectors = config::build_collectors(m, &cfg.paths)?;
-        // Connections get at most half the descriptors (see connection_budget).
-        if let Some(n) = nofile {
-            let budget = connection_budget(n);
-            if cfg.max_connections > budget {
-                tracing::warn!(
-                    max_connections = cfg.max_connections,
-                    nofile = n,
-                    used = budget,
-                    "--web.max-connections above half the open-file limit: lowered"
-                );
-                cfg.max_connections = budget;
-            }
-        }
+        // removes. The eBPF object takes only what the limit leaves beyond
+        // a reserve and the fewest connections (crate::descriptors).
+        cfg.collectors =
+            config::build_collectors(m, &cfg.paths, nofile.map(|n| crate::descriptors::Ceiling::for_limit(n, listen_sockets(&cfg))))?;
         let names: Vec<&str> = cfg.collectors.iter().map(|(n, _)| *n).collect();
         tracing::info!(collectors = %names.join(","), procfs = %cfg.paths.procfs.display(), sysfs = %cfg.paths.sysfs.display(), rootfs = %cfg.paths.rootfs.display(), "starting node-agent");
         crate::caps::log_report(crate::caps::effective());
@@ -100,10 +89,6 @@ impl Agent {
             Some(p) => crate::webconfig::Handle::open(p)?,
             None => crate::webconfig::Handle::none(),
         };
-        let admission = crate::admission::Admission::new(cfg.max_connections);
-        let handler = Arc::new(crate::httpstats::HandlerStats::default());
-        let http = crate::httpstats::HttpMetrics { handler: Arc::clone(&handler), admission: Arc::clone(&admission) };
-        let scraper = Arc::new(scraper_for(&mut cfg, http));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(cfg.worker_threads)
             .max_blocking_threads(8)
@@ -119,6 +104,13 @@ impl Agent {
         for a in &addrs {
             tracing::info!(address = %a, "listening");
         }
+        if let Some(n) = nofile {
+            share_descriptors(n, &mut cfg);
+        }
+        let admission = crate::admission::Admission::new(cfg.max_connections);
+        let handler = Arc::new(crate::httpstats::HandlerStats::default());
+        let http = crate::httpstats::HttpMetrics { handler: Arc::clone(&handler), admission: Arc::clone(&admission) };
+        let scraper = Arc::new(scraper_for(&mut cfg, http));
         let state = Arc::new(crate::server::State {
             scraper,
             telemetry_path: cfg.telemetry_path,
@@ -165,28 +157,37 @@ impl Drop for Agent {
     }
 }
 
-/// The most connections the listener may hold under an open-file limit of
-/// `nofile`: half of it (at least 16). The descriptors add up as follows:
-///
-/// - connections: at most `nofile / 2` (`--web.max-connections` is lowered
-///   to this);
-/// - kept proc and sys files and directories (`host::io`'s one budget,
-///   netclass's device directories included): at most `nofile / 4`, and
-///   never more than `host::io::MAX_KEPT` (512);
-/// - the rest, at least `nofile / 4`, for the fixed and the transient
-///   ones: stdin, stdout and stderr (3), the listeners (one per address),
-///   the async runtime's epoll and eventfds (6), the eBPF maps, programs
-///   and links (56 with the default probes), the collectors' netlink,
-///   ethtool and D-Bus sockets (about 8), perf's per-CPU events when
-///   `--collector.perf` is on, and a few files each scrape runner opens,
-///   reads and closes. About 80 in all without perf: from a limit of 1024
-///   (256 left) up, everything fits.
-///
-/// Should something else take the descriptors all the same, an open in
-/// `host::io` that fails with EMFILE closes every kept file and is tried
-/// again: a collector slows down, the listener keeps its half.
-pub fn connection_budget(nofile: u64) -> usize {
-    usize::try_from(nofile / 2).unwrap_or(usize::MAX).max(16)
+/// The listening sockets start-up will open once the collectors are built
+/// (systemd's are open already).
+fn listen_sockets(cfg: &config::ServeConfig) -> usize {
+    if cfg.systemd_socket {
+        0
+    } else {
+        cfg.listen.len()
+    }
+}
+
+/// Shares out what the open-file limit `nofile` leaves once the eBPF
+/// object, the runtime and the listeners are up (counted now): connections
+/// (`--web.max-connections` lowered to their share) and the proc and sys
+/// files kept open between scrapes (`crate::descriptors::shares`).
+fn share_descriptors(nofile: u64, cfg: &mut config::ServeConfig) {
+    // Uncounted (no /proc/self/fd): a quarter of the limit, as the fixed
+    // part of the limit was before the object was counted.
+    let open = host::sys::open_fds().unwrap_or(usize::try_from(nofile / 4).unwrap_or(usize::MAX));
+    let shares = crate::descriptors::shares(nofile, open, cfg.max_connections);
+    if shares.connections < cfg.max_connections {
+        tracing::warn!(
+            max_connections = cfg.max_connections,
+            nofile,
+            open,
+            used = shares.connections,
+            "--web.max-connections above what the open-file limit leaves: lowered"
+        );
+        cfg.max_connections = shares.connections;
+    }
+    host::io::cap_kept(shares.kept);
+    tracing::info!(nofile, open, connections = shares.connections, kept_files = shares.kept, "open-file limit shared out");
 }
 
 /// Runs `serve` with the given matches until SIGTERM or SIGINT.
@@ -213,20 +214,5 @@ async fn shutdown_signal() {
             }
         }
         _ => std::future::pending::<()>().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// Connections, kept files and the fixed descriptors fit the limit.
-    #[test]
-    fn connections_and_kept_files_leave_a_quarter_of_the_limit() {
-        for nofile in [1024u64, 4096, 20_000, 1 << 20] {
-            let conns = super::connection_budget(nofile);
-            let kept = host::io::budget_for(Some(nofile));
-            assert!(conns + kept <= (nofile as usize) * 3 / 4, "{nofile}: {conns} connections + {kept} kept");
-            assert!(nofile as usize - conns - kept >= 256, "{nofile}: room for the fixed descriptors");
-        }
-        assert_eq!(super::connection_budget(4), 16, "a floor of 16");
     }
 }

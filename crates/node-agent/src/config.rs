@@ -69,7 +69,7 @@ pub const MAX_REQUESTS: ParsedFlag<i64> = ParsedFlag {
 pub const MAX_CONNECTIONS: IntFlag<usize> = IntFlag {
     name: "web.max-connections",
     default: 1024,
-    help: "Maximum number of open connections (node-agent's own flag); at it, the oldest idle connection is closed to make room, or a new one refused when every connection is busy (one peer holds at most a quarter). At most half the open-file limit.",
+    help: "Maximum number of open connections (node-agent's own flag); at it, an idle connection (or one whose request waits for its password check) of the peer holding the most is closed to make room, or a new one refused when every connection is busy (one peer holds at most a quarter). Lowered to two thirds of what the open-file limit leaves after start-up.",
 };
 pub const WEB_CONFIG_FILE: StringFlag = StringFlag {
     name: "web.config.file",
@@ -176,7 +176,8 @@ pub fn log_settings(m: &ArgMatches) -> Result<(tracing::Level, LogFormat), Error
 /// [`parse`], then [`build_collectors`].
 pub fn resolve(m: &ArgMatches) -> Result<ServeConfig, Error> {
     let mut cfg = parse(m)?;
-    cfg.collectors = build_collectors(m, &cfg.paths)?;
+    cfg.collectors =
+        build_collectors(m, &cfg.paths, host::sys::nofile_limit().map(|n| crate::descriptors::Ceiling::for_limit(n, cfg.listen.len())))?;
     Ok(cfg)
 }
 
@@ -232,12 +233,15 @@ pub fn parse(m: &ArgMatches) -> Result<ServeConfig, Error> {
 /// attach their programs and pod attribution starts its watch of the API
 /// server, which need the capabilities (BPF, PERFMON, SYS_PTRACE) that
 /// `--security.drop-capabilities` drops afterwards: this step must come
-/// before the drop (`agent::Agent::start` keeps that order).
-pub fn build_collectors(m: &ArgMatches, paths: &Paths) -> Result<Vec<Named>, Error> {
+/// before the drop (`agent::Agent::start` keeps that order). The eBPF
+/// object and its programs take descriptors only under `fds`
+/// (`crate::descriptors`).
+pub fn build_collectors(m: &ArgMatches, paths: &Paths, fds: Option<crate::descriptors::Ceiling>) -> Result<Vec<Named>, Error> {
     let f = Flags::new(m);
     let mut collectors = registry::build(&f, paths, &registry::definitions(), &mut ())?;
     let probes = crate::probes::definitions();
     let mut ctx = crate::probes::Context::new(&f, paths, &probes)?;
+    ctx.fds = fds;
     collectors.extend(registry::build(&f, paths, &probes, &mut ctx)?);
     Ok(collectors)
 }

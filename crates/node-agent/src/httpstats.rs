@@ -92,7 +92,7 @@ impl HttpMetrics {
         sink.single("node_agent_http_connections_open", "HTTP connections held now.", Kind::Gauge, a.open() as f64);
         sink.single(
             "node_agent_http_connections_max",
-            "The most HTTP connections held at once (--web.max-connections, lowered to half the open-file limit).",
+            "The most HTTP connections held at once (--web.max-connections, lowered to two thirds of what the open-file limit leaves after start-up).",
             Kind::Gauge,
             a.max() as f64,
         );
@@ -104,7 +104,7 @@ impl HttpMetrics {
         );
         let mut f = sink.family(
             "node_agent_http_connections_closed_total",
-            "HTTP connections closed by admission, by reason: first_byte_timeout (silent after accepting), peer_cap (a peer's oldest idle one, for its new one), connection_cap (at --web.max-connections: the oldest idle one, or the oldest of a peer over its share), refused (new, every one busy).",
+            "HTTP connections closed by admission, by reason: first_byte_timeout (silent after accepting), peer_cap (a peer's oldest idle or waiting-for-its-password-check one, for its new one), connection_cap (at --web.max-connections: the oldest idle or waiting one of the peer holding the most, or the oldest of a peer over its share), refused (new, every one busy), descriptors (an accept out of file descriptors: the one connection_cap would close).",
             Kind::Counter,
         );
         for (why, n) in a.closed() {

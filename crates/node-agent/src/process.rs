@@ -3,8 +3,6 @@
 //! by it; its labels say node-agent), read from its own /proc/self (not the
 //! host's --path.procfs).
 
-use std::path::Path;
-
 use procfs_core::FromRead;
 
 use expo::{Kind, Sink};
@@ -17,20 +15,6 @@ pub struct ProcessMetrics {
     caps: u64,
     /// Also serve `node_exporter_build_info`.
     node_exporter_build_info: bool,
-}
-
-/// The process's open file descriptors. Linux 6.2+ reports their count as
-/// the size of /proc/self/fd (one bitmap count in the kernel); older
-/// kernels report 0 there, and the directory is listed instead (a dentry
-/// built per descriptor: it was the costliest part of these metrics).
-fn open_fds() -> Option<usize> {
-    let fd = Path::new("/proc/self/fd");
-    match std::fs::metadata(fd) {
-        Ok(m) if m.len() > 0 => Some(m.len() as usize),
-        // The listing counts the descriptor it reads through, which is not
-        // open otherwise.
-        _ => std::fs::read_dir(fd).ok().map(|rd| rd.count().saturating_sub(1)),
-    }
 }
 
 impl Default for ProcessMetrics {
@@ -77,7 +61,7 @@ impl ProcessMetrics {
             sink.single("process_virtual_memory_bytes", "Virtual memory size in bytes.", Kind::Gauge, stat.vsize as f64);
             sink.single("process_resident_memory_bytes", "Resident memory size in bytes.", Kind::Gauge, stat.rss as f64 * self.page);
         }
-        if let Some(n) = open_fds() {
+        if let Some(n) = host::sys::open_fds() {
             sink.single("process_open_fds", "Number of open file descriptors.", Kind::Gauge, n as f64);
         }
         let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
@@ -94,7 +78,7 @@ impl ProcessMetrics {
         );
         sink.single(
             "node_agent_kept_fds_max",
-            "The most file descriptors kept open between scrapes: a quarter of the open-file limit, at most 512.",
+            "The most file descriptors kept open between scrapes: what the open-file limit leaves after start-up, connections and a reserve (at most a quarter of the limit, at most 512).",
             Kind::Gauge,
             kept.budget as f64,
         );
@@ -175,25 +159,5 @@ impl host::Collector for ProcessMetrics {
     fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
         self.collect(sink);
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn open_fds_counts_this_processs_descriptors() {
-        let before = super::open_fds().expect("count");
-        let files: Vec<std::fs::File> = (0..64).map(|_| std::fs::File::open("/dev/null").expect("open")).collect();
-        let during = super::open_fds().expect("count");
-        drop(files);
-        // Other test threads open and close files meanwhile: the 64 show
-        // within a margin.
-        assert!(during + 16 >= before + 64 && during <= before + 64 + 16, "{before} -> {during} with 64 more open");
-        // The directory's listing says the same, less its own descriptor.
-        let agrees = (0..50).any(|_| {
-            let listed = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
-            super::open_fds() == Some(listed.saturating_sub(1))
-        });
-        assert!(agrees, "the count agrees with a listing of /proc/self/fd");
     }
 }

@@ -2,7 +2,7 @@
 //! `collect[]`/`exclude[]`), /healthz, /readyz and a landing page, over hyper.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -184,15 +184,22 @@ fn landing(state: &State) -> Response<Full<Bytes>> {
     r
 }
 
-/// Handles one request: authentication, then the route, then the
-/// configured response headers. The web config is read per request (as
-/// exporter-toolkit does), so a rotated password or newly required basic
-/// auth applies at once to kept-alive connections too; TLS settings apply
-/// from the next connection.
-pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+/// Handles one request of connection `slot` from `peer` (its admission
+/// key): authentication, then the route, then the configured response
+/// headers. The web config is read per request (as exporter-toolkit does),
+/// so a rotated password or newly required basic auth applies at once to
+/// kept-alive connections too; TLS settings apply from the next
+/// connection. While the request waits for its password check, its
+/// connection may be closed to make room (see [`crate::admission`]).
+pub async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    peer: IpAddr,
+    slot: &Arc<Slot>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let web = state.web.current();
     let auth = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let mut resp = if web.authorize(auth).await == crate::webconfig::Auth::Denied {
+    let mut resp = if web.authorize(auth, peer, || slot.waiting()).await == crate::webconfig::Auth::Denied {
         let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
         r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
         r
@@ -451,6 +458,13 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<State>, shutdown: imp
                             return;
                         }
                     }
+                    // Out of descriptors (something beside the budget took
+                    // them: crate::descriptors): the connection the cap
+                    // would close goes, giving the listener one back.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) && admission.shed() => {
+                        tracing::debug!(err = %e, "accept out of descriptors: a connection closed for it");
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
                     Err(e) => {
                         tracing::warn!(err = %e, "accept failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -530,11 +544,13 @@ async fn connection(
             return;
         }
     }
+    let peer = stream.peer_addr().map_or(IpAddr::from([0u8; 16]), |a| crate::admission::peer_key(a.ip()));
     let svc = service_fn(move |req| {
         let busy = slot.busy();
         let state = Arc::clone(&state);
+        let slot = Arc::clone(&slot);
         async move {
-            let r = handle(state, req).await;
+            let r = handle(state, req, peer, &slot).await;
             drop(busy);
             r
         }

@@ -11,9 +11,10 @@
 //! any configuration that loads.
 //!
 //! bcrypt runs off the async workers, one verification at a time (as
-//! exporter-toolkit serialises it), and every check against a password
-//! takes as long as one against the costliest hash configured, whether the
-//! user exists or not.
+//! exporter-toolkit serialises it), the requests waiting for it served a
+//! peer at a time in turn (`crate::turns`), and every check against a
+//! password takes as long as one against the costliest hash configured,
+//! whether the user exists or not.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -132,8 +133,8 @@ pub enum Auth {
 }
 
 /// bcrypt verifications run one at a time (exporter-toolkit's rule), on a
-/// blocking thread.
-static BCRYPT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+/// blocking thread; the requests waiting for one take turns by peer.
+static BCRYPT: crate::turns::Turns = crate::turns::Turns::new();
 
 /// A decoded `Authorization: Basic` header.
 struct Credentials {
@@ -211,8 +212,11 @@ impl Loaded {
     /// Checks an `Authorization` header against `basic_auth_users`: cached
     /// headers at once; others with bcrypt on a blocking thread, one at a
     /// time, each padded to the time of the costliest check (no user name
-    /// or cost is told by timing).
-    pub async fn authorize(self: &Arc<Self>, header: Option<&str>) -> Auth {
+    /// or cost is told by timing). A request that must wait for its check
+    /// queues behind one per other peer waiting (`peer`: its address, or
+    /// IPv6 /64), holding what `queued` returns until its turn comes (the
+    /// server marks its connection as one that may be closed to make room).
+    pub async fn authorize<G>(self: &Arc<Self>, header: Option<&str>, peer: std::net::IpAddr, queued: impl FnOnce() -> G) -> Auth {
         if let Some(a) = self.authorized_without_bcrypt(header) {
             return a;
         }
@@ -220,12 +224,21 @@ impl Loaded {
         if !h.starts_with("Basic ") {
             return Auth::Denied;
         }
-        let Ok(_permit) = BCRYPT.acquire().await else { return Auth::Denied };
+        let turn = {
+            let _queued = queued();
+            BCRYPT.take(peer).await
+        };
         let this = Arc::clone(self);
         let header = h.to_string();
         let started = std::time::Instant::now();
-        let auth = tokio::task::spawn_blocking(move || this.verify(&header)).await.unwrap_or(Auth::Denied);
-        drop(_permit);
+        // The turn goes with the check: a request that goes meanwhile (its
+        // client hung up) does not let the next check start beside it.
+        let auth = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            this.verify(&header)
+        })
+        .await
+        .unwrap_or(Auth::Denied);
         if let Some((_, target)) = &self.dummy {
             if let Some(rest) = target.checked_sub(started.elapsed()) {
                 tokio::time::sleep(rest).await;
@@ -609,7 +622,11 @@ mod tests {
     }
 
     fn auth(l: &Arc<Loaded>, h: Option<&str>) -> Auth {
-        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(l.authorize(h))
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(l.authorize(
+            h,
+            std::net::Ipv4Addr::LOCALHOST.into(),
+            || (),
+        ))
     }
 
     fn basic(user: &str, pass: &str) -> String {

@@ -30,7 +30,7 @@ pub enum LoadError {
 }
 
 /// Why a program is down: the `reason` label of
-/// `node_ebpf_program_down_reason`, one of eight values.
+/// `node_ebpf_program_down_reason`, one of nine values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     /// The binary embeds no programs (`NODE_AGENT_SKIP_EBPF=1`).
@@ -48,12 +48,14 @@ pub enum Reason {
     Kernel,
     /// Attaching failed otherwise (tracefs, the hook).
     Attach,
+    /// The open-file limit leaves no descriptor for it (`crate::descriptors`).
+    Descriptors,
     /// Anything else.
     Error,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::NotBuilt,
         Reason::Seccomp,
         Reason::Capability,
@@ -61,6 +63,7 @@ impl Reason {
         Reason::Verifier,
         Reason::Kernel,
         Reason::Attach,
+        Reason::Descriptors,
         Reason::Error,
     ];
 
@@ -73,6 +76,7 @@ impl Reason {
             Reason::Verifier => "verifier",
             Reason::Kernel => "kernel",
             Reason::Attach => "attach",
+            Reason::Descriptors => "descriptors",
             Reason::Error => "error",
         }
     }
@@ -108,6 +112,7 @@ pub fn classify(call: Call, errno: Option<i32>, caps: u64, refused_by_seccomp: i
         Call::PerfEventOpen => PERFMON,
     };
     match errno {
+        Some(libc::EMFILE) | Some(libc::ENFILE) => Reason::Descriptors,
         Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOSYS) if refused_by_seccomp(call) => Reason::Seccomp,
         Some(libc::EPERM) if !has(caps, needed) && !has(caps, SYS_ADMIN) => Reason::Capability,
         Some(libc::EPERM) => Reason::Denied,
@@ -174,6 +179,9 @@ pub enum AttachError {
     /// The running kernel lacks what the program needs (never attached).
     #[error("not on this kernel: {0}")]
     Kernel(String),
+    /// The open-file limit leaves it no descriptor (never loaded).
+    #[error("{0}")]
+    Descriptors(String),
 }
 
 impl AttachError {
@@ -182,16 +190,18 @@ impl AttachError {
             AttachError::Object(e) => e.reason(),
             AttachError::Load { reason, .. } | AttachError::Attach { reason, .. } => *reason,
             AttachError::Kernel(_) => Reason::Kernel,
+            AttachError::Descriptors(_) => Reason::Descriptors,
             AttachError::Missing(_) | AttachError::Type { .. } | AttachError::Poisoned => Reason::Error,
         }
     }
 }
 
 /// The read-only globals to set before loading: symbol name and bytes;
-/// the maps sized at load time for this node; and the node's cgroup v2
-/// root, where cgroup programs attach.
+/// the maps sized at load time for this node; the node's cgroup v2 root,
+/// where cgroup programs attach; and the descriptors the object may take
+/// (`crate::descriptors`).
 #[derive(Debug, Default, Clone)]
-pub struct Globals(Vec<(&'static str, Vec<u8>)>, Vec<(&'static str, u32)>, Option<std::path::PathBuf>);
+pub struct Globals(Vec<(&'static str, Vec<u8>)>, Vec<(&'static str, u32)>, Option<std::path::PathBuf>, Option<crate::descriptors::Ceiling>);
 
 impl Globals {
     /// Sets global `name` to `value`'s bytes.
@@ -214,6 +224,13 @@ impl Globals {
     pub fn cgroup_root(&mut self, root: Option<std::path::PathBuf>) {
         self.2 = root;
     }
+
+    /// Loads the object, and attaches each program, only while the
+    /// process's descriptors stay under `ceiling`; what does not fit is
+    /// down with the reason `descriptors`.
+    pub fn descriptors(&mut self, ceiling: Option<crate::descriptors::Ceiling>) {
+        self.3 = ceiling;
+    }
 }
 
 /// aya-log's ring buffer, and the size we give it.
@@ -234,6 +251,8 @@ pub struct Shared {
     maps_claimed: AtomicBool,
     /// The node's cgroup v2 root, for cgroup programs.
     cgroup_root: Option<std::path::PathBuf>,
+    /// A program is loaded only while it fits under this.
+    fds: Option<crate::descriptors::Ceiling>,
 }
 
 impl Drop for Shared {
@@ -261,6 +280,15 @@ impl Shared {
     pub fn load(object: &[u8], globals: &Globals, stats: bool) -> Result<Arc<Shared>, LoadError> {
         if object.is_empty() {
             return Err(LoadError::NotBuilt);
+        }
+        if let Some(ceiling) = globals.3 {
+            // Every map of the object is created at load (a descriptor
+            // each), whichever probes are on.
+            let maps = aya_obj::Object::parse(object).map(|o| o.maps.len()).unwrap_or(agent_common::MAPS.len() + 2);
+            let need = maps + crate::descriptors::OBJECT_EXTRA;
+            ceiling
+                .fits_now(need, &format!("the eBPF object ({maps} maps)"))
+                .map_err(|msg| LoadError::Load { msg, reason: Reason::Descriptors })?;
         }
         let mut loader = EbpfLoader::new();
         // No CO-RE relocations are used (offsets come from tracefs and the
@@ -314,6 +342,7 @@ impl Shared {
             map_stats: Default::default(),
             maps_claimed: AtomicBool::new(false),
             cgroup_root: globals.2.clone(),
+            fds: globals.3,
         }))
     }
 
@@ -335,6 +364,9 @@ impl Shared {
     }
 
     fn attach_now(&self, program: &Program) -> Result<(), AttachError> {
+        if let Some(ceiling) = self.fds {
+            ceiling.fits_now(crate::descriptors::PER_PROGRAM, &format!("program {}", program.name)).map_err(AttachError::Descriptors)?;
+        }
         let mut ebpf = self.lock().ok_or(AttachError::Poisoned)?;
         let name = program.name;
         let prog = ebpf.program_mut(name).ok_or(AttachError::Missing(name))?;
@@ -344,7 +376,7 @@ impl Shared {
         let load = |e: aya::programs::ProgramError| {
             let (msg, errno) = chain(&e);
             let reason = match errno {
-                Some(libc::EPERM) | Some(libc::ENOSYS) => reason_of(Call::Bpf, errno),
+                Some(libc::EPERM) | Some(libc::ENOSYS) | Some(libc::EMFILE) | Some(libc::ENFILE) => reason_of(Call::Bpf, errno),
                 _ if matches!(e, aya::programs::ProgramError::LoadError { .. }) => Reason::Verifier,
                 _ => Reason::Error,
             };
@@ -355,7 +387,9 @@ impl Shared {
         let attach = |hook: String, call: Call, e: aya::programs::ProgramError| {
             let (msg, errno) = chain(&e);
             let reason = match errno {
-                Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOSYS) => reason_of(call, errno),
+                Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOSYS) | Some(libc::EMFILE) | Some(libc::ENFILE) => {
+                    reason_of(call, errno)
+                }
                 _ => Reason::Attach,
             };
             AttachError::Attach { hook, msg, reason }
@@ -384,7 +418,11 @@ impl Shared {
                 let cgroup = std::fs::File::open(root).map_err(|e| AttachError::Attach {
                     hook: hook.clone(),
                     msg: e.to_string(),
-                    reason: Reason::Attach,
+                    reason: if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                        Reason::Descriptors
+                    } else {
+                        Reason::Attach
+                    },
                 })?;
                 let p: &mut CgroupSkb = prog.try_into().map_err(kind)?;
                 p.load().map_err(|e| {
@@ -613,7 +651,7 @@ impl Probe {
             if let Err(e) = r {
                 sink.family(
                     "node_ebpf_program_down_reason",
-                    "Why the eBPF program is down (1 while it is; absent while it is up): seccomp, capability, denied, verifier, kernel, attach, not_built or error. The agent's log has the error.",
+                    "Why the eBPF program is down (1 while it is; absent while it is up): seccomp, capability, denied, verifier, kernel, attach, descriptors (the open-file limit leaves it none), not_built or error. The agent's log has the error.",
                     Kind::Gauge,
                 )
                 .sample(&[("program", name), ("reason", e.reason().label())], 1.0);
@@ -686,6 +724,9 @@ mod tests {
         assert_eq!(classify(Call::Bpf, Some(libc::ENOSYS), with(&[BPF]), |_| false), Reason::Kernel);
         assert_eq!(classify(Call::Bpf, Some(libc::EINVAL), with(&[BPF]), |_| true), Reason::Error, "not a refusal");
         assert_eq!(classify(Call::Bpf, None, 0, |_| true), Reason::Error);
+        // Out of descriptors is neither the verifier's nor a refusal.
+        assert_eq!(classify(Call::Bpf, Some(libc::EMFILE), with(&[BPF]), |_| true), Reason::Descriptors);
+        assert_eq!(classify(Call::PerfEventOpen, Some(libc::ENFILE), 0, |_| false), Reason::Descriptors);
     }
 
     /// aya's message alone says "failed to create map `X`": the errno is

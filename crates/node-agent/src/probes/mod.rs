@@ -84,6 +84,10 @@ pub struct Context {
     /// queues).
     pub procfs: std::path::PathBuf,
     pub sysfs: std::path::PathBuf,
+    /// The descriptors the eBPF object and its programs may take (the
+    /// agent's share of the open-file limit: `crate::descriptors`); `None`,
+    /// as many as the limit allows.
+    pub fds: Option<crate::descriptors::Ceiling>,
     globals: Vec<GlobalsFn>,
     /// Which probe reports each program ([`Context::attach`]).
     claims: Arc<Claims>,
@@ -125,6 +129,7 @@ impl Context {
             pod_events: 0,
             procfs: "/proc".into(),
             sysfs: "/sys".into(),
+            fds: None,
             globals: globals(),
             claims: Arc::default(),
         }
@@ -214,6 +219,7 @@ impl Context {
             g(kernel, self, &mut globals);
         }
         globals.cgroup_root(crate::pods::cgroup::v2_root(&self.sysfs));
+        globals.descriptors(self.fds);
         let r = Shared::load(self.object, &globals, self.bpf_stats);
         self.ebpf = Some(r.clone());
         r
