@@ -26,7 +26,7 @@ pub mod tcp_retransmits;
 pub mod test_programs;
 
 pub use hist::{log2_bucket, native_bucket, Hist, NativeHist, HIST_BUCKETS, NATIVE_OFFSET, NATIVE_SCHEMA, NATIVE_SLOTS};
-pub use program::{Hook, Program, SkbDirection};
+pub use program::{Hook, Program, SkbDirection, SockAddrHook};
 
 /// The licence the eBPF object declares to the kernel (its `license`
 /// section), which must agree with `agent-ebpf`'s Cargo licence.
