@@ -13,9 +13,12 @@
 //! a pod of this node, loopback (`local`), else `external` (the address).
 //! No domain is exported.
 //!
-//! Over TCP, a message is read where a segment starts with one (its
-//! two-byte length, then the header): the usual one query and one answer
-//! per connection, as after a truncated answer over UDP.
+//! Over TCP, a connection is followed from its SYN by sequence number, and
+//! each message read where it starts (answers of many segments once,
+//! pipelined messages each). The server is the address the socket asked
+//! for (before any NAT below it: kube-proxy's DNAT of a host-network
+//! socket's query to a ClusterIP), and a query waits by socket, server and
+//! id (a resolver may ask several servers with one id).
 //!
 //! Cardinality: per pod (and for the host, `namespace=""`) and transport,
 //! at most `--collector.ebpf_dns.max-servers` servers (default 4) with
@@ -31,9 +34,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use agent_common::dns::{
-    NameKey, Pending, PendingKey, DROPPED, DROP_LAT, DROP_NAMES, DROP_PENDING, DROP_STATS, LAT, LATE, LATENCY_NS, MATCHED, NAMES, PENDING,
-    PROGRAMS, Q_A, Q_AAAA, Q_OTHER, Q_PTR, Q_SRV, RETRANSMITS, R_NOERROR, R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS, TIMEOUTS,
-    TRANSPORT_TCP, TRUNCATED,
+    Conn, NameKey, Pending, PendingKey, CONNS, CONN_IDLE_NS, DROPPED, LAT, LATE, LATENCY_NS, MATCHED, NAMES, NUM_DROPS, PENDING,
+    PENDING_ALIAS, PROGRAMS, Q_A, Q_AAAA, Q_OTHER, Q_PTR, Q_SRV, RETRANSMITS, R_NOERROR, R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS,
+    TIMEOUTS, TRANSPORT_TCP, TRUNCATED,
 };
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
 use agent_common::NATIVE_OFFSET;
@@ -206,29 +209,55 @@ fn monotonic_ns() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }
 
-/// The queries waiting longer than `timeout`, deleted from the kernel's
-/// map: those deleted here (not by a response meanwhile) are timeouts.
-/// Also how many are still waiting.
-fn reap(ebpf: &mut aya::Ebpf, timeout: Duration) -> Result<(Vec<PeerKey>, usize), MapError> {
-    let mut m: aya::maps::HashMap<_, PendingKey, Pending> =
-        aya::maps::HashMap::try_from(ebpf.map_mut(PENDING).ok_or(MapError::Missing(PENDING))?)
-            .map_err(|source| MapError::Map { map: PENDING, source })?;
-    let waiting: Vec<(PendingKey, Pending)> = m.iter().filter_map(Result::ok).collect();
-    let cutoff = monotonic_ns().saturating_sub(timeout.as_nanos() as u64);
-    let timed_out = waiting.iter().filter(|(k, v)| v.start_ns <= cutoff && m.remove(k).is_ok()).map(|(_, v)| v.peer).collect();
-    let in_flight = waiting.iter().filter(|(_, v)| v.start_ns > cutoff).count();
-    Ok((timed_out, in_flight))
+/// What one pass over the kernel's maps of waiting queries and followed
+/// connections found: the queries timed out (their counting entries
+/// deleted here), those still waiting, and the connections followed.
+struct Swept {
+    timed_out: Vec<PeerKey>,
+    in_flight: usize,
+    conns: usize,
 }
 
-type Read = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>, [u64; 4]);
+/// Deletes the queries waiting longer than `timeout` (those deleted here,
+/// not by a response meanwhile, are timeouts, an alias entry never) and
+/// the connections idle for `CONN_IDLE_NS`.
+fn reap(shared: &crate::ebpf::loader::Shared, ebpf: &mut aya::Ebpf, timeout: Duration) -> Result<Swept, MapError> {
+    let now = monotonic_ns();
+    let cutoff = now.saturating_sub(timeout.as_nanos() as u64);
+    let waiting: Vec<(PendingKey, Pending)> = maps::hash_entries(ebpf, PENDING)?;
+    let conns: Vec<(u64, Conn)> = maps::hash_entries(ebpf, CONNS)?;
+    let mut timed_out = Vec::new();
+    {
+        let mut m: aya::maps::HashMap<_, PendingKey, Pending> =
+            aya::maps::HashMap::try_from(ebpf.map_mut(PENDING).ok_or(MapError::Missing(PENDING))?)
+                .map_err(|source| MapError::Map { map: PENDING, source })?;
+        for (k, v) in waiting.iter().filter(|(_, v)| v.start_ns <= cutoff) {
+            if m.remove(k).is_ok() && v.kind != PENDING_ALIAS {
+                timed_out.push(v.peer);
+            }
+        }
+    }
+    let in_flight = waiting.iter().filter(|(_, v)| v.start_ns > cutoff && v.kind != PENDING_ALIAS).count();
+    let idle_since = now.saturating_sub(CONN_IDLE_NS);
+    {
+        let mut m: aya::maps::HashMap<_, u64, Conn> = aya::maps::HashMap::try_from(ebpf.map_mut(CONNS).ok_or(MapError::Missing(CONNS))?)
+            .map_err(|source| MapError::Map { map: CONNS, source })?;
+        for (k, _) in conns.iter().filter(|(_, c)| c.last_ns <= idle_since) {
+            let _ = m.remove(k);
+        }
+    }
+    // Read whole: the maps' figures take this count, not a walk of their own.
+    shared.note_entries(CONNS, conns.len());
+    Ok(Swept { timed_out, in_flight, conns: conns.len() })
+}
+
+type Read = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>, u64);
 
 fn read(ebpf: &aya::Ebpf) -> Result<Read, MapError> {
-    let drops = [
-        maps::counter(ebpf, DROPPED, DROP_PENDING)?,
-        maps::counter(ebpf, DROPPED, DROP_STATS)?,
-        maps::counter(ebpf, DROPPED, DROP_LAT)?,
-        maps::counter(ebpf, DROPPED, DROP_NAMES)?,
-    ];
+    let mut drops = 0u64;
+    for slot in 0..NUM_DROPS {
+        drops = drops.wrapping_add(maps::counter(ebpf, DROPPED, slot)?);
+    }
     Ok((maps::hash_entries(ebpf, STATS)?, maps::hash_entries(ebpf, LAT)?, drops))
 }
 
@@ -241,8 +270,8 @@ impl host::Collector for Collector {
     fn update(&mut self, sink: &mut Sink) -> Result<(), host::Error> {
         self.probe.self_metrics(sink);
         let Some(shared) = self.probe.shared.clone() else { return Ok(()) };
-        let (timed_out, in_flight) = reap(&mut *shared.lock().ok_or(MapError::Poisoned)?, self.timeout)?;
-        for mut k in timed_out {
+        let reaped = reap(&shared, &mut *shared.lock().ok_or(MapError::Poisoned)?, self.timeout)?;
+        for mut k in reaped.timed_out {
             k.dir |= TIMEOUT_RECORD;
             *self.timeouts.entry(k).or_default() += 1;
         }
@@ -299,15 +328,16 @@ impl host::Collector for Collector {
         sink.family(
             "node_ebpf_dns_tracked",
             "What ebpf_dns keeps: servers with counts in user space, cgroups whose pod is not known yet, queries waiting for an answer, \
-             and Services known by ClusterIP.",
+             TCP connections to port 53 followed, and Services known by ClusterIP.",
             Kind::Gauge,
         )
         .sample(&[("what", "servers")], pass.tracked as f64)
         .sample(&[("what", "pending_cgroups")], pass.pending as f64)
-        .sample(&[("what", "queries_in_flight")], in_flight as f64)
+        .sample(&[("what", "queries_in_flight")], reaped.in_flight as f64)
+        .sample(&[("what", "tcp_connections")], reaped.conns as f64)
         .sample(&[("what", "services")], services_known as f64);
         sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
-            .sample(&[("probe", "dns")], drops.iter().sum::<u64>() as f64);
+            .sample(&[("probe", "dns")], drops as f64);
         Ok(())
     }
 }
