@@ -901,6 +901,75 @@ fn host_network_queries_to_a_service_are_the_services() {
     let _ = server.wait();
 }
 
+/// Issue #47, point 3: the queries waiting for an answer are bounded per
+/// cgroup in the kernel, so that one pod's unanswered queries cannot
+/// stop another pod's from being timed. Pod A sends 10,000 queries that
+/// are never answered (more than the 8,192 the node holds) and opens
+/// 2,100 TCP connections to port 53 that are never accepted (more than the
+/// node's followed connections); pod B's queries just after, over UDP and
+/// TCP, are each matched to their answer and timed. Pod A's queries are
+/// all counted, those beyond its bound untimed (no timeout) and counted as
+/// dropped events.
+#[test]
+fn one_pods_unanswered_queries_do_not_blind_another() {
+    if !root_or_skip("the DNS truth test") {
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = Netns::new("dnsbound");
+    // 10.80.0.1 has a made-up neighbour: its SYNs go unanswered.
+    ns.batch(
+        "link set lo up\naddr add 10.77.0.1/32 dev lo\naddr add 10.77.0.2/32 dev lo\naddr add 10.77.0.3/32 dev lo\n\
+         link add v0 type veth peer name v1\nlink set v1 up\nlink set v0 up\nroute add 10.80.0.0/24 dev v0\n\
+         neigh add 10.80.0.1 lladdr 02:00:00:00:00:01 dev v0 nud permanent\n",
+    );
+    let cluster = Running::start(api()).expect("API server");
+    let agent = Agent::new(&cluster);
+    let (a, b) = (pod_cgroup('A', None), pod_cgroup('B', None));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server_py, client_py) = (dir.path().join("server.py"), dir.path().join("client.py"));
+    std::fs::write(&server_py, SIMPLE_SERVER).expect("server script");
+    std::fs::write(&client_py, SIMPLE_CLIENT).expect("client script");
+    let mut server = start_py(None, &ns, &server_py, "10.77.0.3/0");
+    let dropped = || -> f64 {
+        agent
+            .samples("node_ebpf_events_dropped_total")
+            .into_iter()
+            .find(|(l, _)| l.get("probe").map(String::as_str) == Some("dns"))
+            .map_or(0.0, |s| s.1)
+    };
+    let dropped_before = dropped();
+    let flood =
+        simple_client(&a, &ns, &client_py, &["flood 10.77.0.3 drop.test 1 10000", "syns 10.80.0.1 x.test 1 2100"], "10.77.0.1", "::");
+    assert_eq!(flood.unanswered, 0.0);
+    let seen = simple_client(&b, &ns, &client_py, &["conn 10.77.0.3 ok.test 1 20", "tcp 10.77.0.3 pad-12000.test 1 2"], "10.77.0.2", "::");
+    assert_eq!((seen.rcodes.get("0"), seen.unanswered), (Some(&22.0), 0.0), "the client's own counts");
+    // Named, and pod A's queries past the timeout (1 s): timeouts at this scrape.
+    std::thread::sleep(NAMED_AFTER);
+    let server_b = "external 10.77.0.3";
+    let of_b = |name: &str| agent.pod(name, "kube-system", "coredns-0");
+    let want: BTreeMap<String, f64> = [(server_b.to_string(), 20.0), (format!("{server_b} tcp"), 2.0)].into_iter().collect();
+    eprintln!("coredns-0: responses {:?}", of_b("node_ebpf_pod_dns_responses_total"));
+    assert_eq!(of_b("node_ebpf_pod_dns_latency_seconds_count"), want, "every answer of pod B matched and timed");
+    assert_eq!(of_b("node_ebpf_pod_dns_late_responses_total"), BTreeMap::new(), "none late");
+    let q = agent.client("node_ebpf_pod_dns_queries_total");
+    assert_eq!(q.get(&format!("{server_b} A")), Some(&10_000.0), "pod A's queries, every one counted");
+    // Pod A's queries beyond its bound waited in no map: past the timeout,
+    // exactly the bound are timeouts, the rest dropped events.
+    let bound = agent_common::dns::PENDING_PER_CGROUP as f64;
+    assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total").get(server_b), Some(&bound), "pod A's timed queries: its bound");
+    let more = dropped() - dropped_before;
+    let conns = agent_common::dns::CONNS_PER_CGROUP as f64;
+    assert!(more >= 10_000.0 - bound + 2_100.0 - conns, "{more} dropped events: pod A's queries and connections beyond its bounds");
+    // The agent's deletions (timeouts) give the bound back: pod A's next
+    // 100 unanswered queries are timed again.
+    simple_client(&a, &ns, &client_py, &["flood 10.77.0.3 drop.test 1 100"], "10.77.0.1", "::");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total").get(server_b), Some(&(bound + 100.0)), "timed again");
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
 /// A DNS server over TCP alone, on 10.77.0.2 port 53, for the segmented
 /// answers: each query's first label says how to answer (`MODE-SIZE-N`):
 /// a NOERROR answer of SIZE bytes (a NULL record pads it), written with its

@@ -13,6 +13,11 @@
 //! address given to sendmsg, seen by two cgroup socket-address programs,
 //! [`SENT`]), which NAT below the socket does not change.
 //!
+//! What one cgroup may hold in the node-wide maps of waiting queries and
+//! followed connections is bounded ([`PENDING_PER_CGROUP`],
+//! [`CONNS_PER_CGROUP`]), counted per cgroup in [`INFLIGHT`] by the
+//! programs and in [`REAPED`] by the agent (what it deleted itself).
+//!
 //! The counts use `tcp_peers`' key and record ([`PeerKey`] with the server
 //! address, port 53 and the transport ([`TRANSPORT_UDP`], [`TRANSPORT_TCP`]) as `dir`; [`PeerCounters`] with
 //! the words below), so that the agent folds and bounds them the same way.
@@ -40,6 +45,12 @@ pub const DROPPED: &str = "DNS_DROPPED";
 
 /// TCP connections to port 53 followed: socket cookie to [`Conn`].
 pub const CONNS: &str = "DNS_CONNS";
+/// Per cgroup (its id, a `u64`), what it holds in [`PENDING`] and [`CONNS`]
+/// as the programs count it: [`InFlight`].
+pub const INFLIGHT: &str = "DNS_INFLIGHT";
+/// Per cgroup, the entries of [`PENDING`] and [`CONNS`] the agent deleted
+/// (timed out, idle): [`Reaped`], written by the agent only.
+pub const REAPED: &str = "DNS_REAPED";
 /// Per-CPU scratch of the ingress program (a response's keys).
 pub const IN_SCRATCH: &str = "DNS_IN_SCRATCH";
 /// The address an unconnected UDP socket last gave sendmsg for port 53:
@@ -55,8 +66,20 @@ pub const PROGRAMS: [Program; 4] = [EGRESS, INGRESS, SENDMSG4, SENDMSG6];
 /// Queries waiting for an answer at once (the agent removes those older
 /// than the timeout at each scrape).
 pub const MAX_PENDING: u32 = 8192;
+/// Entries of [`PENDING`] one cgroup may hold: a query of a cgroup holding
+/// as many is counted but not timed ([`DROP_PENDING`]). The map is full
+/// only when 16 cgroups hold as many each.
+pub const PENDING_PER_CGROUP: u32 = 512;
 /// TCP connections to port 53 followed at once.
 pub const MAX_CONNS: u32 = 2048;
+/// Connections one cgroup may have followed at once: its further ones are
+/// not read ([`DROP_CONNS`]). The map is full only when 16 cgroups have as
+/// many each.
+pub const CONNS_PER_CGROUP: u32 = 128;
+/// Cgroups holding waiting queries or followed connections at once
+/// ([`INFLIGHT`], [`REAPED`]; the agent deletes a cgroup's entries once it
+/// holds nothing).
+pub const MAX_CGROUPS: u32 = 2048;
 /// [`SENT`]'s entries: each lives from a sendmsg to its datagram's egress,
 /// microseconds later (an LRU map, preallocated).
 pub const MAX_SENT: u32 = 1024;
@@ -79,7 +102,7 @@ pub const DROP_PENDING: u32 = 0;
 pub const DROP_STATS: u32 = 1;
 pub const DROP_LAT: u32 = 2;
 pub const DROP_NAMES: u32 = 3;
-/// A TCP connection not followed ([`CONNS`] full).
+/// A TCP connection not followed (its cgroup's bound, or [`CONNS`] full).
 pub const DROP_CONNS: u32 = 4;
 /// A TCP message not read (its header split across two segments; passed
 /// over, past [`MAX_MESSAGES`] in a segment), a connection's place lost
@@ -187,17 +210,54 @@ pub const PENDING_WITH_ALIAS: u8 = 1;
 /// counted on its own.
 pub const PENDING_ALIAS: u8 = 2;
 
-/// What the response is counted under, when the query left, and its
-/// other entry, if any.
+/// What the response is counted under, when the query left, the cgroup
+/// whose bound it takes ([`INFLIGHT`]), and its other entry, if any.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pending {
     pub peer: PeerKey,
     pub start_ns: u64,
+    /// The sending socket's cgroup (whether or not counts are attributed).
+    pub owner: u64,
     pub other: [u8; 16],
     /// [`PENDING_QUERY`], [`PENDING_WITH_ALIAS`] or [`PENDING_ALIAS`].
     pub kind: u8,
     pub pad: [u8; 7],
+}
+
+/// What a cgroup holds, as the programs count it: entries of [`PENDING`]
+/// and [`CONNS`] made and deleted by them (each counter only grows; the
+/// agent's deletions are in [`Reaped`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InFlight {
+    pub pending_added: u64,
+    pub pending_removed: u64,
+    pub conns_added: u64,
+    pub conns_removed: u64,
+}
+
+/// The entries of a cgroup the agent deleted, since it last deleted the
+/// cgroup's [`InFlight`] (each only grows).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reaped {
+    pub pending: u64,
+    pub conns: u64,
+}
+
+impl InFlight {
+    /// Waiting queries held, given the agent's deletions (a race with the
+    /// agent's clean-up can leave the counters a little behind: never
+    /// below 0).
+    pub fn pending(&self, reaped: &Reaped) -> u64 {
+        self.pending_added.saturating_sub(self.pending_removed.saturating_add(reaped.pending))
+    }
+
+    /// Followed connections held, the same way.
+    pub fn conns(&self, reaped: &Reaped) -> u64 {
+        self.conns_added.saturating_sub(self.conns_removed.saturating_add(reaped.conns))
+    }
 }
 
 /// Where a TCP stream (one direction of a connection) is: the sequence
@@ -220,12 +280,13 @@ pub const STAGE_LEN_LOW: u8 = 2;
 pub const STAGE_MESSAGE: u8 = 3;
 pub const STAGE_LOST: u8 = 4;
 
-/// A followed TCP connection to port 53 (by its socket's cookie): the last
-/// segment either way, where its queries (`out`) and answers (`inb`) are,
-/// and the FINs seen each way.
+/// A followed TCP connection to port 53 (by its socket's cookie): its
+/// cgroup (for the bound), the last segment either way, where its queries
+/// (`out`) and answers (`inb`) are, and the FINs seen each way.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Conn {
+    pub owner: u64,
     pub last_ns: u64,
     pub out: Stream,
     pub inb: Stream,
@@ -280,7 +341,7 @@ pub fn failing(rcode: u16) -> bool {
     matches!(rcode, 2 | 3 | 5)
 }
 
-crate::pod!(PendingKey, Pending, Config, NameKey, Stream, Conn, Sent);
+crate::pod!(PendingKey, Pending, Config, NameKey, InFlight, Reaped, Stream, Conn, Sent);
 
 #[cfg(test)]
 mod tests {
@@ -289,12 +350,28 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         assert_eq!(core::mem::size_of::<PendingKey>(), 32);
-        assert_eq!(core::mem::size_of::<Pending>(), 64);
+        assert_eq!(core::mem::size_of::<Pending>(), 72);
+        assert_eq!(core::mem::size_of::<InFlight>(), 32);
+        assert_eq!(core::mem::size_of::<Reaped>(), 16);
         assert_eq!(core::mem::size_of::<Stream>(), 8);
-        assert_eq!(core::mem::size_of::<Conn>(), 32);
+        assert_eq!(core::mem::size_of::<Conn>(), 40);
         assert_eq!(core::mem::size_of::<Sent>(), 16);
         assert_eq!(core::mem::size_of::<Config>(), 8);
         assert_eq!(core::mem::size_of::<NameKey>(), 16 + NAME_BYTES);
+    }
+
+    #[test]
+    fn held_entries_never_go_below_zero() {
+        let f = InFlight { pending_added: 10, pending_removed: 4, conns_added: 3, conns_removed: 3 };
+        assert_eq!(f.pending(&Reaped { pending: 2, conns: 0 }), 4);
+        assert_eq!(f.conns(&Reaped::default()), 0);
+        // The agent's clean-up raced a program: more deleted than made.
+        assert_eq!(f.pending(&Reaped { pending: 7, conns: 1 }), 0);
+        assert_eq!(f.conns(&Reaped { pending: 0, conns: 1 }), 0);
+        assert_eq!(
+            InFlight { pending_added: 1, pending_removed: u64::MAX, ..Default::default() }.pending(&Reaped { pending: 5, conns: 0 }),
+            0
+        );
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub const MAPS: &[&str] = &[
     dns::NAMES,
     dns::NAME_SCRATCH,
     dns::CONNS,
+    dns::INFLIGHT,
+    dns::REAPED,
     dns::SENT,
     dns::IN_SCRATCH,
     oom_kills::KILLS,

@@ -28,19 +28,25 @@
 //! A connection whose SYN was not seen is not read. Its entry goes at a
 //! RST, or once FINs went both ways (the agent forgets connections idle for
 //! `CONN_IDLE_NS`).
+//!
+//! One cgroup holds at most `PENDING_PER_CGROUP` waiting queries and
+//! `CONNS_PER_CGROUP` followed connections (`DNS_INFLIGHT`, less what the
+//! agent deleted, `DNS_REAPED`), so that no cgroup can fill the node's
+//! maps for the others.
 
 // Map keys and values are passed by reference: by value, each call would
 // copy them on the BPF stack, whose 512 bytes a call chain shares.
 #![allow(clippy::needless_borrows_for_generic_args)]
 
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
 use core::ptr::{addr_of, read_volatile};
 
 use agent_common::dns::{
-    failing, qtype_word, rcode_word, Config, Conn, NameKey, Pending, PendingKey, Sent, Stream, DROP_CONNS, DROP_LAT, DROP_NAMES,
-    DROP_PENDING, DROP_STATS, DROP_STREAM, FLAG_QR, FLAG_TC, LATE, LATENCY_NS, MATCHED, MAX_CONNS, MAX_LABELS, MAX_LAT, MAX_MESSAGES,
-    MAX_NAMES, MAX_PENDING, MAX_SENT, MAX_SERVERS, MAX_SKIPPED, NAME_BYTES, NUM_DROPS, PENDING_ALIAS, PENDING_QUERY, PENDING_WITH_ALIAS,
-    PORT, RCODE_MASK, RETRANSMITS, STAGE_LEN, STAGE_LEN_LOW, STAGE_LOST, STAGE_MESSAGE, STAGE_UNKNOWN, TRANSPORT_TCP, TRANSPORT_UDP,
-    TRUNCATED,
+    failing, qtype_word, rcode_word, Config, Conn, InFlight, NameKey, Pending, PendingKey, Reaped, Sent, Stream, CONNS_PER_CGROUP,
+    DROP_CONNS, DROP_LAT, DROP_NAMES, DROP_PENDING, DROP_STATS, DROP_STREAM, FLAG_QR, FLAG_TC, LATE, LATENCY_NS, MATCHED, MAX_CGROUPS,
+    MAX_CONNS, MAX_LABELS, MAX_LAT, MAX_MESSAGES, MAX_NAMES, MAX_PENDING, MAX_SENT, MAX_SERVERS, MAX_SKIPPED, NAME_BYTES, NUM_DROPS,
+    PENDING_ALIAS, PENDING_PER_CGROUP, PENDING_QUERY, PENDING_WITH_ALIAS, PORT, RCODE_MASK, RETRANSMITS, STAGE_LEN, STAGE_LEN_LOW,
+    STAGE_LOST, STAGE_MESSAGE, STAGE_UNKNOWN, TRANSPORT_TCP, TRANSPORT_UDP, TRUNCATED,
 };
 use agent_common::native_bucket;
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
@@ -75,6 +81,10 @@ static DNS_NAME_SCRATCH: PerCpuArray<NameKey> = PerCpuArray::with_max_entries(1,
 #[map]
 static DNS_CONNS: HashMap<u64, Conn> = HashMap::with_max_entries(MAX_CONNS, BPF_F_NO_PREALLOC);
 #[map]
+static DNS_INFLIGHT: HashMap<u64, InFlight> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
+#[map]
+static DNS_REAPED: HashMap<u64, Reaped> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
+#[map]
 static DNS_SENT: LruHashMap<u64, Sent> = LruHashMap::with_max_entries(MAX_SENT, 0);
 /// Per-CPU scratch of a response's keys (beside the TCP walk's frame, a
 /// response's own would not fit the 512 bytes of stack).
@@ -103,6 +113,9 @@ const NOEXIST: u64 = 1;
 /// The packet (or the call) goes through (a cgroup program returning 0
 /// would drop it, or fail the call with EPERM).
 const PASS: i32 = 1;
+
+/// A zeroed per-cgroup record in read-only data, to create entries with.
+static NO_INFLIGHT: InFlight = InFlight { pending_added: 0, pending_removed: 0, conns_added: 0, conns_removed: 0 };
 
 #[inline(always)]
 fn counters(peer: &PeerKey) -> Option<*mut PeerCounters> {
@@ -305,7 +318,8 @@ fn qtype(ctx: &SkBuffContext, dns: usize) -> Option<u16> {
     None
 }
 
-/// The socket's cgroup v2 id.
+/// The socket's cgroup v2 id: what the bounds of the maps are kept by,
+/// whether or not counts are attributed.
 #[inline(always)]
 fn owner(ctx: &SkBuffContext) -> u64 {
     // SAFETY: the program's own context.
@@ -360,11 +374,79 @@ fn record_name(ctx: &SkBuffContext, dns: usize, cgroup: u64, rcode: u8) -> Optio
     Some(())
 }
 
-/// Puts a query in `DNS_PENDING` under `key` (false: full, or sent again
-/// meanwhile on another CPU).
+/// `owner`'s record of what it holds, made first if need be (None when
+/// the map of cgroups is full: nothing is admitted then).
+#[inline(always)]
+fn inflight(owner: u64) -> Option<*mut InFlight> {
+    if let Some(p) = DNS_INFLIGHT.get_ptr_mut(owner) {
+        return Some(p);
+    }
+    let _ = DNS_INFLIGHT.insert(owner, NO_INFLIGHT, NOEXIST);
+    DNS_INFLIGHT.get_ptr_mut(owner)
+}
+
+/// Words of an `InFlight` record.
+const PENDING_ADDED: usize = 0;
+const PENDING_REMOVED: usize = 1;
+const CONNS_ADDED: usize = 2;
+const CONNS_REMOVED: usize = 3;
+const _: () = {
+    use core::mem::offset_of;
+    assert!(offset_of!(InFlight, pending_added) == PENDING_ADDED * 8);
+    assert!(offset_of!(InFlight, pending_removed) == PENDING_REMOVED * 8);
+    assert!(offset_of!(InFlight, conns_added) == CONNS_ADDED * 8);
+    assert!(offset_of!(InFlight, conns_removed) == CONNS_REMOVED * 8);
+    assert!(core::mem::size_of::<InFlight>() == 32);
+};
+
+/// Adds one to word `w` of the `InFlight` record `f`, atomically (every CPU
+/// adds to it).
+#[inline(always)]
+fn bump(f: *mut InFlight, w: usize) {
+    if w <= CONNS_REMOVED {
+        // SAFETY: `f` points to a map value of four aligned u64 words; `w`
+        // is in range.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>((f as *mut u64).add(w), 1) };
+    }
+}
+
+/// Whether `owner` may take one more entry of `DNS_PENDING` (`conns`
+/// false) or `DNS_CONNS` (true), below its bound; if so it is counted as
+/// taken. Two CPUs admitting for one cgroup at once may take it one past.
+#[inline(always)]
+fn admit(owner: u64, conns: bool) -> bool {
+    let Some(f) = inflight(owner) else { return false };
+    // SAFETY: copies of map values, taken at once.
+    let (held, reaped) = unsafe { (read_volatile(f), DNS_REAPED.get_ptr(owner).map(|r| read_volatile(r)).unwrap_or_default()) };
+    let (now, bound) = if conns { (held.conns(&reaped), CONNS_PER_CGROUP) } else { (held.pending(&reaped), PENDING_PER_CGROUP) };
+    if now >= bound as u64 {
+        return false;
+    }
+    bump(f, if conns { CONNS_ADDED } else { PENDING_ADDED });
+    true
+}
+
+/// An entry `owner` took is deleted (by a program: the agent's own
+/// deletions are in `DNS_REAPED`).
+#[inline(always)]
+fn release(owner: u64, conns: bool) {
+    if let Some(f) = DNS_INFLIGHT.get_ptr_mut(owner) {
+        bump(f, if conns { CONNS_REMOVED } else { PENDING_REMOVED });
+    }
+}
+
+/// Puts a query in `DNS_PENDING` under `key`, within its owner's bound.
 #[inline(always)]
 fn wait(key: &PendingKey, value: &Pending) -> bool {
-    DNS_PENDING.insert(key, value, NOEXIST).is_ok()
+    if !admit(value.owner, false) {
+        return false;
+    }
+    if DNS_PENDING.insert(key, value, NOEXIST).is_err() {
+        // Full, or sent again meanwhile on another CPU.
+        release(value.owner, false);
+        return false;
+    }
+    true
 }
 
 /// A message's place and the socket it belongs to: the DNS header's
@@ -398,6 +480,7 @@ fn query(ctx: &SkBuffContext, m: &Msg) -> Option<()> {
     let mut w = Pending {
         peer: PeerKey { cgroup: label(m.owner), addr: m.server.0, port: PORT, dir: m.transport, pad: [0; 5] },
         start_ns: 0,
+        owner: m.owner,
         other: m.remote.0,
         kind: if aliased { PENDING_WITH_ALIAS } else { PENDING_QUERY },
         pad: [0; 7],
@@ -454,7 +537,7 @@ fn answer(ctx: &SkBuffContext, m: &Msg) -> Option<()> {
         // entries are deleted just after.
         sc.alias = sc.key;
         // SAFETY: a map value, read before its entry is deleted.
-        let kind = unsafe {
+        let (kind, owner) = unsafe {
             sc.peer = (*p).peer;
             start_ns = (*p).start_ns;
             match (*p).kind {
@@ -462,11 +545,14 @@ fn answer(ctx: &SkBuffContext, m: &Msg) -> Option<()> {
                 PENDING_WITH_ALIAS => sc.alias.server = (*p).other,
                 _ => {}
             }
-            (*p).kind
+            ((*p).kind, (*p).owner)
         };
         matched = DNS_PENDING.remove(&sc.key).is_ok();
-        if kind != PENDING_QUERY {
-            let _ = DNS_PENDING.remove(&sc.alias);
+        if matched {
+            release(owner, false);
+        }
+        if kind != PENDING_QUERY && DNS_PENDING.remove(&sc.alias).is_ok() {
+            release(owner, false);
         }
     }
     if !matched {
@@ -586,30 +672,42 @@ fn walk(ctx: &SkBuffContext, s: &mut Stream, start: u32, payload: usize, len: u3
 
 /// Forgets a connection (at a RST, or once FINs went both ways).
 #[inline(always)]
-fn forget(cookie: u64) {
-    let _ = DNS_CONNS.remove(cookie);
+fn forget(cookie: u64, owner: u64) {
+    if DNS_CONNS.remove(cookie).is_ok() {
+        release(owner, true);
+    }
 }
 
 /// Follows a connection from its SYN (sent again: from its new first
-/// byte): its queries start at `first`.
+/// byte), within its cgroup's bound: its queries start at `first`.
 #[inline(always)]
-fn follow(cookie: u64, first: u32) -> i32 {
+fn follow(cookie: u64, owner: u64, first: u32) -> i32 {
     let out = Stream { next: first, len: 0, stage: STAGE_LEN, hi: 0 };
     if let Some(c) = DNS_CONNS.get_ptr_mut(cookie) {
         // SAFETY: a field of this connection's map value.
         unsafe { (*c).out = out };
         return 0;
     }
-    let c =
-        Conn { last_ns: now_ns(), out, inb: Stream { next: 0, len: 0, stage: STAGE_UNKNOWN, hi: 0 }, fin_out: 0, fin_in: 0, pad: [0; 6] };
-    if DNS_CONNS.insert(cookie, &c, NOEXIST).is_err() {
+    let c = Conn {
+        owner,
+        last_ns: now_ns(),
+        out,
+        inb: Stream { next: 0, len: 0, stage: STAGE_UNKNOWN, hi: 0 },
+        fin_out: 0,
+        fin_in: 0,
+        pad: [0; 6],
+    };
+    if !admit(owner, true) {
+        inc(&DNS_DROPPED, DROP_CONNS);
+    } else if DNS_CONNS.insert(cookie, &c, NOEXIST).is_err() {
+        release(owner, true);
         inc(&DNS_DROPPED, DROP_CONNS);
     }
     0
 }
 
-/// A TCP segment out to port 53: a SYN starts following its connection; a
-/// followed connection's queries are read.
+/// A TCP segment out to port 53: a SYN starts following its connection
+/// (within its cgroup's bound); a followed connection's queries are read.
 /// Each of the four paths (UDP and TCP, out and in) is a function of its
 /// own in the program (a BPF-to-BPF call), so that the entry point's stack
 /// frame holds none of theirs (the frames of a call chain share 512 bytes).
@@ -628,7 +726,7 @@ fn follow_out(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
     if seg.flags & (TCP_SYN | TCP_ACK) == TCP_SYN {
         // The first byte of data (in this SYN with Fast Open) follows the SYN.
         start = seg.seq.wrapping_add(1);
-        follow(cookie, start);
+        follow(cookie, owner, start);
     }
     // Not followed: its SYN was not seen (or found no room).
     let c = DNS_CONNS.get_ptr_mut(cookie)?;
@@ -649,11 +747,11 @@ fn follow_out(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
     // SAFETY: as above (`c` is not used once the entry is deleted).
     unsafe {
         if seg.flags & TCP_RST != 0 {
-            forget(cookie);
+            forget(cookie, (*c).owner);
         } else if seg.flags & TCP_FIN != 0 {
             (*c).fin_out = 1;
             if read_volatile(addr_of!((*c).fin_in)) != 0 {
-                forget(cookie);
+                forget(cookie, (*c).owner);
             }
         }
     }
@@ -702,11 +800,11 @@ fn follow_in(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
     // SAFETY: as above (`c` is not used once the entry is deleted).
     unsafe {
         if seg.flags & TCP_RST != 0 {
-            forget(cookie);
+            forget(cookie, (*c).owner);
         } else if seg.flags & TCP_FIN != 0 {
             (*c).fin_in = 1;
             if read_volatile(addr_of!((*c).fin_out)) != 0 {
-                forget(cookie);
+                forget(cookie, (*c).owner);
             }
         }
     }
