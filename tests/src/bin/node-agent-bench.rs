@@ -582,6 +582,29 @@ fn dns_loop(n: usize, port: u16) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
+/// `n` UDP datagrams on loopback in one thread from an unconnected socket
+/// (sendto, with the address each time: musl's resolver sends so, as
+/// QUIC and other UDP servers answer), to a socket on port `port` of
+/// 127.0.0.153 that reads each. With `port` 53 each is a query for
+/// ebpf_dns (its server from its sendmsg program); with another port, the
+/// cost every such datagram of the node pays for the sendmsg programs
+/// being there (the kernel locks the socket around them) and the packet
+/// programs looking at it.
+fn sendto_loop(n: usize, port: u16) -> f64 {
+    let server = std::net::UdpSocket::bind(("127.0.0.153", port)).expect("bind the server (127.0.0.153)");
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let to = std::net::SocketAddr::from(([127, 0, 0, 153], port));
+    let mut query = [0x12u8, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 3, b'a', b'p', b'i', 4, b't', b'e', b's', b't', 0, 0, 1, 0, 1];
+    let mut buf = [0u8; 512];
+    let t = Instant::now();
+    for i in 0..n {
+        query[..2].copy_from_slice(&(i as u16).to_be_bytes());
+        client.send_to(&query, to).expect("send");
+        let _ = server.recv(&mut buf).expect("recv");
+    }
+    t.elapsed().as_secs_f64()
+}
+
 /// bpftrace's nearest equivalent of ebpf_dns, with no cgroup skb programs
 /// (and no kprobes here): every packet queued to a device, its UDP ports
 /// and DNS header read from the skb, queries timed by id and counted by
@@ -1402,6 +1425,17 @@ fn bpftrace_peers(quick: bool, probe: Option<&str>) -> Res<Vec<PeerRow>> {
             events: u,
             rounds_x: 1,
             work: Box::new(move || dns_loop(u, 5353)),
+        },
+        PeerCase {
+            probe: "ebpf_dns",
+            event: "UDP datagram to port 5353 from an unconnected socket (sendto, other traffic)",
+            programs: &agent_common::dns::PROGRAMS,
+            bpftrace: BPFTRACE_DNS.into(),
+            tracepoints: 1,
+            check: None,
+            events: u,
+            rounds_x: 1,
+            work: Box::new(move || sendto_loop(u, 5353)),
         },
         // Last: the ping-pong pins the bench to CPU 0.
         PeerCase {
