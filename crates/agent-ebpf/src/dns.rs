@@ -721,12 +721,11 @@ fn tcp_out(skb: *mut __sk_buff, l4: usize, w0: u64, w1: u64) -> i32 {
 fn follow_out(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
     let seg = segment(ctx, l4)?;
     let cookie = cookie(ctx);
-    let owner = owner(ctx);
     let mut start = seg.seq;
     if seg.flags & (TCP_SYN | TCP_ACK) == TCP_SYN {
         // The first byte of data (in this SYN with Fast Open) follows the SYN.
         start = seg.seq.wrapping_add(1);
-        follow(cookie, owner, start);
+        follow(cookie, owner(ctx), start);
     }
     // Not followed: its SYN was not seen (or found no room).
     let c = DNS_CONNS.get_ptr_mut(cookie)?;
@@ -734,7 +733,7 @@ fn follow_out(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
     // this program alone, for one packet of the connection at a time (the
     // socket's lock serializes its transmissions); the answer stream's
     // stage is only read.
-    let (st, inb) = unsafe { (&mut *(addr_of!((*c).out) as *mut Stream), read_volatile(addr_of!((*c).inb.stage))) };
+    let (st, inb, owner) = unsafe { (&mut *(addr_of!((*c).out) as *mut Stream), read_volatile(addr_of!((*c).inb.stage)), (*c).owner) };
     // SAFETY: as above (every field is written whole).
     unsafe { (*c).last_ns = now_ns() };
     if seg.len > 0 {
@@ -783,7 +782,9 @@ fn follow_in(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
     // SAFETY: as above (every field is written whole).
     unsafe { (*c).last_ns = now_ns() };
     if seg.len > 0 {
-        let mut m = Msg { server: remote, remote, cookie, owner: owner(ctx), dns: 0, transport: TRANSPORT_TCP, timed: 1 };
+        // SAFETY: as above.
+        let owner = unsafe { (*c).owner };
+        let mut m = Msg { server: remote, remote, cookie, owner, dns: 0, transport: TRANSPORT_TCP, timed: 1 };
         walk(ctx, st, start, seg.payload, seg.len, &mut m, false);
     }
     // A message starting in a segment that came ahead of a lost one, before
