@@ -14,6 +14,7 @@
 //!        node-agent-bench --only services --agent PATH [--quick] (the Service watch's memory at 0, 1,000, 10,000 Services; printed)
 //!        node-agent-bench --only tricks --agent PATH [--quick] (each memory trick of runtime::memory turned off in turn, the working set; printed)
 //!        node-agent-bench --only sweep [--quick] (ebpf_tcp_peers's collector time with 0, 1,000, 5,000 connections open, sweeping or not; printed)
+//!        node-agent-bench --only dns [--quick] (ebpf_dns's programs' kernel run time per exchange, UDP and TCP; printed)
 //!        node-agent-bench --image-only [--out FILE]  (rewrites FILE's Image section alone, from `cargo xtask image`'s record)
 
 use std::collections::BTreeMap;
@@ -603,6 +604,81 @@ fn sendto_loop(n: usize, port: u16) -> f64 {
         let _ = server.recv(&mut buf).expect("recv");
     }
     t.elapsed().as_secs_f64()
+}
+
+/// `n` DNS exchanges over TCP on loopback in one thread, one connection
+/// each: connect to 127.0.0.153 port 53, a query, an answer of
+/// `answer_bytes` read whole, close; a thread of its own serves them.
+fn tcp_dns_loop(n: usize, answer_bytes: usize) -> f64 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind(("127.0.0.153", 53)).expect("bind the DNS server (127.0.0.153:53)");
+    let server = std::thread::spawn(move || {
+        for c in l.incoming().take(n) {
+            let Ok(mut c) = c else { continue };
+            let mut h = [0u8; 2];
+            let mut q = [0u8; 512];
+            if c.read_exact(&mut h).is_err() || c.read_exact(&mut q[..u16::from_be_bytes(h) as usize]).is_err() {
+                continue;
+            }
+            let mut a = vec![0u8; 2 + answer_bytes];
+            a[..2].copy_from_slice(&(answer_bytes as u16).to_be_bytes());
+            a[2..4].copy_from_slice(&q[..2]);
+            a[4] = 0x81;
+            a[5] = 0x80;
+            let _ = c.write_all(&a);
+        }
+    });
+    let query = [0u8, 26, 0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 3, b'a', b'p', b'i', 4, b't', b'e', b's', b't', 0, 0, 1, 0, 1];
+    let mut buf = vec![0u8; 2 + answer_bytes];
+    let t = Instant::now();
+    for _ in 0..n {
+        let mut c = std::net::TcpStream::connect(("127.0.0.153", 53)).expect("connect");
+        c.write_all(&query).expect("query");
+        c.read_exact(&mut buf).expect("answer");
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let _ = server.join();
+    secs
+}
+
+/// `--only dns`: ebpf_dns's programs attached with the kernel's run-time
+/// statistics on, and for each workload the programs' run time per event
+/// (summed over them; every packet of the node they see meanwhile is in
+/// it too) and per run of each.
+fn dns_program_time(quick: bool) -> Res<Vec<String>> {
+    let (u, t) = if quick { (20_000, 1000) } else { (100_000, 5000) };
+    let (shared, _probe) = attach_programs(&agent_common::dns::PROGRAMS, false, true)?;
+    let runs = || -> Vec<(f64, u64)> {
+        agent_common::dns::PROGRAMS.iter().map(|p| shared.program_stats(p.name).and_then(|s| s.run).unwrap_or((0.0, 0))).collect()
+    };
+    type Work = Box<dyn Fn() -> f64>;
+    let cases: [(&str, usize, Work); 4] = [
+        ("DNS query + response over UDP, connected client (loopback)", u, Box::new(move || dns_loop(u, 53))),
+        ("the same exchange on port 5353 (other traffic)", u, Box::new(move || dns_loop(u, 5353))),
+        ("UDP datagram to port 5353 from an unconnected socket (sendto)", u, Box::new(move || sendto_loop(u, 5353))),
+        ("DNS over TCP: connect, query, 12,000-byte answer, close (loopback)", t, Box::new(move || tcp_dns_loop(t, 12_000))),
+    ];
+    let mut out = Vec::new();
+    for (what, events, work) in cases {
+        let before = runs();
+        work();
+        let after = runs();
+        let total: f64 = before.iter().zip(&after).map(|(b, a)| a.0 - b.0).sum();
+        let each: Vec<String> = agent_common::dns::PROGRAMS
+            .iter()
+            .zip(before.iter().zip(&after))
+            .filter(|(_, (b, a))| a.1 > b.1)
+            .map(|(p, (b, a))| {
+                format!("{} {:.0} ns × {:.1}", p.name, (a.0 - b.0) / (a.1 - b.1) as f64 * 1e9, (a.1 - b.1) as f64 / events as f64)
+            })
+            .collect();
+        out.push(format!(
+            "ebpf_dns: {what}: {:.0} ns of program time per event ({} per event)",
+            total / events as f64 * 1e9,
+            each.join(", ")
+        ));
+    }
+    Ok(out)
 }
 
 /// bpftrace's nearest equivalent of ebpf_dns, with no cgroup skb programs
@@ -2733,6 +2809,12 @@ fn run() -> Res<()> {
         let ne = compare::which("prometheus-node-exporter").ok_or("prometheus-node-exporter is not installed")?;
         let (_disk, agent, _ne) = staged(&agent, &ne)?;
         print!("{}", tricks_section(quick, &trick_runs(&agent, quick)?));
+        return Ok(());
+    }
+    if get("--only").as_deref() == Some("dns") {
+        for line in dns_program_time(quick)? {
+            println!("{line}");
+        }
         return Ok(());
     }
     if get("--only").as_deref() == Some("bpftrace") {
