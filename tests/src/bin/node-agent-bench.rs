@@ -14,7 +14,7 @@
 //!        node-agent-bench --only services --agent PATH [--quick] (the Service watch's memory at 0, 1,000, 10,000 Services; printed)
 //!        node-agent-bench --only tricks --agent PATH [--quick] (each memory trick of runtime::memory turned off in turn, the working set; printed)
 //!        node-agent-bench --only sweep [--quick] (ebpf_tcp_peers's collector time with 0, 1,000, 5,000 connections open, sweeping or not; printed)
-//!        node-agent-bench --only dns [--quick] (ebpf_dns's programs' kernel run time per exchange, UDP and TCP; printed)
+//!        node-agent-bench --only dns [--quick] (ebpf_dns's programs' kernel run time per event, UDP and TCP; printed)
 //!        node-agent-bench --image-only [--out FILE]  (rewrites FILE's Image section alone, from `cargo xtask image`'s record)
 
 use std::collections::BTreeMap;
@@ -641,11 +641,17 @@ fn tcp_dns_loop(n: usize, answer_bytes: usize) -> f64 {
     secs
 }
 
-/// `--only dns`: ebpf_dns's programs attached with the kernel's run-time
-/// statistics on, and for each workload the programs' run time per event
-/// (summed over them; every packet of the node they see meanwhile is in
-/// it too) and per run of each.
-fn dns_program_time(quick: bool) -> Res<Vec<String>> {
+/// One workload of [`dns_program_time`]: what it is, and per program of
+/// ebpf_dns its run time and runs per event.
+struct DnsTime {
+    what: &'static str,
+    per_program: Vec<(&'static str, f64, f64)>,
+}
+
+/// ebpf_dns's programs attached with the kernel's run-time statistics on,
+/// and for each workload the run time and runs of each program per event
+/// (every packet of the node they see meanwhile is in it too).
+fn dns_program_time(quick: bool) -> Res<Vec<DnsTime>> {
     let (u, t) = if quick { (20_000, 1000) } else { (100_000, 5000) };
     let (shared, _probe) = attach_programs(&agent_common::dns::PROGRAMS, false, true)?;
     let runs = || -> Vec<(f64, u64)> {
@@ -663,22 +669,28 @@ fn dns_program_time(quick: bool) -> Res<Vec<String>> {
         let before = runs();
         work();
         let after = runs();
-        let total: f64 = before.iter().zip(&after).map(|(b, a)| a.0 - b.0).sum();
-        let each: Vec<String> = agent_common::dns::PROGRAMS
+        let per_program = agent_common::dns::PROGRAMS
             .iter()
             .zip(before.iter().zip(&after))
             .filter(|(_, (b, a))| a.1 > b.1)
-            .map(|(p, (b, a))| {
-                format!("{} {:.0} ns × {:.1}", p.name, (a.0 - b.0) / (a.1 - b.1) as f64 * 1e9, (a.1 - b.1) as f64 / events as f64)
-            })
+            .map(|(p, (b, a))| (p.name, (a.0 - b.0) / (a.1 - b.1) as f64 * 1e9, (a.1 - b.1) as f64 / events as f64))
             .collect();
-        out.push(format!(
-            "ebpf_dns: {what}: {:.0} ns of program time per event ({} per event)",
-            total / events as f64 * 1e9,
-            each.join(", ")
-        ));
+        out.push(DnsTime { what, per_program });
     }
     Ok(out)
+}
+
+fn dns_time_section(rows: &[DnsTime]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "## ebpf_dns: program time per event\n");
+    let _ = writeln!(md, "ebpf_dns's programs alone, with the kernel's run-time statistics (kernel.bpf_stats_enabled): for each workload, the programs' run time per event, summed, and each program's time per run and runs per event (the kernel's own dispatch, and the socket lock a sendmsg program takes, are not in it; every packet of the node the programs see meanwhile is). `node-agent-bench --only dns` prints the same.\n");
+    let _ = writeln!(md, "| event | program time per event | per program: time per run × runs per event |\n|---|---|---|");
+    for r in rows {
+        let total: f64 = r.per_program.iter().map(|(_, ns, n)| ns * n).sum();
+        let each: Vec<String> = r.per_program.iter().map(|(p, ns, n)| format!("{p} {ns:.0} ns × {n:.1}")).collect();
+        let _ = writeln!(md, "| {} | {total:.0} ns | {} |", r.what, each.join(", "));
+    }
+    md
 }
 
 /// bpftrace's nearest equivalent of ebpf_dns, with no cgroup skb programs
@@ -2812,9 +2824,7 @@ fn run() -> Res<()> {
         return Ok(());
     }
     if get("--only").as_deref() == Some("dns") {
-        for line in dns_program_time(quick)? {
-            println!("{line}");
-        }
+        print!("{}", dns_time_section(&dns_program_time(quick)?));
         return Ok(());
     }
     if get("--only").as_deref() == Some("bpftrace") {
@@ -2865,6 +2875,8 @@ fn run() -> Res<()> {
     let costs = ebpf_costs(quick)?;
     eprintln!("bench: eBPF per-event costs against bpftrace");
     let peers = bpftrace_peers(quick, None)?;
+    eprintln!("bench: ebpf_dns's program time per event");
+    let dns_times = dns_program_time(quick)?;
     eprintln!("bench: network devices, rtnetlink vs /proc and /sys");
     let (devices, net) = netlink_vs_files(quick)?;
     eprintln!("bench: cost as the node grows");
@@ -2957,6 +2969,8 @@ fn run() -> Res<()> {
     let _ = writeln!(md, "\n## eBPF: cost per event against bpftrace\n");
     let _ = writeln!(md, "{BPFTRACE_METHOD}\n");
     md.push_str(&bpftrace_table(&peers));
+    md.push('\n');
+    md.push_str(&dns_time_section(&dns_times));
     let _ = writeln!(md, "\n## Network devices: rtnetlink against /proc and /sys\n");
     let _ = writeln!(md, "The netdev and netclass collectors alone, in a network namespace of {devices} devices (veth pairs and lo), CPU of the collecting thread (getrusage RUSAGE_THREAD) per scrape, median of interleaved rounds; the ratio is the rtnetlink read's CPU over the file read's, lowest and highest round. node_exporter 1.12 reads netdev over rtnetlink by default, netclass from sysfs (`--collector.netclass.netlink` switches).\n");
     let _ = writeln!(md, "| read | user | kernel | CPU vs the file read (min–max) |\n|---|---|---|---|");
