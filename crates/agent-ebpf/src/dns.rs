@@ -276,20 +276,23 @@ fn connected_to(ctx: &SkBuffContext) -> Option<Addr> {
 }
 
 /// The server a UDP query of this packet is for: the address its socket
-/// asked for (connected: its destination; unconnected: the address it last
-/// gave sendmsg for port 53), else the packet's destination.
+/// asked for (connected: its destination; unconnected: the address it gave
+/// sendmsg for this datagram), if known.
 #[inline(always)]
-fn asked(ctx: &SkBuffContext, cookie: u64, dst: &Addr) -> Addr {
+fn asked(ctx: &SkBuffContext, cookie: u64) -> Option<Addr> {
     if let Some(a) = connected_to(ctx) {
-        return a;
+        return Some(a);
     }
     // An unconnected socket gives an address with every datagram, so the
-    // one kept is this datagram's (set at its sendmsg, just before).
-    match DNS_SENT.get_ptr(cookie) {
-        // SAFETY: a copy taken at once from a map value.
-        Some(sent) => Addr(unsafe { (*sent).addr }),
-        None => *dst,
-    }
+    // one kept is this datagram's (set at its sendmsg, just before). Taken:
+    // the map holds only datagrams on their way (and those whose send
+    // failed after the program, until the LRU evicts them), so that a new
+    // entry never pushes out one still on its way.
+    let sent = DNS_SENT.get_ptr(cookie)?;
+    // SAFETY: a copy taken at once from a map value, deleted just after.
+    let a = Addr(unsafe { (*sent).addr });
+    let _ = DNS_SENT.remove(cookie);
+    Some(a)
 }
 
 /// The DNS header's id and flags at `dns`.
@@ -818,8 +821,15 @@ fn udp_out(skb: *mut __sk_buff, l4: usize, w0: u64, w1: u64) -> i32 {
     let ctx = &SkBuffContext::new(skb);
     let cookie = cookie(ctx);
     let dst = Addr::from_words([w0, w1]);
-    let m =
-        Msg { server: asked(ctx, cookie, &dst), remote: dst, cookie, owner: owner(ctx), dns: l4 + 8, transport: TRANSPORT_UDP, timed: 1 };
+    let m = Msg {
+        server: asked(ctx, cookie).unwrap_or(dst),
+        remote: dst,
+        cookie,
+        owner: owner(ctx),
+        dns: l4 + 8,
+        transport: TRANSPORT_UDP,
+        timed: 1,
+    };
     let _ = query(ctx, &m);
     0
 }
