@@ -1,6 +1,6 @@
 //! `ebpf_dns`: DNS over UDP and TCP by cgroup and server, from two cgroup
 //! socket-buffer programs on the cgroup v2 root (every socket of the node
-//! passes them): queries by type as they leave, responses by rcode as they
+//! passes them) and two socket-address programs on sendmsg beside them: queries by type as they leave, responses by rcode as they
 //! arrive, matched to their query by socket, server and DNS id for the
 //! latency. Queries never answered are found by the agent (an entry of
 //! [`PENDING`] older than the timeout), which deletes the entry: whichever

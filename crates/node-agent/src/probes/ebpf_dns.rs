@@ -1,9 +1,10 @@
 //! `ebpf_dns`: DNS over UDP and TCP by pod and server, from two cgroup
 //! socket-buffer programs on the node's cgroup v2 root (every socket of
-//! the node, any network namespace): queries by type (A, AAAA, SRV, PTR,
+//! the node, any network namespace), and two on sendmsg beside them (the
+//! address an unconnected UDP socket gives for port 53): queries by type (A, AAAA, SRV, PTR,
 //! other), responses by rcode (NOERROR, NXDOMAIN, SERVFAIL, REFUSED,
 //! other), responses truncated, queries retransmitted (sent again with the
-//! id of one still waiting), queries not answered within
+//! id of one still waiting, to the same server), queries not answered within
 //! `--collector.ebpf_dns.timeout`, responses that came later or matched no
 //! query (late), and the latency from query to response (native histogram,
 //! schema 3).
@@ -255,7 +256,7 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
     let pods = if ctx.kube { ctx.pods()? } else { None };
     let probe = match crate::pods::cgroup::v2_root(&p.sysfs) {
         Some(_) => Probe::attach(ctx.ebpf(), &PROGRAMS),
-        None => Probe::down(&PROGRAMS, "no cgroup v2 hierarchy mounted (cgroup socket-buffer programs attach to one)"),
+        None => Probe::down(&PROGRAMS, "no cgroup v2 hierarchy mounted (cgroup socket-buffer and sendmsg programs attach to one)"),
     };
     Ok(Box::new(Collector {
         probe,
