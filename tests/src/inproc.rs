@@ -37,7 +37,12 @@ impl InProcess {
     pub fn assert_up(&self, programs: &[&str], why: &str) {
         let up = self.samples("node_ebpf_program_up");
         for p in programs {
-            assert!(up.iter().any(|(l, v)| l.get("program").map(String::as_str) == Some(*p) && *v == 1.0), "{p} is not up ({why}): {up:?}");
+            let down = || self.samples("node_ebpf_program_down_reason");
+            assert!(
+                up.iter().any(|(l, v)| l.get("program").map(String::as_str) == Some(*p) && *v == 1.0),
+                "{p} is not up ({why}): {up:?}; why: {:?}",
+                down()
+            );
         }
     }
 

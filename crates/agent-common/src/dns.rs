@@ -1,10 +1,22 @@
 //! `ebpf_dns`: DNS over UDP and TCP by cgroup and server, from two cgroup
 //! socket-buffer programs on the cgroup v2 root (every socket of the node
-//! passes them): queries by type as they leave, responses by rcode as they
-//! arrive, matched to their query by socket and DNS id for the latency.
-//! Queries never answered are found by the agent (an entry of [`PENDING`]
-//! older than the timeout), which deletes the entry: whichever of the
-//! agent and the response deletes it first counts it, once.
+//! passes them) and two socket-address programs on sendmsg beside them: queries by type as they leave, responses by rcode as they
+//! arrive, matched to their query by socket, server and DNS id for the
+//! latency. Queries never answered are found by the agent (an entry of
+//! [`PENDING`] older than the timeout), which deletes the entry: whichever
+//! of the agent and the response deletes it first counts it, once.
+//!
+//! Over TCP a connection's messages are followed by sequence number
+//! ([`CONNS`]: where the next message starts, each way), so that a message
+//! is read where it starts and nowhere else. The server of a query is the
+//! address its socket asked for (the socket's own destination, or the
+//! address given to sendmsg, seen by two cgroup socket-address programs,
+//! [`SENT`]), which NAT below the socket does not change.
+//!
+//! What one cgroup may hold in the node-wide maps of waiting queries and
+//! followed connections is bounded ([`PENDING_PER_CGROUP`],
+//! [`CONNS_PER_CGROUP`]), counted per cgroup in [`INFLIGHT`] by the
+//! programs and in [`REAPED`] by the agent (what it deleted itself).
 //!
 //! The counts use `tcp_peers`' key and record ([`PeerKey`] with the server
 //! address, port 53 and the transport ([`TRANSPORT_UDP`], [`TRANSPORT_TCP`]) as `dir`; [`PeerCounters`] with
@@ -27,7 +39,8 @@ pub const LAT: &str = "DNS_LAT";
 pub const NAMES: &str = "DNS_NAMES";
 /// Per-CPU scratch for the [`NameKey`] being built (too big for the stack).
 pub const NAME_SCRATCH: &str = "DNS_NAME_SCRATCH";
-/// Per-CPU counters of events not recorded: [`DROP_PENDING`], [`DROP_STATS`], [`DROP_LAT`], [`DROP_NAMES`].
+/// Per-CPU counters of events not recorded: [`DROP_PENDING`], [`DROP_STATS`], [`DROP_LAT`], [`DROP_NAMES`],
+/// [`DROP_CONNS`], [`DROP_STREAM`].
 pub const DROPPED: &str = "DNS_DROPPED";
 /// The per-cgroup ledger of the keys of [`STATS`], [`LAT`] and [`NAMES`]
 /// (`crate::ledger`, words `STATS`, `LAT`, `AUX`), as `tcp_peers::MADE`.
@@ -36,13 +49,52 @@ pub const GONE: &str = "DNS_GONE";
 /// The per-cgroup limits (`ledger::Limits`; `aux`: failing names).
 pub const LIMITS: &str = "DNS_LIMITS";
 
+/// TCP connections to port 53 followed: socket cookie to [`Conn`].
+pub const CONNS: &str = "DNS_CONNS";
+/// Per cgroup (its id, a `u64`), what it holds in [`PENDING`] and [`CONNS`]
+/// as the programs count it: [`InFlight`].
+pub const INFLIGHT: &str = "DNS_INFLIGHT";
+/// Per cgroup, the entries of [`PENDING`] and [`CONNS`] the agent deleted
+/// (timed out, idle): [`Reaped`], written by the agent only.
+pub const REAPED: &str = "DNS_REAPED";
+/// Per-CPU scratch of the ingress program (a response's keys).
+pub const IN_SCRATCH: &str = "DNS_IN_SCRATCH";
+/// The address an unconnected UDP socket last gave sendmsg for port 53:
+/// socket cookie to a [`Sent`] (an LRU map; the egress program takes it).
+pub const SENT: &str = "DNS_SENT";
+
 pub const EGRESS: Program = Program { name: "dns_egress", hook: Hook::CgroupSkb(crate::program::SkbDirection::Egress) };
 pub const INGRESS: Program = Program { name: "dns_ingress", hook: Hook::CgroupSkb(crate::program::SkbDirection::Ingress) };
-pub const PROGRAMS: [Program; 2] = [EGRESS, INGRESS];
+pub const SENDMSG4: Program = Program { name: "dns_sendmsg4", hook: Hook::CgroupSockAddr(crate::program::SockAddrHook::UdpSendmsg4) };
+pub const SENDMSG6: Program = Program { name: "dns_sendmsg6", hook: Hook::CgroupSockAddr(crate::program::SockAddrHook::UdpSendmsg6) };
+pub const PROGRAMS: [Program; 4] = [EGRESS, INGRESS, SENDMSG4, SENDMSG6];
 
 /// Queries waiting for an answer at once (the agent removes those older
 /// than the timeout at each scrape).
 pub const MAX_PENDING: u32 = 8192;
+/// Entries of [`PENDING`] one cgroup may hold: a query of a cgroup holding
+/// as many is counted but not timed ([`DROP_PENDING`]). The map is full
+/// only when 16 cgroups hold as many each.
+pub const PENDING_PER_CGROUP: u32 = 512;
+/// TCP connections to port 53 followed at once.
+pub const MAX_CONNS: u32 = 2048;
+/// Connections one cgroup may have followed at once: its further ones are
+/// not read ([`DROP_CONNS`]). The map is full only when 16 cgroups have as
+/// many each.
+pub const CONNS_PER_CGROUP: u32 = 128;
+/// [`SENT`]'s entries: each lives from a sendmsg to its datagram's egress,
+/// microseconds later (an LRU map, preallocated).
+pub const MAX_SENT: u32 = 1024;
+/// A followed connection without a segment either way for this long is
+/// forgotten by the agent (one that ended without a FIN or RST seen, e.g.
+/// connects never answered).
+pub const CONN_IDLE_NS: u64 = 120_000_000_000;
+/// Messages read in one segment at most (pipelined messages, GSO and GRO
+/// super-segments); up to [`MAX_SKIPPED`] more are passed over by their
+/// lengths alone (not read, [`DROP_STREAM`]), so that the stream keeps its
+/// place; a segment with more still loses it.
+pub const MAX_MESSAGES: u32 = 8;
+pub const MAX_SKIPPED: u32 = 128;
 /// Distinct (cgroup, server) pairs with counts in the kernel at once.
 pub const MAX_SERVERS: u32 = 2048;
 /// Distinct (cgroup, server, latency bucket) triples at once.
@@ -52,11 +104,21 @@ pub const DROP_PENDING: u32 = 0;
 pub const DROP_STATS: u32 = 1;
 pub const DROP_LAT: u32 = 2;
 pub const DROP_NAMES: u32 = 3;
-pub const NUM_DROPS: u32 = 4;
+/// A TCP connection not followed (its cgroup's bound, or [`CONNS`] full).
+pub const DROP_CONNS: u32 = 4;
+/// A TCP message not read (its header split across two segments; passed
+/// over, past [`MAX_MESSAGES`] in a segment), a connection's place lost
+/// (a message started in a segment that arrived ahead of a lost one, or
+/// more than [`MAX_SKIPPED`] more in a segment), or a query counted but not
+/// timed because its connection's answers are not read.
+pub const DROP_STREAM: u32 = 5;
+pub const NUM_DROPS: u32 = 6;
 /// Distinct (cgroup, rcode, name) triples of failing answers at once.
 pub const MAX_NAMES: u32 = 1024;
 /// Cgroups with keys in the maps at once (each holds one in [`STATS`] at
-/// least): the ledger's size.
+/// least): the ledger's size ([`MADE`], [`GONE`]), and that of the
+/// bookkeeping of waiting queries and followed connections ([`INFLIGHT`],
+/// [`REAPED`]; the agent deletes a cgroup's entries once it holds nothing).
 pub const MAX_CGROUPS: u32 = MAX_SERVERS;
 /// One cgroup holds at most this share of [`NAMES`] (as of the others).
 pub const NAMES_SHARE: u32 = 8;
@@ -131,22 +193,124 @@ pub const RCODE_MASK: u16 = 0x000f;
 /// Labels of a question's name walked at most (a name has at most 127).
 pub const MAX_LABELS: u32 = 64;
 
-/// A query waiting, by the socket that sent it and its id.
+/// A query waiting, by the socket that sent it, the server its answer
+/// will come from and its id (a resolver may send one id to several
+/// servers at once from one socket, as musl's does).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PendingKey {
     /// `bpf_get_socket_cookie` of the sending socket.
     pub cookie: u64,
+    /// The server's address (IPv4 as `::ffff:a.b.c.d`).
+    pub server: [u8; 16],
     pub id: u16,
     pub pad: [u8; 6],
 }
 
-/// What the response is counted under, and when the query left.
+/// [`Pending::kind`]: a query waiting under the address its socket asked for.
+pub const PENDING_QUERY: u8 = 0;
+/// A query whose datagram left for another address than its socket asked
+/// for (NAT below the socket, or a socket load balancer after the agent's
+/// sendmsg program): it waits under both, this entry holding the other's
+/// server in [`Pending::other`].
+pub const PENDING_WITH_ALIAS: u8 = 1;
+/// The second entry of such a query, under the datagram's destination;
+/// [`Pending::other`] is the first entry's server. Deleted with it, never
+/// counted on its own.
+pub const PENDING_ALIAS: u8 = 2;
+
+/// What the response is counted under, when the query left, the cgroup
+/// whose bound it takes ([`INFLIGHT`]), and its other entry, if any.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pending {
     pub peer: PeerKey,
     pub start_ns: u64,
+    /// The sending socket's cgroup (whether or not counts are attributed).
+    pub owner: u64,
+    pub other: [u8; 16],
+    /// [`PENDING_QUERY`], [`PENDING_WITH_ALIAS`] or [`PENDING_ALIAS`].
+    pub kind: u8,
+    pub pad: [u8; 7],
+}
+
+/// What a cgroup holds, as the programs count it: entries of [`PENDING`]
+/// and [`CONNS`] made and deleted by them (each counter only grows; the
+/// agent's deletions are in [`Reaped`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InFlight {
+    pub pending_added: u64,
+    pub pending_removed: u64,
+    pub conns_added: u64,
+    pub conns_removed: u64,
+}
+
+/// The entries of a cgroup the agent deleted, since it last deleted the
+/// cgroup's [`InFlight`] (each only grows).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reaped {
+    pub pending: u64,
+    pub conns: u64,
+}
+
+impl InFlight {
+    /// Waiting queries held, given the agent's deletions (a race with the
+    /// agent's clean-up can leave the counters a little behind: never
+    /// below 0).
+    pub fn pending(&self, reaped: &Reaped) -> u64 {
+        self.pending_added.saturating_sub(self.pending_removed.saturating_add(reaped.pending))
+    }
+
+    /// Followed connections held, the same way.
+    pub fn conns(&self, reaped: &Reaped) -> u64 {
+        self.conns_added.saturating_sub(self.conns_removed.saturating_add(reaped.conns))
+    }
+}
+
+/// Where a TCP stream (one direction of a connection) is: the sequence
+/// number of the next byte to read (`next`) and what it is ([`STAGE_LEN`]:
+/// a message's two-byte length; [`STAGE_LEN_LOW`]: its second byte, the
+/// first in `hi`; [`STAGE_MESSAGE`]: a message of `len` bytes), or
+/// [`STAGE_UNKNOWN`] (the start not seen yet) and [`STAGE_LOST`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stream {
+    pub next: u32,
+    pub len: u16,
+    pub stage: u8,
+    pub hi: u8,
+}
+
+pub const STAGE_UNKNOWN: u8 = 0;
+pub const STAGE_LEN: u8 = 1;
+pub const STAGE_LEN_LOW: u8 = 2;
+pub const STAGE_MESSAGE: u8 = 3;
+pub const STAGE_LOST: u8 = 4;
+
+/// A followed TCP connection to port 53 (by its socket's cookie): its
+/// cgroup (for the bound), the last segment either way, where its queries
+/// (`out`) and answers (`inb`) are, and the FINs seen each way.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Conn {
+    pub owner: u64,
+    pub last_ns: u64,
+    pub out: Stream,
+    pub inb: Stream,
+    pub fin_out: u8,
+    pub fin_in: u8,
+    pub pad: [u8; 6],
+}
+
+/// The address an unconnected UDP socket gave sendmsg (IPv4 as
+/// `::ffff:a.b.c.d`; aligned as an 8-byte word, so that programs copy it
+/// by words).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sent {
+    pub addr: [u8; 16],
 }
 
 /// The programs' settings; `attribute` is 0 when sockets are not
@@ -195,7 +359,7 @@ pub fn failing(rcode: u16) -> bool {
     matches!(rcode, 2 | 3 | 5)
 }
 
-crate::pod!(PendingKey, Pending, Config, NameKey);
+crate::pod!(PendingKey, Pending, Config, NameKey, InFlight, Reaped, Stream, Conn, Sent);
 
 #[cfg(test)]
 mod tests {
@@ -203,8 +367,13 @@ mod tests {
 
     #[test]
     fn layouts_have_no_implicit_padding() {
-        assert_eq!(core::mem::size_of::<PendingKey>(), 16);
-        assert_eq!(core::mem::size_of::<Pending>(), 40);
+        assert_eq!(core::mem::size_of::<PendingKey>(), 32);
+        assert_eq!(core::mem::size_of::<Pending>(), 72);
+        assert_eq!(core::mem::size_of::<InFlight>(), 32);
+        assert_eq!(core::mem::size_of::<Reaped>(), 16);
+        assert_eq!(core::mem::size_of::<Stream>(), 8);
+        assert_eq!(core::mem::size_of::<Conn>(), 40);
+        assert_eq!(core::mem::size_of::<Sent>(), 16);
         assert_eq!(core::mem::size_of::<Config>(), 8);
         assert_eq!(core::mem::size_of::<NameKey>(), 16 + NAME_BYTES);
     }
@@ -221,6 +390,20 @@ mod tests {
         k.name[..3].copy_from_slice(&[63, b'a', b'a']);
         k.len = 0;
         assert!(!k.is_other(), "a name cut");
+    }
+
+    #[test]
+    fn held_entries_never_go_below_zero() {
+        let f = InFlight { pending_added: 10, pending_removed: 4, conns_added: 3, conns_removed: 3 };
+        assert_eq!(f.pending(&Reaped { pending: 2, conns: 0 }), 4);
+        assert_eq!(f.conns(&Reaped::default()), 0);
+        // The agent's clean-up raced a program: more deleted than made.
+        assert_eq!(f.pending(&Reaped { pending: 7, conns: 1 }), 0);
+        assert_eq!(f.conns(&Reaped { pending: 0, conns: 1 }), 0);
+        assert_eq!(
+            InFlight { pending_added: 1, pending_removed: u64::MAX, ..Default::default() }.pending(&Reaped { pending: 5, conns: 0 }),
+            0
+        );
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub mod tcp_retransmits;
 pub mod test_programs;
 
 pub use hist::{log2_bucket, native_bucket, Hist, NativeHist, HIST_BUCKETS, NATIVE_OFFSET, NATIVE_SCHEMA, NATIVE_SLOTS};
-pub use program::{Hook, Program, SkbDirection};
+pub use program::{Hook, Program, SkbDirection, SockAddrHook};
 
 /// The licence the eBPF object declares to the kernel (its `license`
 /// section), which must agree with `agent-ebpf`'s Cargo licence.
@@ -49,6 +49,11 @@ pub const MAPS: &[&str] = &[
     dns::NAME_SCRATCH,
     dns::MADE,
     dns::GONE,
+    dns::CONNS,
+    dns::INFLIGHT,
+    dns::REAPED,
+    dns::SENT,
+    dns::IN_SCRATCH,
     oom_kills::KILLS,
     pods::STATS,
     pods::DROPPED,

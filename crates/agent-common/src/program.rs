@@ -11,6 +11,10 @@ pub enum Hook {
     /// A cgroup socket-buffer program (`BPF_PROG_TYPE_CGROUP_SKB`) on the
     /// cgroup v2 root: every socket's packets, one direction.
     CgroupSkb(SkbDirection),
+    /// A cgroup socket-address program (`BPF_PROG_TYPE_CGROUP_SOCK_ADDR`)
+    /// on the cgroup v2 root: every socket's calls of one kind, with the
+    /// address the caller gave.
+    CgroupSockAddr(SockAddrHook),
     /// A raw tracepoint program loaded but never attached: the agent runs
     /// it (BPF_PROG_TEST_RUN) with arguments of its own.
     Run,
@@ -21,6 +25,16 @@ pub enum Hook {
 pub enum SkbDirection {
     Ingress,
     Egress,
+}
+
+/// The call a [`Hook::CgroupSockAddr`] program runs at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SockAddrHook {
+    /// sendmsg(2) and sendto(2) with an address on an unconnected UDP
+    /// socket, IPv4 (`BPF_CGROUP_UDP4_SENDMSG`).
+    UdpSendmsg4,
+    /// The same, IPv6 (`BPF_CGROUP_UDP6_SENDMSG`).
+    UdpSendmsg6,
 }
 
 /// A program of the object: its function name and its hook.

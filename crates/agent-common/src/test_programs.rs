@@ -1,15 +1,15 @@
 //! Programs for the test suite and the benchmark only, compiled into the
 //! object with `agent-ebpf`'s `test-programs` feature (never shipped).
 
-use crate::program::{Hook, Program, SkbDirection};
+use crate::program::{Hook, Program, SkbDirection, SockAddrHook};
 
 /// Dereferences a raw tracepoint argument directly: the verifier refuses it.
 pub const VERIFIER_REJECTS: Program = Program::raw("verifier_rejects", "sys_exit");
 /// Does nothing, on sys_exit: the floor of a probe's cost on that hook.
 pub const EMPTY: Program = Program::raw("empty", "sys_exit");
 
-/// An empty program on every raw tracepoint a probe of the benchmark uses.
-pub const EMPTY_ON_HOOKS: [Program; 14] = [
+/// An empty program on every hook a probe of the benchmark uses.
+pub const EMPTY_ON_HOOKS: [Program; 16] = [
     EMPTY,
     Program::raw("empty_sys_enter", "sys_enter"),
     Program::raw("empty_process_exec", "sched_process_exec"),
@@ -24,6 +24,8 @@ pub const EMPTY_ON_HOOKS: [Program; 14] = [
     Program::raw("empty_switch", "sched_switch"),
     Program { name: "empty_skb_egress", hook: Hook::CgroupSkb(SkbDirection::Egress) },
     Program { name: "empty_skb_ingress", hook: Hook::CgroupSkb(SkbDirection::Ingress) },
+    Program { name: "empty_sendmsg4", hook: Hook::CgroupSockAddr(SockAddrHook::UdpSendmsg4) },
+    Program { name: "empty_sendmsg6", hook: Hook::CgroupSockAddr(SockAddrHook::UdpSendmsg6) },
 ];
 
 /// The empty program on `hook`, if there is one.

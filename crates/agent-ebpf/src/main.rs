@@ -1,6 +1,6 @@
 //! node-agent's eBPF programs, one module per probe: tracepoints, raw
-//! tracepoints and (`dns`) cgroup socket-buffer programs that always let
-//! the packet through; every event aggregated in the kernel (per-CPU arrays,
+//! tracepoints and (`dns`) cgroup socket-buffer and socket-address programs
+//! that always let the packet or the call through; every event aggregated in the kernel (per-CPU arrays,
 //! log2 histograms); nothing per event reaches user space. Entry points
 //! wrap a `try_` function where they can fail; no panics. Field offsets come
 //! from the agent (read from tracefs and the kernel's BTF) through each

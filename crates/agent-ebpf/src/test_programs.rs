@@ -2,8 +2,8 @@
 //! feature; never in the shipped object).
 
 use aya_ebpf::{
-    macros::{cgroup_skb, raw_tracepoint},
-    programs::{RawTracePointContext, SkBuffContext},
+    macros::{cgroup_skb, cgroup_sock_addr, raw_tracepoint},
+    programs::{RawTracePointContext, SkBuffContext, SockAddrContext},
 };
 
 /// Dereferences a raw tracepoint argument directly, which the verifier
@@ -56,5 +56,17 @@ pub fn empty_skb_egress(_ctx: SkBuffContext) -> i32 {
 
 #[cgroup_skb(ingress)]
 pub fn empty_skb_ingress(_ctx: SkBuffContext) -> i32 {
+    1
+}
+
+/// Empty cgroup socket-address programs on sendmsg (they let every call
+/// through), in `ebpf_dns`'s place.
+#[cgroup_sock_addr(sendmsg4)]
+pub fn empty_sendmsg4(_ctx: SockAddrContext) -> i32 {
+    1
+}
+
+#[cgroup_sock_addr(sendmsg6)]
+pub fn empty_sendmsg6(_ctx: SockAddrContext) -> i32 {
     1
 }

@@ -26,7 +26,7 @@ pub const USES: &[Use] = &[
     Use {
         cap: NET_ADMIN,
         name: "NET_ADMIN",
-        without: "the ebpf_dns collector is down (its cgroup socket-buffer programs cannot be loaded) unless SYS_ADMIN is held",
+        without: "the ebpf_dns collector is down (its cgroup socket-buffer and sendmsg programs cannot be loaded) unless SYS_ADMIN is held",
     },
     Use {
         cap: SYS_PTRACE,

@@ -38,7 +38,7 @@ pub const CAPABILITIES: &[Capability] = &[
     },
     Capability {
         name: "NET_ADMIN",
-        why: "load ebpf_dns's cgroup socket-buffer programs (which only count DNS packets and let every packet through); dropped once they are attached",
+        why: "load ebpf_dns's cgroup socket-buffer and sendmsg programs (which only count DNS packets and let every packet and sendmsg through); dropped once they are attached",
         ebpf_only: true,
     },
     Capability {

@@ -14,6 +14,7 @@
 //!        node-agent-bench --only services --agent PATH [--quick] (the Service watch's memory at 0, 1,000, 10,000 Services; printed)
 //!        node-agent-bench --only tricks --agent PATH [--quick] (each memory trick of runtime::memory turned off in turn, the working set; printed)
 //!        node-agent-bench --only sweep [--quick] (ebpf_tcp_peers's collector time with 0, 1,000, 5,000 connections open, sweeping or not; printed)
+//!        node-agent-bench --only dns [--quick] (ebpf_dns's programs' kernel run time per event, UDP and TCP; printed)
 //!        node-agent-bench --image-only [--out FILE]  (rewrites FILE's Image section alone, from `cargo xtask image`'s record)
 
 use std::collections::BTreeMap;
@@ -580,6 +581,116 @@ fn dns_loop(n: usize, port: u16) -> f64 {
         let _ = client.recv(&mut buf).expect("recv the answer");
     }
     t.elapsed().as_secs_f64()
+}
+
+/// `n` UDP datagrams on loopback in one thread from an unconnected socket
+/// (sendto, with the address each time: musl's resolver sends so, as
+/// QUIC and other UDP servers answer), to a socket on port `port` of
+/// 127.0.0.153 that reads each. With `port` 53 each is a query for
+/// ebpf_dns (its server from its sendmsg program); with another port, the
+/// cost every such datagram of the node pays for the sendmsg programs
+/// being there (the kernel locks the socket around them) and the packet
+/// programs looking at it.
+fn sendto_loop(n: usize, port: u16) -> f64 {
+    let server = std::net::UdpSocket::bind(("127.0.0.153", port)).expect("bind the server (127.0.0.153)");
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let to = std::net::SocketAddr::from(([127, 0, 0, 153], port));
+    let mut query = [0x12u8, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 3, b'a', b'p', b'i', 4, b't', b'e', b's', b't', 0, 0, 1, 0, 1];
+    let mut buf = [0u8; 512];
+    let t = Instant::now();
+    for i in 0..n {
+        query[..2].copy_from_slice(&(i as u16).to_be_bytes());
+        client.send_to(&query, to).expect("send");
+        let _ = server.recv(&mut buf).expect("recv");
+    }
+    t.elapsed().as_secs_f64()
+}
+
+/// `n` DNS exchanges over TCP on loopback in one thread, one connection
+/// each: connect to 127.0.0.153 port 53, a query, an answer of
+/// `answer_bytes` read whole, close; a thread of its own serves them.
+fn tcp_dns_loop(n: usize, answer_bytes: usize) -> f64 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind(("127.0.0.153", 53)).expect("bind the DNS server (127.0.0.153:53)");
+    let server = std::thread::spawn(move || {
+        for c in l.incoming().take(n) {
+            let Ok(mut c) = c else { continue };
+            let mut h = [0u8; 2];
+            let mut q = [0u8; 512];
+            if c.read_exact(&mut h).is_err() || c.read_exact(&mut q[..u16::from_be_bytes(h) as usize]).is_err() {
+                continue;
+            }
+            let mut a = vec![0u8; 2 + answer_bytes];
+            a[..2].copy_from_slice(&(answer_bytes as u16).to_be_bytes());
+            a[2..4].copy_from_slice(&q[..2]);
+            a[4] = 0x81;
+            a[5] = 0x80;
+            let _ = c.write_all(&a);
+        }
+    });
+    let query = [0u8, 26, 0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 3, b'a', b'p', b'i', 4, b't', b'e', b's', b't', 0, 0, 1, 0, 1];
+    let mut buf = vec![0u8; 2 + answer_bytes];
+    let t = Instant::now();
+    for _ in 0..n {
+        let mut c = std::net::TcpStream::connect(("127.0.0.153", 53)).expect("connect");
+        c.write_all(&query).expect("query");
+        c.read_exact(&mut buf).expect("answer");
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let _ = server.join();
+    secs
+}
+
+/// One workload of [`dns_program_time`]: what it is, and per program of
+/// ebpf_dns its run time and runs per event.
+struct DnsTime {
+    what: &'static str,
+    per_program: Vec<(&'static str, f64, f64)>,
+}
+
+/// ebpf_dns's programs attached with the kernel's run-time statistics on,
+/// and for each workload the run time and runs of each program per event
+/// (every packet of the node they see meanwhile is in it too).
+fn dns_program_time(quick: bool) -> Res<Vec<DnsTime>> {
+    let (u, t) = if quick { (20_000, 1000) } else { (100_000, 5000) };
+    let (shared, _probe) = attach_programs(&agent_common::dns::PROGRAMS, false, true)?;
+    let runs = || -> Vec<(f64, u64)> {
+        agent_common::dns::PROGRAMS.iter().map(|p| shared.program_stats(p.name).and_then(|s| s.run).unwrap_or((0.0, 0))).collect()
+    };
+    type Work = Box<dyn Fn() -> f64>;
+    let cases: [(&str, usize, Work); 4] = [
+        ("DNS query + response over UDP, connected client (loopback)", u, Box::new(move || dns_loop(u, 53))),
+        ("the same exchange on port 5353 (other traffic)", u, Box::new(move || dns_loop(u, 5353))),
+        ("UDP datagram to port 5353 from an unconnected socket (sendto)", u, Box::new(move || sendto_loop(u, 5353))),
+        ("DNS over TCP: connect, query, 12,000-byte answer, close (loopback)", t, Box::new(move || tcp_dns_loop(t, 12_000))),
+    ];
+    let mut out = Vec::new();
+    for (what, events, work) in cases {
+        let before = runs();
+        work();
+        let after = runs();
+        let per_program = agent_common::dns::PROGRAMS
+            .iter()
+            .zip(before.iter().zip(&after))
+            .filter(|(_, (b, a))| a.1 > b.1)
+            .map(|(p, (b, a))| (p.name, (a.0 - b.0) / (a.1 - b.1) as f64 * 1e9, (a.1 - b.1) as f64 / events as f64))
+            .collect();
+        out.push(DnsTime { what, per_program });
+    }
+    Ok(out)
+}
+
+fn dns_time_section(rows: &[DnsTime]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "## ebpf_dns: program time per event\n");
+    let _ = writeln!(md, "ebpf_dns's programs alone, with the kernel's run-time statistics (kernel.bpf_stats_enabled): for each workload, the programs' run time per event, summed, and each program's time per run and runs per event (the kernel's own dispatch, and the socket lock a sendmsg program takes, are not in it; every packet of the node the programs see meanwhile is). `node-agent-bench --only dns` prints the same.\n");
+    let _ = writeln!(md, "| event | program time per event | per program: time per run × runs per event |\n|---|---|---|");
+    for r in rows {
+        let total: f64 = r.per_program.iter().map(|(_, ns, n)| ns * n).sum();
+        let each: Vec<String> = r.per_program.iter().map(|(p, ns, n)| format!("{p} {ns:.0} ns × {n:.1}")).collect();
+        let _ = writeln!(md, "| {} | {total:.0} ns | {} |", r.what, each.join(", "));
+    }
+    md
 }
 
 /// bpftrace's nearest equivalent of ebpf_dns, with no cgroup skb programs
@@ -1402,6 +1513,17 @@ fn bpftrace_peers(quick: bool, probe: Option<&str>) -> Res<Vec<PeerRow>> {
             events: u,
             rounds_x: 1,
             work: Box::new(move || dns_loop(u, 5353)),
+        },
+        PeerCase {
+            probe: "ebpf_dns",
+            event: "UDP datagram to port 5353 from an unconnected socket (sendto, other traffic)",
+            programs: &agent_common::dns::PROGRAMS,
+            bpftrace: BPFTRACE_DNS.into(),
+            tracepoints: 1,
+            check: None,
+            events: u,
+            rounds_x: 1,
+            work: Box::new(move || sendto_loop(u, 5353)),
         },
         // Last: the ping-pong pins the bench to CPU 0.
         PeerCase {
@@ -2701,6 +2823,10 @@ fn run() -> Res<()> {
         print!("{}", tricks_section(quick, &trick_runs(&agent, quick)?));
         return Ok(());
     }
+    if get("--only").as_deref() == Some("dns") {
+        print!("{}", dns_time_section(&dns_program_time(quick)?));
+        return Ok(());
+    }
     if get("--only").as_deref() == Some("bpftrace") {
         print!("{}", bpftrace_table(&bpftrace_peers(quick, get("--probe").as_deref())?));
         return Ok(());
@@ -2749,6 +2875,8 @@ fn run() -> Res<()> {
     let costs = ebpf_costs(quick)?;
     eprintln!("bench: eBPF per-event costs against bpftrace");
     let peers = bpftrace_peers(quick, None)?;
+    eprintln!("bench: ebpf_dns's program time per event");
+    let dns_times = dns_program_time(quick)?;
     eprintln!("bench: network devices, rtnetlink vs /proc and /sys");
     let (devices, net) = netlink_vs_files(quick)?;
     eprintln!("bench: cost as the node grows");
@@ -2841,6 +2969,8 @@ fn run() -> Res<()> {
     let _ = writeln!(md, "\n## eBPF: cost per event against bpftrace\n");
     let _ = writeln!(md, "{BPFTRACE_METHOD}\n");
     md.push_str(&bpftrace_table(&peers));
+    md.push('\n');
+    md.push_str(&dns_time_section(&dns_times));
     let _ = writeln!(md, "\n## Network devices: rtnetlink against /proc and /sys\n");
     let _ = writeln!(md, "The netdev and netclass collectors alone, in a network namespace of {devices} devices (veth pairs and lo), CPU of the collecting thread (getrusage RUSAGE_THREAD) per scrape, median of interleaved rounds; the ratio is the rtnetlink read's CPU over the file read's, lowest and highest round. node_exporter 1.12 reads netdev over rtnetlink by default, netclass from sysfs (`--collector.netclass.netlink` switches).\n");
     let _ = writeln!(md, "| read | user | kernel | CPU vs the file read (min–max) |\n|---|---|---|---|");

@@ -14,7 +14,7 @@ use std::time::Duration;
 use agent_common::{Hook, Program, SkbDirection};
 
 use crate::ebpf::kernel::{self, Call};
-use aya::programs::{CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, RawTracePoint, TracePoint};
+use aya::programs::{CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSockAddr, RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use expo::{Kind, Sink};
 
@@ -410,11 +410,16 @@ impl Shared {
                 let p: &mut RawTracePoint = prog.try_into().map_err(kind)?;
                 p.load().map_err(load)?;
             }
-            Hook::CgroupSkb(dir) => {
-                // Loading a cgroup skb program needs CAP_NET_ADMIN; attaching
-                // it, the cgroup directory opened (read-only is enough).
+            Hook::CgroupSkb(_) | Hook::CgroupSockAddr(_) => {
+                // Loading a cgroup skb or socket-address program needs
+                // CAP_NET_ADMIN; attaching it, the cgroup directory opened
+                // (read-only is enough).
                 let root = self.cgroup_root.as_ref().ok_or_else(|| AttachError::Kernel("no cgroup v2 hierarchy mounted".into()))?;
-                let hook = format!("cgroup {} {dir:?}", root.display());
+                let what = match program.hook {
+                    Hook::CgroupSkb(dir) => format!("{dir:?}"),
+                    _ => "sendmsg".to_string(),
+                };
+                let hook = format!("cgroup {} {what}", root.display());
                 let cgroup = std::fs::File::open(root).map_err(|e| AttachError::Attach {
                     hook: hook.clone(),
                     msg: e.to_string(),
@@ -424,25 +429,37 @@ impl Shared {
                         Reason::Attach
                     },
                 })?;
-                let p: &mut CgroupSkb = prog.try_into().map_err(kind)?;
-                p.load().map_err(|e| {
+                let needs_net_admin = |e: aya::programs::ProgramError| {
                     let (msg, errno) = chain(&e);
                     match errno {
                         Some(libc::EPERM) if !crate::caps::has(crate::caps::effective(), crate::caps::NET_ADMIN) => AttachError::Load {
-                            msg: format!("{msg} (a cgroup skb program needs CAP_NET_ADMIN)"),
+                            msg: format!("{msg} (a cgroup network program needs CAP_NET_ADMIN)"),
                             reason: Reason::Capability,
                         },
                         _ => load(e),
                     }
-                })?;
-                let t = match dir {
-                    SkbDirection::Ingress => CgroupSkbAttachType::Ingress,
-                    SkbDirection::Egress => CgroupSkbAttachType::Egress,
                 };
                 // A bpf_link (Linux 5.7+) always runs beside the cgroup's
                 // other programs, and takes no attach flags (the kernel
                 // refuses BPF_F_ALLOW_MULTI there with EINVAL).
-                p.attach(&cgroup, t, CgroupAttachMode::Single).map_err(|e| attach(hook, Call::Bpf, e))?;
+                match program.hook {
+                    Hook::CgroupSkb(dir) => {
+                        let p: &mut CgroupSkb = prog.try_into().map_err(kind)?;
+                        p.load().map_err(needs_net_admin)?;
+                        let t = match dir {
+                            SkbDirection::Ingress => CgroupSkbAttachType::Ingress,
+                            SkbDirection::Egress => CgroupSkbAttachType::Egress,
+                        };
+                        p.attach(&cgroup, t, CgroupAttachMode::Single).map_err(|e| attach(hook, Call::Bpf, e))?;
+                    }
+                    _ => {
+                        // The attach type (sendmsg4 or sendmsg6) is the
+                        // program's section's, given at load.
+                        let p: &mut CgroupSockAddr = prog.try_into().map_err(kind)?;
+                        p.load().map_err(needs_net_admin)?;
+                        p.attach(&cgroup, CgroupAttachMode::Single).map_err(|e| attach(hook, Call::Bpf, e))?;
+                    }
+                }
             }
         }
         Ok(())

@@ -24,8 +24,8 @@ pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 mod tests {
     use std::collections::BTreeSet;
 
-    use agent_common::{Hook, SkbDirection};
-    use aya_obj::programs::CgroupSkbAttachType;
+    use agent_common::{Hook, SkbDirection, SockAddrHook};
+    use aya_obj::programs::{CgroupSkbAttachType, CgroupSockAddrAttachType};
     use aya_obj::ProgramSection;
     use object::{Object as _, ObjectSymbol as _};
 
@@ -56,6 +56,14 @@ mod tests {
                     (&found.section, dir),
                     (ProgramSection::CgroupSkb { attach_type: Some(CgroupSkbAttachType::Ingress) }, SkbDirection::Ingress)
                         | (ProgramSection::CgroupSkb { attach_type: Some(CgroupSkbAttachType::Egress) }, SkbDirection::Egress)
+                ),
+                Hook::CgroupSockAddr(call) => matches!(
+                    (&found.section, call),
+                    (ProgramSection::CgroupSockAddr { attach_type: CgroupSockAddrAttachType::UDPSendMsg4 }, SockAddrHook::UdpSendmsg4)
+                        | (
+                            ProgramSection::CgroupSockAddr { attach_type: CgroupSockAddrAttachType::UDPSendMsg6 },
+                            SockAddrHook::UdpSendmsg6
+                        )
                 ),
             };
             assert!(kind_ok, "program {} is a {:?}, its hook says {:?}", p.name, found.section, p.hook);

@@ -1,9 +1,10 @@
 //! `ebpf_dns`: DNS over UDP and TCP by pod and server, from two cgroup
 //! socket-buffer programs on the node's cgroup v2 root (every socket of
-//! the node, any network namespace): queries by type (A, AAAA, SRV, PTR,
+//! the node, any network namespace), and two on sendmsg beside them (the
+//! address an unconnected UDP socket gives for port 53): queries by type (A, AAAA, SRV, PTR,
 //! other), responses by rcode (NOERROR, NXDOMAIN, SERVFAIL, REFUSED,
 //! other), responses truncated, queries retransmitted (sent again with the
-//! id of one still waiting), queries not answered within
+//! id of one still waiting, to the same server), queries not answered within
 //! `--collector.ebpf_dns.timeout`, responses that came later or matched no
 //! query (late), and the latency from query to response (native histogram,
 //! schema 3).
@@ -13,9 +14,17 @@
 //! a pod of this node, loopback (`local`), else `external` (the address).
 //! No domain is exported.
 //!
-//! Over TCP, a message is read where a segment starts with one (its
-//! two-byte length, then the header): the usual one query and one answer
-//! per connection, as after a truncated answer over UDP.
+//! Over TCP, a connection is followed from its SYN by sequence number, and
+//! each message read where it starts (answers of many segments once,
+//! pipelined messages each). The server is the address the socket asked
+//! for (before any NAT below it: kube-proxy's DNAT of a host-network
+//! socket's query to a ClusterIP), and a query waits by socket, server and
+//! id (a resolver may ask several servers with one id).
+//!
+//! Per cgroup, the kernel holds at most `PENDING_PER_CGROUP` waiting
+//! queries and `CONNS_PER_CGROUP` followed connections; the agent tells it
+//! what it deleted itself (timed-out queries, idle connections) through
+//! `DNS_REAPED`, and deletes a cgroup's records once it holds nothing.
 //!
 //! Cardinality: per pod (and for the host, `namespace=""`) and transport,
 //! at most `--collector.ebpf_dns.max-servers` servers (default 4) with
@@ -36,9 +45,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use agent_common::dns::{
-    NameKey, Pending, PendingKey, DROPPED, DROP_LAT, DROP_NAMES, DROP_PENDING, DROP_STATS, GONE, LAT, LATE, LATENCY_NS, LIMITS, MADE,
-    MATCHED, MAX_LAT, MAX_NAMES, NAMES, NAMES_SHARE, PENDING, PROGRAMS, Q_A, Q_AAAA, Q_OTHER, Q_PTR, Q_SRV, RETRANSMITS, R_NOERROR,
-    R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS, TIMEOUTS, TRANSPORT_TCP, TRUNCATED,
+    Conn, InFlight, NameKey, Pending, PendingKey, Reaped, CONNS, CONN_IDLE_NS, DROPPED, GONE, INFLIGHT, LAT, LATE, LATENCY_NS, LIMITS,
+    MADE, MATCHED, MAX_LAT, MAX_NAMES, NAMES, NAMES_SHARE, NUM_DROPS, PENDING, PENDING_ALIAS, PROGRAMS, Q_A, Q_AAAA, Q_OTHER, Q_PTR, Q_SRV,
+    REAPED, RETRANSMITS, R_NOERROR, R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS, TIMEOUTS, TRANSPORT_TCP, TRUNCATED,
 };
 use agent_common::ledger::{self, Entries, Limits};
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
@@ -125,6 +134,70 @@ pub struct Collector {
     ledger: Ledger,
     /// Cgroups whose counts were dropped, no pod being known for them.
     unattributed: u64,
+    /// What the agent deleted per cgroup, for the kernel's bounds.
+    reaper: Reaper,
+}
+
+/// The agent's side of the kernel's per-cgroup bounds: the entries of
+/// `DNS_PENDING` and `DNS_CONNS` it deleted, per cgroup (written to
+/// `DNS_REAPED`, where the programs read them), until the cgroup holds
+/// nothing and its records are deleted.
+#[derive(Default)]
+pub struct Reaper {
+    reaped: HashMap<u64, Reaped>,
+    /// Cgroups whose record changed since it was last written.
+    changed: std::collections::BTreeSet<u64>,
+}
+
+impl Reaper {
+    /// The agent deleted a waiting query of `owner`.
+    pub fn query(&mut self, owner: u64) {
+        self.reaped.entry(owner).or_default().pending += 1;
+        self.changed.insert(owner);
+    }
+
+    /// The agent deleted a followed connection of `owner`.
+    pub fn conn(&mut self, owner: u64) {
+        self.reaped.entry(owner).or_default().conns += 1;
+        self.changed.insert(owner);
+    }
+
+    /// The records to write to `DNS_REAPED` (the changed ones).
+    pub fn changed(&mut self) -> Vec<(u64, Reaped)> {
+        let changed = std::mem::take(&mut self.changed);
+        changed.into_iter().filter_map(|c| self.reaped.get(&c).map(|r| (c, *r))).collect()
+    }
+
+    /// The cgroups whose records go, from `DNS_INFLIGHT` as read: those
+    /// that hold nothing (by the programs' counts less the agent's
+    /// deletions), and those the agent has deletions for but the kernel no
+    /// record (a new record starts from nothing). Forgotten here.
+    pub fn idle(&mut self, inflight: &[(u64, InFlight)]) -> Vec<u64> {
+        let mut idle: Vec<u64> = inflight
+            .iter()
+            .filter(|(c, f)| {
+                let r = self.reaped.get(c).copied().unwrap_or_default();
+                f.pending(&r) == 0 && f.conns(&r) == 0
+            })
+            .map(|(c, _)| *c)
+            .collect();
+        let known: std::collections::HashSet<u64> = inflight.iter().map(|(c, _)| *c).collect();
+        idle.extend(self.reaped.keys().filter(|c| !known.contains(c)).copied());
+        for c in &idle {
+            self.reaped.remove(c);
+            self.changed.remove(c);
+        }
+        idle
+    }
+
+    /// Cgroups with a record in `DNS_REAPED`.
+    pub fn len(&self) -> usize {
+        self.reaped.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.reaped.is_empty()
+    }
 }
 
 /// A question name in wire format (`len` bytes with the final 0, or 0 when
@@ -199,7 +272,7 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
     let resolver = ctx.resolver(grace)?;
     let probe = match crate::pods::cgroup::v2_root(&p.sysfs) {
         Some(_) => ctx.attach(&PROGRAMS),
-        None => ctx.down(&PROGRAMS, "no cgroup v2 hierarchy mounted (cgroup socket-buffer programs attach to one)"),
+        None => ctx.down(&PROGRAMS, "no cgroup v2 hierarchy mounted (cgroup socket-buffer and sendmsg programs attach to one)"),
     };
     Ok(Box::new(Collector {
         probe,
@@ -213,6 +286,7 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
         },
         ledger: Ledger::default(),
         unattributed: 0,
+        reaper: Reaper::default(),
     }))
 }
 
@@ -224,29 +298,79 @@ fn monotonic_ns() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }
 
-/// The queries waiting longer than `timeout`, deleted from the kernel's
-/// map: those deleted here (not by a response meanwhile) are timeouts.
-/// Also how many are still waiting.
-fn reap(ebpf: &mut aya::Ebpf, timeout: Duration) -> Result<(Vec<PeerKey>, usize), MapError> {
-    let mut m: aya::maps::HashMap<_, PendingKey, Pending> =
-        aya::maps::HashMap::try_from(ebpf.map_mut(PENDING).ok_or(MapError::Missing(PENDING))?)
-            .map_err(|source| MapError::Map { map: PENDING, source })?;
-    let waiting: Vec<(PendingKey, Pending)> = m.iter().filter_map(Result::ok).collect();
-    let cutoff = monotonic_ns().saturating_sub(timeout.as_nanos() as u64);
-    let timed_out = waiting.iter().filter(|(k, v)| v.start_ns <= cutoff && m.remove(k).is_ok()).map(|(_, v)| v.peer).collect();
-    let in_flight = waiting.iter().filter(|(_, v)| v.start_ns > cutoff).count();
-    Ok((timed_out, in_flight))
+/// What one pass over the kernel's maps of waiting queries and followed
+/// connections found: the queries timed out (their counting entries
+/// deleted here), those still waiting, and the connections followed.
+struct Swept {
+    timed_out: Vec<PeerKey>,
+    in_flight: usize,
+    conns: usize,
 }
 
-type Read = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>, [u64; 4]);
+/// Deletes the queries waiting longer than `timeout` (those deleted here,
+/// not by a response meanwhile, are timeouts, an alias entry never) and
+/// the connections idle for `CONN_IDLE_NS`, noting each for its cgroup's
+/// bound; then tells the programs (`DNS_REAPED`) and deletes the records
+/// of cgroups that hold nothing.
+fn reap(shared: &crate::ebpf::loader::Shared, ebpf: &mut aya::Ebpf, timeout: Duration, reaper: &mut Reaper) -> Result<Swept, MapError> {
+    let now = monotonic_ns();
+    let cutoff = now.saturating_sub(timeout.as_nanos() as u64);
+    let waiting: Vec<(PendingKey, Pending)> = maps::hash_entries(ebpf, PENDING)?;
+    let conns: Vec<(u64, Conn)> = maps::hash_entries(ebpf, CONNS)?;
+    let mut timed_out = Vec::new();
+    {
+        let mut m: aya::maps::HashMap<_, PendingKey, Pending> =
+            aya::maps::HashMap::try_from(ebpf.map_mut(PENDING).ok_or(MapError::Missing(PENDING))?)
+                .map_err(|source| MapError::Map { map: PENDING, source })?;
+        for (k, v) in waiting.iter().filter(|(_, v)| v.start_ns <= cutoff) {
+            if m.remove(k).is_ok() {
+                reaper.query(v.owner);
+                if v.kind != PENDING_ALIAS {
+                    timed_out.push(v.peer);
+                }
+            }
+        }
+    }
+    let in_flight = waiting.iter().filter(|(_, v)| v.start_ns > cutoff && v.kind != PENDING_ALIAS).count();
+    let idle_since = now.saturating_sub(CONN_IDLE_NS);
+    {
+        let mut m: aya::maps::HashMap<_, u64, Conn> = aya::maps::HashMap::try_from(ebpf.map_mut(CONNS).ok_or(MapError::Missing(CONNS))?)
+            .map_err(|source| MapError::Map { map: CONNS, source })?;
+        for (k, c) in conns.iter().filter(|(_, c)| c.last_ns <= idle_since) {
+            if m.remove(k).is_ok() {
+                reaper.conn(c.owner);
+            }
+        }
+    }
+    {
+        let mut m: aya::maps::HashMap<_, u64, Reaped> =
+            aya::maps::HashMap::try_from(ebpf.map_mut(REAPED).ok_or(MapError::Missing(REAPED))?)
+                .map_err(|source| MapError::Map { map: REAPED, source })?;
+        for (c, r) in reaper.changed() {
+            // A full map: the cgroup's bound counts those entries as held
+            // until its record is deleted.
+            let _ = m.insert(c, r, 0);
+        }
+    }
+    let inflight: Vec<(u64, InFlight)> = maps::hash_entries(ebpf, INFLIGHT)?;
+    let idle = reaper.idle(&inflight);
+    maps::hash_delete::<_, InFlight>(ebpf, INFLIGHT, &idle)?;
+    maps::hash_delete::<_, Reaped>(ebpf, REAPED, &idle)?;
+    // Read whole: the maps' figures take these counts, not walks of their own.
+    let gone: std::collections::HashSet<u64> = idle.iter().copied().collect();
+    shared.note_entries(CONNS, conns.len());
+    shared.note_entries(INFLIGHT, inflight.iter().filter(|(c, _)| !gone.contains(c)).count());
+    shared.note_entries(REAPED, reaper.len());
+    Ok(Swept { timed_out, in_flight, conns: conns.len() })
+}
+
+type Read = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>, u64);
 
 fn read(ebpf: &aya::Ebpf) -> Result<Read, MapError> {
-    let drops = [
-        maps::counter(ebpf, DROPPED, DROP_PENDING)?,
-        maps::counter(ebpf, DROPPED, DROP_STATS)?,
-        maps::counter(ebpf, DROPPED, DROP_LAT)?,
-        maps::counter(ebpf, DROPPED, DROP_NAMES)?,
-    ];
+    let mut drops = 0u64;
+    for slot in 0..NUM_DROPS {
+        drops = drops.wrapping_add(maps::counter(ebpf, DROPPED, slot)?);
+    }
     Ok((maps::hash_entries(ebpf, STATS)?, maps::hash_entries(ebpf, LAT)?, drops))
 }
 
@@ -264,8 +388,8 @@ impl host::Collector for Collector {
         // The ledger's counts first: keys made after are then counted twice
         // (until the next scrape), never missed.
         let made = Ledger::read_made(&*shared.lock().ok_or(MapError::Poisoned)?, MADE)?;
-        let (timed_out, in_flight) = reap(&mut *shared.lock().ok_or(MapError::Poisoned)?, self.timeout)?;
-        for mut k in timed_out {
+        let reaped = reap(&shared, &mut *shared.lock().ok_or(MapError::Poisoned)?, self.timeout, &mut self.reaper)?;
+        for mut k in reaped.timed_out {
             k.dir |= TIMEOUT_RECORD;
             *self.timeouts.entry(k).or_default() += 1;
         }
@@ -351,15 +475,16 @@ impl host::Collector for Collector {
         sink.family(
             "node_ebpf_dns_tracked",
             "What ebpf_dns keeps: servers with counts in user space, cgroups whose pod is not known yet, queries waiting for an answer, \
-             and Services known by ClusterIP.",
+             TCP connections to port 53 followed, and Services known by ClusterIP.",
             Kind::Gauge,
         )
         .sample(&[("what", "servers")], pass.tracked as f64)
         .sample(&[("what", "pending_cgroups")], pass.pending as f64)
-        .sample(&[("what", "queries_in_flight")], in_flight as f64)
+        .sample(&[("what", "queries_in_flight")], reaped.in_flight as f64)
+        .sample(&[("what", "tcp_connections")], reaped.conns as f64)
         .sample(&[("what", "services")], services_known as f64);
         sink.family("node_ebpf_events_dropped_total", "Events an eBPF probe could not record (a full map).", Kind::Counter)
-            .sample(&[("probe", "dns")], drops.iter().sum::<u64>() as f64);
+            .sample(&[("probe", "dns")], drops as f64);
         Ok(())
     }
 }
@@ -480,6 +605,35 @@ mod tests {
         assert_ne!(name_key(&a).addr, name_key(&c).addr);
         assert_eq!(name_key(&a), name_key(&a));
         assert_eq!(name_key(&b).dir, 2);
+    }
+
+    #[test]
+    fn the_agents_deletions_are_told_per_cgroup_until_it_holds_nothing() {
+        let mut r = Reaper::default();
+        r.query(7);
+        r.query(7);
+        r.conn(7);
+        r.query(9);
+        assert_eq!(r.changed(), vec![(7, Reaped { pending: 2, conns: 1 }), (9, Reaped { pending: 1, conns: 0 })]);
+        assert_eq!(r.changed(), vec![], "written once");
+        r.query(9);
+        assert_eq!(r.changed(), vec![(9, Reaped { pending: 2, conns: 0 })], "the total, not the change");
+        let held = |pending_added, conns_added| InFlight { pending_added, pending_removed: 1, conns_added, conns_removed: 0 };
+        // Cgroup 7 made 3 queries (1 answered, 2 timed out) and 1
+        // connection (forgotten idle): nothing held, its records go. Cgroup
+        // 9 still holds a query; cgroup 5, new to the agent, holds one too.
+        let inflight = [(7, held(3, 1)), (9, held(4, 0)), (5, held(2, 0))];
+        assert_eq!(r.idle(&inflight), vec![7]);
+        assert_eq!(r.len(), 1, "cgroup 7 forgotten");
+        // A record the kernel no longer has (deleted, or never made: its
+        // map was full) goes too: a new one starts from nothing.
+        r.query(11);
+        let mut idle = r.idle(&inflight[1..]);
+        idle.sort();
+        assert_eq!(idle, vec![11]);
+        assert_eq!(r.changed(), vec![], "nothing left to write for a cgroup forgotten");
+        assert_eq!(r.idle(&[(9, held(3, 0))]), vec![9], "cgroup 9's last query timed out");
+        assert!(r.is_empty());
     }
 
     #[test]
