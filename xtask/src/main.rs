@@ -18,8 +18,8 @@
 //!   podman and runc from Debian's packages, pulling no image (`image.rs`).
 //! - `seccomp-profile`: write deploy/seccomp/node-agent.json from the
 //!   runtime's default profile (`seccomp.rs`).
-//! - `truth-loop [--runs N]`: the eBPF, netlink, perf and pod attribution
-//!   truth suites N times in a row (50 by default) while a build runs beside
+//! - `truth-loop [--runs N]`: the eBPF, netlink, perf, pod attribution,
+//!   TCP peers, DNS and pod lifecycle truth suites N times in a row (50 by default) while a build runs beside
 //!   them; fails unless every run passes.
 //! - `pgo`: rewrite the release build's PGO profile, `pgo/node-agent.profdata`
 //!   (an instrumented build under `pgo/train.sh`; see `pgo.rs`).
@@ -95,7 +95,7 @@ enum Cmd {
     /// Write docs/reference/ from the code (a test fails when the committed
     /// files differ) and the man page, target/man/node-agent.1.
     Docs,
-    /// Run the truth suites (eBPF, netlink, perf, pod attribution) RUNS
+    /// Run the truth suites (eBPF, netlink, perf, pod attribution, TCP peers, DNS, pod lifecycle) RUNS
     /// times in a row while a build runs beside them: exact under load.
     TruthLoop {
         #[arg(long, default_value_t = 50)]
@@ -437,7 +437,8 @@ fn build_release() -> Result<PathBuf> {
 }
 
 /// The truth suites that check probes and collectors against the kernel.
-const TRUTH_SUITES: &[&str] = &["ebpf_truth", "netlink_truth", "perf_truth", "pod_attribution"];
+const TRUTH_SUITES: &[&str] =
+    &["ebpf_truth", "netlink_truth", "perf_truth", "pod_attribution", "tcp_peers_truth", "dns_truth", "peers_lifecycle_truth"];
 
 /// Runs the truth suites `runs` times in a row, each run all of them, while
 /// a debug build of two workspace crates is built and cleaned over and over
