@@ -122,8 +122,12 @@ pub fn connect_from(from: std::net::Ipv4Addr, addr: std::net::SocketAddr, wait: 
 /// `GET path` on a fresh connection: (status, body), or `None` when there
 /// is no whole answer within `timeout`.
 pub fn http_get(addr: std::net::SocketAddr, path: &str, timeout: std::time::Duration) -> Option<(u16, String)> {
+    http_get_on(std::net::TcpStream::connect_timeout(&addr, timeout).ok()?, path, timeout)
+}
+
+/// [`http_get`] on the connection `s`.
+pub fn http_get_on(mut s: std::net::TcpStream, path: &str, timeout: std::time::Duration) -> Option<(u16, String)> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout).ok()?;
     s.set_read_timeout(Some(timeout)).ok()?;
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
     let mut raw = Vec::new();

@@ -82,15 +82,7 @@ fn tail(log: &std::path::Path) -> String {
 /// body, and how long it took.
 fn get(addr: SocketAddr, from: Ipv4Addr, path: &str, timeout: Duration) -> (Option<u16>, String, Duration) {
     let t = Instant::now();
-    let answer = connect_from(from, addr, true).ok().and_then(|mut s| {
-        s.set_read_timeout(Some(timeout)).ok()?;
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).ok()?;
-        let text = String::from_utf8_lossy(&raw).to_string();
-        let status = text.split_whitespace().nth(1)?.parse().ok()?;
-        Some((status, text.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default()))
-    });
+    let answer = connect_from(from, addr, true).ok().and_then(|s| node_agent_tests::http_get_on(s, path, timeout));
     let (status, body) = answer.map_or((None, String::new()), |(s, b)| (Some(s), b));
     (status, body, t.elapsed())
 }
