@@ -57,8 +57,14 @@ pub const INFLIGHT: &str = "DNS_INFLIGHT";
 /// Per cgroup, the entries of [`PENDING`] and [`CONNS`] the agent deleted
 /// (timed out, idle): [`Reaped`], written by the agent only.
 pub const REAPED: &str = "DNS_REAPED";
-/// Per-CPU scratch of the ingress program (a response's keys).
+/// Per-CPU scratch of the ingress program (the message's socket, a
+/// response's keys), and of the egress program (a query's socket, key and
+/// value; a slot per nested run, the depth of this CPU's runs in
+/// [`OUT_DEPTH`]): off the stack, whose 512 bytes a call chain shares, and
+/// out of the verifier's states.
 pub const IN_SCRATCH: &str = "DNS_IN_SCRATCH";
+pub const OUT_SCRATCH: &str = "DNS_OUT_SCRATCH";
+pub const OUT_DEPTH: &str = "DNS_OUT_DEPTH";
 /// The address an unconnected UDP socket last gave sendmsg for port 53:
 /// socket cookie to a [`Sent`] (an LRU map; the egress program takes it).
 pub const SENT: &str = "DNS_SENT";

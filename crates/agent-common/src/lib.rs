@@ -54,6 +54,8 @@ pub const MAPS: &[&str] = &[
     dns::REAPED,
     dns::SENT,
     dns::IN_SCRATCH,
+    dns::OUT_SCRATCH,
+    dns::OUT_DEPTH,
     oom_kills::KILLS,
     pods::STATS,
     pods::DROPPED,

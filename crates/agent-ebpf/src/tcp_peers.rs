@@ -151,7 +151,14 @@ fn baseline(sk: u64, off: &Offsets, st: &mut SockState) {
 /// (or, beyond its cgroup's limit, its other's), with their count (TIMED).
 #[inline(always)]
 fn latency(c: *mut PeerCounters, at: &PeerKey, ns: u64) {
-    peer_maps::latency(&TCP_PEER_STATS, &TCP_PEER_LAT, &LEDGER, &TCP_PEERS_LIMITS.load(), c, at, TIMED, ns, &TCP_PEER_DROPPED, DROP_LAT);
+    let others = |k: &mut PeerKey| {
+        let (c, o) = counters(&peer_maps::other_key(k.cgroup, k.dir))?;
+        *k = o;
+        Some(c)
+    };
+    let mut key = LatKey { peer: *at, slot: 0, pad: 0 };
+    let limits = TCP_PEERS_LIMITS.load();
+    peer_maps::latency(others, &TCP_PEER_LAT, &LEDGER, &limits, c, &mut key, TIMED, ns, &TCP_PEER_DROPPED, DROP_LAT);
 }
 
 /// Exchanges the last counted value at `p` for `v`: the old one. The sweep
