@@ -411,6 +411,39 @@ fn own_cgroup() -> u64 {
     std::fs::metadata(node_agent_tests::pods::v2_root().join(rel)).expect("this process's cgroup").ino()
 }
 
+/// The most instructions the kernel's verifier may process for one DNS
+/// program on this kernel: a fifth of its limit (1,000,000). Older
+/// kernels' verifiers prune fewer paths and users run them (5.10 up), so
+/// a program near the limit here would fail to load there; a change that
+/// makes paths multiply again (as the per-message TCP walk times the
+/// ledger's fallbacks did, past 1,000,000 on 6.18) fails here first.
+const VERIFIER_BUDGET: u32 = 200_000;
+
+/// Every DNS program loads, names on and off, with the verifier having
+/// processed at most [`VERIFIER_BUDGET`] instructions of it (the kernel's
+/// count, `verified_insns` of BPF_OBJ_GET_INFO_BY_FD, Linux 5.16 and up).
+#[test]
+fn the_programs_verify_with_room_for_older_kernels() {
+    if !root_or_skip("the DNS truth test") {
+        return;
+    }
+    for names in [false, true] {
+        let mut ctx = node_agent::probes::Context::with_object(node_agent::ebpf::OBJECT, false);
+        ctx.kube = true;
+        ctx.dns_names = names;
+        let shared = ctx.ebpf().expect("the object loads");
+        let probe = node_agent::ebpf::Probe::attach(Ok(shared.clone()), &agent_common::dns::PROGRAMS);
+        assert!(probe.up(), "the DNS programs load and attach (names {names})");
+        let ebpf = shared.lock().expect("eBPF");
+        for p in agent_common::dns::PROGRAMS {
+            let info = ebpf.program(p.name).expect("the program").info().expect("its info");
+            let n = info.verified_instruction_count().expect("verified_insns (Linux 5.16 and up)");
+            eprintln!("{} (names {names}): {n} instructions processed", p.name);
+            assert!(n <= VERIFIER_BUDGET, "{} (names {names}): the verifier processed {n} instructions, over {VERIFIER_BUDGET}", p.name);
+        }
+    }
+}
+
 /// The two programs see every packet of the node's sockets: whatever a
 /// packet holds (DNS or not, whole or cut short, IPv4, IPv6, garbage),
 /// they let it through (a cgroup skb program returning 0 drops it). Run
