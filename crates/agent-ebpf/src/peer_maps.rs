@@ -53,12 +53,22 @@ impl Ledger {
     #[inline(always)]
     pub fn room(&self, cgroup: u64, word: usize, limit: u32) -> Option<*mut Entries> {
         let p = self.record(cgroup)?;
-        // SAFETY: a map value of WORDS u64; a plain read of one word others
-        // add to atomically (a stale value errs by what they add meanwhile).
-        let made = unsafe { (*p).words.get(word).copied().unwrap_or(0) };
+        // SAFETY: a map value of WORDS u64; plain reads of words others add
+        // to atomically (a stale value errs by what they add meanwhile).
+        let net = unsafe { (*p).net(word) };
         // SAFETY: a copy of the agent's value, which it replaces whole.
         let gone = unsafe { self.gone.get(cgroup) }.and_then(|g| g.words.get(word).copied()).unwrap_or(0);
-        ledger::room(ledger::live(made, gone), limit).then_some(p)
+        ledger::room(ledger::live(net, gone), limit).then_some(p)
+    }
+
+    /// A program deleted a key of the cgroup's by `word` (a map of the
+    /// probe's own: [`ledger::freed`]): counted, if the cgroup has a record
+    /// (none: the agent forgot it, and the key's making with it).
+    #[inline(always)]
+    pub fn free(&self, cgroup: u64, word: usize) {
+        if let (Some(p), Some(f)) = (self.made.get_ptr_mut(cgroup), ledger::freed(word)) {
+            Ledger::count(p, f, 1);
+        }
     }
 
     /// Adds `v` (wrapping: `u64::MAX` takes one away) to word `word` of a

@@ -49,8 +49,9 @@ static TCP_PEER_LAT: HashMap<LatKey, u64> = HashMap::with_max_entries(MAX_LAT, B
 #[map]
 static TCP_PEER_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_DROPS, 0);
 /// The ledger of the three maps' keys by cgroup (`agent_common::ledger`):
-/// sockets followed are counted here when followed and taken away when
-/// they close; the other two maps' keys as made (the agent deletes them).
+/// sockets followed are counted here when followed, and again when they
+/// close (freed); the other two maps' keys as made (the agent deletes
+/// them).
 #[map]
 static TCP_PEER_MADE: HashMap<u64, Entries> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
 #[map]
@@ -125,9 +126,7 @@ fn follow(sk: u64, st: SockState) -> bool {
 /// A followed socket is no longer: one fewer for its cgroup.
 #[inline(always)]
 fn unfollowed(cgroup: u64) {
-    if let Some(r) = LEDGER.record(cgroup) {
-        Ledger::count(r, AUX, u64::MAX);
-    }
+    LEDGER.free(cgroup, AUX);
 }
 
 /// Stops following a connection (closed, or with no record to count it in).

@@ -468,7 +468,9 @@ impl host::Collector for Collector {
                 f.sample(&[("namespace", &o.0), ("pod", &o.1), ("rcode", rcode_name(l.dir)), ("domain", domain)], c.words[0] as f64);
             }
         }
-        let settled = self.ledger.settle(&made, &kept, [true; ledger::WORDS]);
+        // The programs' deletions, read after the maps (`ebpf::ledger`).
+        let after = Ledger::read_made(&*shared.lock().ok_or(MapError::Poisoned)?, MADE)?;
+        let settled = self.ledger.settle(&made, &after, &kept, [true; ledger::COUNTED]);
         Ledger::apply(&mut *shared.lock().ok_or(MapError::Poisoned)?, MADE, GONE, &settled)?;
         shared.note_entries(MADE, made.len());
         shared.note_entries(GONE, self.ledger.len());
