@@ -7,8 +7,9 @@
 //!
 //! - **made**, written by the programs only: the keys they made for the
 //!   cgroup (an atomic add once an insert succeeded), and, for a map whose
-//!   keys the programs delete themselves (`tcp_peers`' followed sockets),
-//!   the keys they deleted, in a word of its own ([`freed`]);
+//!   keys the programs delete themselves (`tcp_peers`' followed sockets,
+//!   `dns`'s waiting queries and followed connections), the keys they
+//!   deleted, in a word of its own ([`freed`]);
 //! - **gone**, written by the agent only: the cgroup's keys no longer in
 //!   the maps, as the agent last reckoned them: what *made* said before it
 //!   read the maps, less what *freed* said after, less the keys it found
@@ -17,8 +18,8 @@
 //! A cgroup holds `made - freed - gone` keys ([`live`]); a program makes a
 //! new key for one of its peers only while that is below the cgroup's
 //! limit ([`Limits`]), and beyond counts the event in the cgroup's own
-//! *other* record (`tcp_peers::PeerKey::other`), or not at all (a
-//! connection not followed). The agent reckons *gone* again
+//! *other* record (`tcp_peers::PeerKey::other`), or not at all (a query
+//! not timed, a connection not followed). The agent reckons *gone* again
 //! at every scrape from what it reads, so an error (an add lost to the
 //! agent deleting an idle cgroup's record as a program made a key) lasts
 //! until its next scrape, never longer. Between scrapes the count only
@@ -30,14 +31,14 @@
 //! *made* and its read of the map would count neither in *made* nor in
 //! what it kept, so the cgroup would count one key fewer than it holds
 //! until the next scrape, and could pass its limit by as many (a busy
-//! server's connections closed during the read: tens). Two CPUs making keys for one
-//! cgroup at the same instant may both pass the check: the limit can be
-//! passed by one key per CPU doing so.
+//! resolver's answers during the read: tens). Two CPUs making keys for
+//! one cgroup at the same instant may both pass the check: the limit can
+//! be passed by one key per CPU doing so.
 
 /// Words of [`Entries`]: the probe's stats map, its latency map, and up to
 /// three maps of its own (`tcp_peers`: the followed sockets; `dns`: the
-/// failing names); then the keys the programs deleted of each of those
-/// three ([`freed`]).
+/// failing names, the waiting queries, the followed connections); then
+/// the keys the programs deleted of each of those three ([`freed`]).
 pub const STATS: usize = 0;
 pub const LAT: usize = 1;
 pub const AUX: usize = 2;
@@ -85,7 +86,8 @@ impl Entries {
 /// other records, one per direction, are made whatever the count), in the
 /// latency map for its peers' buckets (`lat_peers`) and for its other's
 /// (`lat`, the rest kept for those), and in the probe's third map ([`AUX`];
-/// those of a fourth and fifth would be the probe's own).
+/// the limits of a fourth and fifth are the probe's constants,
+/// `dns::PENDING_PER_CGROUP` and `dns::CONNS_PER_CGROUP`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {

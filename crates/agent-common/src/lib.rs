@@ -50,8 +50,6 @@ pub const MAPS: &[&str] = &[
     dns::MADE,
     dns::GONE,
     dns::CONNS,
-    dns::INFLIGHT,
-    dns::REAPED,
     dns::SENT,
     dns::IN_SCRATCH,
     dns::OUT_SCRATCH,

@@ -30,23 +30,23 @@
 //! `CONN_IDLE_NS`).
 //!
 //! One cgroup holds at most `PENDING_PER_CGROUP` waiting queries and
-//! `CONNS_PER_CGROUP` followed connections (`DNS_INFLIGHT`, less what the
-//! agent deleted, `DNS_REAPED`), so that no cgroup can fill the node's
-//! maps for the others.
+//! `CONNS_PER_CGROUP` followed connections, counted in the ledger that
+//! bounds its share of the counting maps (`DNS_MADE`, `DNS_GONE`; words
+//! `LEDGER_PENDING` and `LEDGER_CONNS`), so that no cgroup can fill the
+//! node's maps for the others.
 
 // Map keys and values are passed by reference: by value, each call would
 // copy them on the BPF stack, whose 512 bytes a call chain shares.
 #![allow(clippy::needless_borrows_for_generic_args)]
 
-use core::intrinsics::{atomic_xadd, AtomicOrdering};
 use core::ptr::{addr_of, read_volatile};
 
 use agent_common::dns::{
-    failing, qtype_word, rcode_word, Config, Conn, InFlight, NameKey, Pending, PendingKey, Reaped, Sent, Stream, CONNS_PER_CGROUP,
-    DROP_CONNS, DROP_LAT, DROP_NAMES, DROP_PENDING, DROP_STATS, DROP_STREAM, FLAG_QR, FLAG_TC, LATE, MATCHED, MAX_CGROUPS, MAX_CONNS,
-    MAX_LABELS, MAX_LAT, MAX_MESSAGES, MAX_NAMES, MAX_PENDING, MAX_SENT, MAX_SERVERS, MAX_SKIPPED, NAME_BYTES, NUM_DROPS, PENDING_ALIAS,
-    PENDING_PER_CGROUP, PENDING_QUERY, PENDING_WITH_ALIAS, PORT, RCODE_MASK, RETRANSMITS, STAGE_LEN, STAGE_LEN_LOW, STAGE_LOST,
-    STAGE_MESSAGE, STAGE_UNKNOWN, TRANSPORT_TCP, TRANSPORT_UDP, TRUNCATED,
+    failing, qtype_word, rcode_word, Config, Conn, NameKey, Pending, PendingKey, Sent, Stream, CONNS_PER_CGROUP, DROP_CONNS, DROP_LAT,
+    DROP_NAMES, DROP_PENDING, DROP_STATS, DROP_STREAM, FLAG_QR, FLAG_TC, LATE, LEDGER_CONNS, LEDGER_PENDING, MATCHED, MAX_CGROUPS,
+    MAX_CONNS, MAX_LABELS, MAX_LAT, MAX_MESSAGES, MAX_NAMES, MAX_PENDING, MAX_SENT, MAX_SERVERS, MAX_SKIPPED, NAME_BYTES, NUM_DROPS,
+    PENDING_ALIAS, PENDING_PER_CGROUP, PENDING_QUERY, PENDING_WITH_ALIAS, PORT, RCODE_MASK, RETRANSMITS, STAGE_LEN, STAGE_LEN_LOW,
+    STAGE_LOST, STAGE_MESSAGE, STAGE_UNKNOWN, TRANSPORT_TCP, TRANSPORT_UDP, TRUNCATED,
 };
 use agent_common::ledger::{Entries, Limits, AUX};
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
@@ -82,8 +82,9 @@ static DNS_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_DROPS, 
 static DNS_NAMES: HashMap<NameKey, u64> = HashMap::with_max_entries(MAX_NAMES, BPF_F_NO_PREALLOC);
 #[map]
 static DNS_NAME_SCRATCH: PerCpuArray<NameKey> = PerCpuArray::with_max_entries(1, 0);
-/// The ledger of the keys of DNS_STATS, DNS_LAT and DNS_NAMES by cgroup
-/// (`agent_common::ledger`).
+/// The ledger of the keys of DNS_STATS, DNS_LAT, DNS_NAMES, DNS_PENDING
+/// and DNS_CONNS by cgroup (`agent_common::ledger`): the first three by
+/// the cgroup counts go under, the last two by the socket's own.
 #[map]
 static DNS_MADE: HashMap<u64, Entries> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
 #[map]
@@ -92,10 +93,6 @@ static DNS_GONE: HashMap<u64, Entries> = HashMap::with_max_entries(MAX_CGROUPS, 
 static LEDGER: Ledger = Ledger { made: &DNS_MADE, gone: &DNS_GONE };
 #[map]
 static DNS_CONNS: HashMap<u64, Conn> = HashMap::with_max_entries(MAX_CONNS, BPF_F_NO_PREALLOC);
-#[map]
-static DNS_INFLIGHT: HashMap<u64, InFlight> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
-#[map]
-static DNS_REAPED: HashMap<u64, Reaped> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
 #[map]
 static DNS_SENT: LruHashMap<u64, Sent> = LruHashMap::with_max_entries(MAX_SENT, 0);
 /// Per-CPU scratch of the ingress program: the message being read and a
@@ -160,9 +157,6 @@ const NOEXIST: u64 = 1;
 /// The packet (or the call) goes through (a cgroup program returning 0
 /// would drop it, or fail the call with EPERM).
 const PASS: i32 = 1;
-
-/// A zeroed per-cgroup record in read-only data, to create entries with.
-static NO_INFLIGHT: InFlight = InFlight { pending_added: 0, pending_removed: 0, conns_added: 0, conns_removed: 0 };
 
 // How the programs are cut, for the verifier: it walks every path of a
 // program, and a BPF-to-BPF function (`#[inline(never)]`) on each call,
@@ -585,65 +579,19 @@ fn count_name(k: &mut NameKey) {
     }
 }
 
-/// `owner`'s record of what it holds, made first if need be (None when
-/// the map of cgroups is full: nothing is admitted then).
+/// Puts `value` in `map` under `key` (BPF_NOEXIST) if `owner` holds fewer
+/// than `bound` entries of it (ledger word `word`), counted in the ledger
+/// if it was put: whether it was. Two CPUs admitting for one cgroup at
+/// once may take it one past.
 #[inline(always)]
-fn inflight(owner: u64) -> Option<*mut InFlight> {
-    if let Some(p) = DNS_INFLIGHT.get_ptr_mut(owner) {
-        return Some(p);
-    }
-    let _ = DNS_INFLIGHT.insert(owner, &NO_INFLIGHT, NOEXIST);
-    DNS_INFLIGHT.get_ptr_mut(owner)
-}
-
-/// Words of an `InFlight` record.
-const PENDING_ADDED: usize = 0;
-const PENDING_REMOVED: usize = 1;
-const CONNS_ADDED: usize = 2;
-const CONNS_REMOVED: usize = 3;
-const _: () = {
-    use core::mem::offset_of;
-    assert!(offset_of!(InFlight, pending_added) == PENDING_ADDED * 8);
-    assert!(offset_of!(InFlight, pending_removed) == PENDING_REMOVED * 8);
-    assert!(offset_of!(InFlight, conns_added) == CONNS_ADDED * 8);
-    assert!(offset_of!(InFlight, conns_removed) == CONNS_REMOVED * 8);
-    assert!(core::mem::size_of::<InFlight>() == 32);
-};
-
-/// Adds one to word `w` of the `InFlight` record `f`, atomically (every CPU
-/// adds to it).
-#[inline(always)]
-fn bump(f: *mut InFlight, w: usize) {
-    if w <= CONNS_REMOVED {
-        // SAFETY: `f` points to a map value of four aligned u64 words; `w`
-        // is in range.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>((f as *mut u64).add(w), 1) };
-    }
-}
-
-/// Whether `owner` may take one more entry of `DNS_PENDING` (`conns`
-/// false) or `DNS_CONNS` (true), below its bound; if so it is counted as
-/// taken. Two CPUs admitting for one cgroup at once may take it one past.
-#[inline(always)]
-fn admit(owner: u64, conns: bool) -> bool {
-    let Some(f) = inflight(owner) else { return false };
-    // SAFETY: copies of map values, taken at once.
-    let (held, reaped) = unsafe { (read_volatile(f), DNS_REAPED.get_ptr(owner).map(|r| read_volatile(r)).unwrap_or_default()) };
-    let (now, bound) = if conns { (held.conns(&reaped), CONNS_PER_CGROUP) } else { (held.pending(&reaped), PENDING_PER_CGROUP) };
-    if now >= bound as u64 {
+fn admit<K, V>(map: &HashMap<K, V>, key: &K, value: &V, owner: u64, word: usize, bound: u32) -> bool {
+    let Some(r) = LEDGER.room(owner, word, bound) else { return false };
+    // Full, or (a query) sent again meanwhile on another CPU: not put.
+    if map.insert(key, value, NOEXIST).is_err() {
         return false;
     }
-    bump(f, if conns { CONNS_ADDED } else { PENDING_ADDED });
+    Ledger::count(r, word, 1);
     true
-}
-
-/// An entry `owner` took is deleted (by a program: the agent's own
-/// deletions are in `DNS_REAPED`).
-#[inline(always)]
-fn release(owner: u64, conns: bool) {
-    if let Some(f) = DNS_INFLIGHT.get_ptr_mut(owner) {
-        bump(f, if conns { CONNS_REMOVED } else { PENDING_REMOVED });
-    }
 }
 
 /// Puts a query in `DNS_PENDING` under `key`, within its owner's bound:
@@ -652,15 +600,7 @@ fn release(owner: u64, conns: bool) {
 fn wait(key: *const PendingKey, value: *const Pending) -> i32 {
     // SAFETY: the caller's scratch slot.
     let (key, value) = unsafe { (&*key, &*value) };
-    if !admit(value.owner, false) {
-        return 0;
-    }
-    if DNS_PENDING.insert(key, value, NOEXIST).is_err() {
-        // Full, or sent again meanwhile on another CPU.
-        release(value.owner, false);
-        return 0;
-    }
-    1
+    admit(&DNS_PENDING, key, value, value.owner, LEDGER_PENDING, PENDING_PER_CGROUP) as i32
 }
 
 /// The socket a message belongs to: the server (the address the socket
@@ -794,10 +734,10 @@ fn take_query(sc: *mut InScratch, id: u64) -> i32 {
             }
             if DNS_PENDING.remove(&(*sc).key).is_ok() {
                 (*sc).matched = 1;
-                release(owner, false);
+                LEDGER.free(owner, LEDGER_PENDING);
             }
             if kind != PENDING_QUERY && DNS_PENDING.remove(&(*sc).alias).is_ok() {
-                release(owner, false);
+                LEDGER.free(owner, LEDGER_PENDING);
             }
         }
         if (*sc).matched == 0 {
@@ -943,7 +883,7 @@ fn timed(stage: u8) -> u64 {
 #[inline(always)]
 fn forget(cookie: u64, owner: u64) {
     if DNS_CONNS.remove(cookie).is_ok() {
-        release(owner, true);
+        LEDGER.free(owner, LEDGER_CONNS);
     }
 }
 
@@ -967,10 +907,7 @@ fn follow(cookie: u64, owner: u64, first: u32) -> i32 {
         core::ptr::write_volatile((c.as_mut_ptr() as *mut u64).add(4), 0);
         c.assume_init_ref()
     };
-    if !admit(owner, true) {
-        inc(&DNS_DROPPED, DROP_CONNS);
-    } else if DNS_CONNS.insert(cookie, c, NOEXIST).is_err() {
-        release(owner, true);
+    if !admit(&DNS_CONNS, &cookie, c, owner, LEDGER_CONNS, CONNS_PER_CGROUP) {
         inc(&DNS_DROPPED, DROP_CONNS);
     }
     0
