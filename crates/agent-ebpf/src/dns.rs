@@ -95,18 +95,19 @@ static LEDGER: Ledger = Ledger { made: &DNS_MADE, gone: &DNS_GONE };
 static DNS_CONNS: HashMap<u64, Conn> = HashMap::with_max_entries(MAX_CONNS, BPF_F_NO_PREALLOC);
 #[map]
 static DNS_SENT: LruHashMap<u64, Sent> = LruHashMap::with_max_entries(MAX_SENT, 0);
-/// Per-CPU scratch of the ingress program: the message being read and a
-/// response's keys. In a map, not on the stack: the 512 bytes of stack are
-/// shared by a call chain, and what a function leaves in map memory is not
-/// a state of the verifier's (every path of a function that wrote it there
-/// returns to its caller in one state; `answer`).
+/// Per-CPU scratch of the ingress program (which runs in softirq, once at
+/// a time on a CPU): the socket of the messages read and a response's
+/// keys. In a map, not on the stack: the 512 bytes of stack are shared by
+/// a call chain, and what a function leaves in map memory is not a state
+/// of the verifier's (every path of a function that wrote it there returns
+/// to its caller in one state; see `answer`).
 #[map]
 static DNS_IN_SCRATCH: PerCpuArray<InScratch> = PerCpuArray::with_max_entries(1, 0);
 
-/// The message's socket, a response's lookup key, the
-/// key of its query's other entry, what it is counted under (`peer`, as
-/// the query was; `at`, the record it went to), and whether it found its
-/// query (`matched`, sent at `start_ns`).
+/// The socket of the messages read, a response's lookup key, the key of
+/// its query's other entry, what it is counted under (`peer`, as the query
+/// was; `at`, the record it went to; `lat`, its latency's bucket), and
+/// whether it found its query (`matched`, sent at `start_ns`).
 #[repr(C)]
 struct InScratch {
     msg: Msg,
@@ -123,9 +124,15 @@ struct InScratch {
 /// value), as the ingress program's, for the same reasons. The egress hook
 /// runs in process context too, where a softirq that sends (and so runs
 /// the program again) may interrupt it on the same CPU: each run takes the
-/// slot at the CPU's depth (`DNS_OUT_DEPTH`) and gives it back before it
-/// returns, so an interrupted run finds its slot as it left it; a run
-/// deeper than `OUT_SLOTS` reads nothing (a dropped event).
+/// slot at the CPU's depth (`DNS_OUT_DEPTH`) and puts the depth back
+/// before it returns, so an interrupted run finds its slot as it left it;
+/// a run deeper than `OUT_SLOTS` reads nothing (a dropped event). On a
+/// kernel that preempts a task inside a BPF program (full or real-time
+/// preemption), a run preempted between its read of the depth and its
+/// write (the next instructions) can share its slot with the run that
+/// preempted it: that query may then be counted or wait under the other's
+/// socket or server (the maps stay sound; BPF on 5.10 has no atomic
+/// exchange to make the depth's read and write one step).
 #[map]
 static DNS_OUT_SCRATCH: PerCpuArray<OutScratch> = PerCpuArray::with_max_entries(OUT_SLOTS, 0);
 #[map]
