@@ -26,6 +26,7 @@ use node_agent_tests::host::root_or_skip;
 use node_agent_tests::inproc::InProcess;
 use node_agent_tests::netns::Netns;
 use node_agent_tests::pods::{pod_cgroup, CID_A, CID_B, NODE, UID_A, UID_B};
+use node_agent_tests::Kill;
 
 /// Pod B: a DNS server on UDP port 53 of 10.77.0.2, 10.96.0.10 and
 /// 10.78.0.1-10. It answers a query by its name's first label: `ok` NOERROR,
@@ -248,14 +249,17 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
     let (server_py, client_py) = (dir.path().join("server.py"), dir.path().join("client.py"));
     std::fs::write(&server_py, SERVER).expect("server script");
     std::fs::write(&client_py, CLIENT).expect("client script");
-    let mut server = b
-        .command(&format!("ip netns exec {} python3 {}", ns.0, server_py.display()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("server");
-    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
+    // Killed and reaped when dropped, whether the test passes or panics
+    // (before the pods' cgroups, which cannot go while it is in one).
+    let mut server = Kill(
+        b.command(&format!("ip netns exec {} python3 {}", ns.0, server_py.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("server"),
+    );
+    let mut lines = BufReader::new(server.0.stdout.take().expect("stdout")).lines();
     assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
 
     // Phase 1: the pod coredns-0 by its address, every kind of answer.
@@ -346,11 +350,12 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
 
     // Phase 2: the Service by its ClusterIP; one answer held past the
     // timeout is a timeout, then a late response, counted once each.
-    let client = a
-        .command(&format!("ip netns exec {} python3 {} '10.96.0.10 held.test 1 0' 5", ns.0, client_py.display()))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("client");
+    let mut client = Kill(
+        a.command(&format!("ip netns exec {} python3 {} '10.96.0.10 held.test 1 0' 5", ns.0, client_py.display()))
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("client"),
+    );
     // Once the client has sent it (its start may take a while on a busy
     // machine) and a second has passed, a scrape finds it timed out.
     let svc = "service kube-system/kube-dns";
@@ -360,10 +365,12 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total").get(svc), Some(&1.0), "the held query timed out, once");
-    writeln!(server.stdin.as_mut().expect("stdin"), "release").expect("release");
+    writeln!(server.0.stdin.as_mut().expect("stdin"), "release").expect("release");
     assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("released"));
-    let out = client.wait_with_output().expect("client");
-    let seen = Seen::parse(&out.stdout);
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut client.0.stdout.take().expect("stdout"), &mut out).expect("the client's output");
+    assert!(client.0.wait().expect("client").success(), "client failed");
+    let seen = Seen::parse(&out);
     assert_eq!(seen.rcodes.get("0"), Some(&1.0), "the client got the held answer");
     let plan = queries(4, "10.96.0.10", "ok.test", 1, false);
     let seen = run_client(&a, &ns, &client_py, &plan, 1.0);
@@ -398,8 +405,7 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
     assert!(servers.len() <= 4, "{} servers for web-0 with max-servers 3: {servers:?}", servers.len());
     assert!(servers.iter().any(|s| s.starts_with("other")), "no other series: {servers:?}");
     assert_eq!(q.values().sum::<f64>(), phase1 + 5.0 + 3.0 + 10.0, "every query, in some series");
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let _ = std::io::stdout().flush();
 }
 
@@ -409,6 +415,39 @@ fn own_cgroup() -> u64 {
     let own = std::fs::read_to_string("/proc/self/cgroup").expect("/proc/self/cgroup");
     let rel = own.lines().find_map(|l| l.strip_prefix("0::")).expect("a cgroup v2 line").trim_start_matches('/').to_string();
     std::fs::metadata(node_agent_tests::pods::v2_root().join(rel)).expect("this process's cgroup").ino()
+}
+
+/// The most instructions the kernel's verifier may process for one DNS
+/// program on this kernel: a fifth of its limit (1,000,000). Older
+/// kernels' verifiers prune fewer paths and users run them (5.10 up), so
+/// a program near the limit here would fail to load there; a change that
+/// makes paths multiply again (as the per-message TCP walk times the
+/// ledger's fallbacks did, past 1,000,000 on 6.18) fails here first.
+const VERIFIER_BUDGET: u32 = 200_000;
+
+/// Every DNS program loads, names on and off, with the verifier having
+/// processed at most [`VERIFIER_BUDGET`] instructions of it (the kernel's
+/// count, `verified_insns` of BPF_OBJ_GET_INFO_BY_FD, Linux 5.16 and up).
+#[test]
+fn the_programs_verify_with_room_for_older_kernels() {
+    if !root_or_skip("the DNS truth test") {
+        return;
+    }
+    for names in [false, true] {
+        let mut ctx = node_agent::probes::Context::with_object(node_agent::ebpf::OBJECT, false);
+        ctx.kube = true;
+        ctx.dns_names = names;
+        let shared = ctx.ebpf().expect("the object loads");
+        let probe = node_agent::ebpf::Probe::attach(Ok(shared.clone()), &agent_common::dns::PROGRAMS);
+        assert!(probe.up(), "the DNS programs load and attach (names {names})");
+        let ebpf = shared.lock().expect("eBPF");
+        for p in agent_common::dns::PROGRAMS {
+            let info = ebpf.program(p.name).expect("the program").info().expect("its info");
+            let n = info.verified_instruction_count().expect("verified_insns (Linux 5.16 and up)");
+            eprintln!("{} (names {names}): {n} instructions processed", p.name);
+            assert!(n <= VERIFIER_BUDGET, "{} (names {names}): the verifier processed {n} instructions, over {VERIFIER_BUDGET}", p.name);
+        }
+    }
 }
 
 /// The two programs see every packet of the node's sockets: whatever a
@@ -653,8 +692,10 @@ print(json.dumps(out), flush=True)
 "#;
 
 /// Runs `script` with `args` in network namespace `ns` (and in `cgroup`,
-/// when given), stdin piped; waits for its "ready" line when `ready`.
-fn start_py(cgroup: Option<&node_agent_tests::pods::PodCgroup>, ns: &Netns, script: &std::path::Path, args: &str) -> std::process::Child {
+/// when given), stdin piped; waits for its "ready" line. Killed and reaped
+/// when dropped, whether the test passes or panics (before the cgroup,
+/// which cannot go while it is in it: declare it after the cgroup).
+fn start_py(cgroup: Option<&node_agent_tests::pods::PodCgroup>, ns: &Netns, script: &std::path::Path, args: &str) -> Kill {
     let cmd = format!("ip netns exec {} python3 {} {args}", ns.0, script.display());
     let mut c = match cgroup {
         Some(c) => c.command(&cmd),
@@ -664,9 +705,9 @@ fn start_py(cgroup: Option<&node_agent_tests::pods::PodCgroup>, ns: &Netns, scri
             c
         }
     };
-    let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("python3");
+    let mut child = Kill(c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("python3"));
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("the server's first line");
+    BufReader::new(child.0.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("the server's first line");
     assert_eq!(line.trim(), "ready", "the server did not start");
     child
 }
@@ -745,7 +786,7 @@ fn a_query_sent_to_several_servers_is_timed_per_server() {
     let (server_py, client_py) = (dir.path().join("server.py"), dir.path().join("client.py"));
     std::fs::write(&server_py, SIMPLE_SERVER).expect("server script");
     std::fs::write(&client_py, SIMPLE_CLIENT).expect("client script");
-    let mut server = start_py(Some(&b), &ns, &server_py, "10.78.0.1/20,10.78.0.2/0");
+    let _server = start_py(Some(&b), &ns, &server_py, "10.78.0.1/20,10.78.0.2/0");
     let seen = simple_client(&a, &ns, &client_py, &["multi 10.78.0.1,10.78.0.2 ok.test 1 10"], "10.77.0.1", "::");
     eprintln!("the client saw {seen:?}");
     assert_eq!((seen.from.get("10.78.0.1"), seen.from.get("10.78.0.2"), seen.unanswered), (Some(&10.0), Some(&10.0), 0.0));
@@ -765,8 +806,6 @@ fn a_query_sent_to_several_servers_is_timed_per_server() {
     let fast_quick = seen.lat_us["10.78.0.2"].iter().filter(|us| **us <= 15_625).count() as f64;
     assert!(bucket(&agent, fast, "0.015625") >= fast_quick, "{fast_quick} fast answers the client timed under 15.6 ms");
     assert_eq!(bucket(&agent, slow, "0.015625"), 0.0, "the 20 ms server's answers above 15.6 ms");
-    let _ = server.kill();
-    let _ = server.wait();
 }
 
 /// Issue #47, row 11: a host-network pod (its task in the node's network
@@ -831,7 +870,7 @@ fn host_network_queries_to_a_service_are_the_services() {
     let (server_py, client_py) = (dir.path().join("server.py"), dir.path().join("client.py"));
     std::fs::write(&server_py, SIMPLE_SERVER).expect("server script");
     std::fs::write(&client_py, SIMPLE_CLIENT).expect("client script");
-    let mut server = start_py(Some(&b), &ns, &server_py, "10.77.0.2/0,fd00:77::2/0");
+    let _server = start_py(Some(&b), &ns, &server_py, "10.77.0.2/0,fd00:77::2/0");
     let plan = [
         "conn 10.96.0.10 ok.test 1 3",
         "sendto 10.96.0.10 ok.test 1 3",
@@ -902,8 +941,6 @@ fn host_network_queries_to_a_service_are_the_services() {
     // second entry of each query went with it).
     std::thread::sleep(Duration::from_millis(1100));
     assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total"), BTreeMap::new(), "no timeouts");
-    let _ = server.kill();
-    let _ = server.wait();
 }
 
 /// Issue #47, point 3: the queries waiting for an answer are bounded per
@@ -935,7 +972,7 @@ fn one_pods_unanswered_queries_do_not_blind_another() {
     let (server_py, client_py) = (dir.path().join("server.py"), dir.path().join("client.py"));
     std::fs::write(&server_py, SIMPLE_SERVER).expect("server script");
     std::fs::write(&client_py, SIMPLE_CLIENT).expect("client script");
-    let mut server = start_py(None, &ns, &server_py, "10.77.0.3/0");
+    let _server = start_py(None, &ns, &server_py, "10.77.0.3/0");
     let dropped = || -> f64 {
         agent
             .samples("node_ebpf_events_dropped_total")
@@ -971,8 +1008,6 @@ fn one_pods_unanswered_queries_do_not_blind_another() {
     simple_client(&a, &ns, &client_py, &["flood 10.77.0.3 drop.test 1 100"], "10.77.0.1", "::");
     std::thread::sleep(Duration::from_millis(1100));
     assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total").get(server_b), Some(&(bound + 100.0)), "timed again");
-    let _ = server.kill();
-    let _ = server.wait();
 }
 
 /// A DNS server over TCP alone, on 10.77.0.2 port 53, for the segmented
@@ -1145,7 +1180,7 @@ fn tcp_answers_over_many_segments_are_read_by_message() {
     let (server_py, client_py) = (dir.path().join("server.py"), dir.path().join("client.py"));
     std::fs::write(&server_py, SEG_SERVER).expect("server script");
     std::fs::write(&client_py, SEG_CLIENT).expect("client script");
-    let mut server = start_py(Some(&b), &s, &server_py, "");
+    let _server = start_py(Some(&b), &s, &server_py, "");
     let run = |plan: &[String]| -> (BTreeMap<String, f64>, u64) {
         let out = a
             .command(&format!("ip netns exec {} python3 {} '{}'", c.0, client_py.display(), plan.join(";")))
@@ -1267,8 +1302,6 @@ fn tcp_answers_over_many_segments_are_read_by_message() {
     assert_eq!(agent.client("node_ebpf_pod_dns_late_responses_total"), BTreeMap::new(), "no late answers");
     assert_eq!(agent.client("node_ebpf_pod_dns_timeouts_total").get(tcp), Some(&3.0), "the third query of each connection");
     assert!(dropped() >= dropped_before + 3.0, "each connection whose place was lost is a dropped event");
-    let _ = server.kill();
-    let _ = server.wait();
 }
 
 /// Pod B, the resolver, querying argv[1] servers, each another address of
@@ -1314,14 +1347,15 @@ fn a_noisy_resolver_does_not_blind_a_quiet_pod() {
     std::fs::write(&server_py, SERVER).expect("server script");
     std::fs::write(&client_py, CLIENT).expect("client script");
     std::fs::write(&noisy_py, NOISY).expect("noisy script");
-    let mut server = b
-        .command(&format!("ip netns exec {} python3 {}", ns.0, server_py.display()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("server");
-    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
+    let mut server = Kill(
+        b.command(&format!("ip netns exec {} python3 {}", ns.0, server_py.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("server"),
+    );
+    let mut lines = BufReader::new(server.0.stdout.take().expect("stdout")).lines();
     assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
     let out = b.command(&format!("ip netns exec {} python3 {} 3000", ns.0, noisy_py.display())).output().expect("resolver");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "3000", "{}", String::from_utf8_lossy(&out.stderr));
@@ -1343,8 +1377,6 @@ fn a_noisy_resolver_does_not_blind_a_quiet_pod() {
         .sum();
     eprintln!("coredns-0: {resolver} queries, {other} in other");
     assert_eq!(resolver, 3000.0, "every query of the resolver, in some series");
-    let _ = server.kill();
-    let _ = server.wait();
 }
 
 /// A resolver's rounds: from one socket on 10.0.0.1, in each of four
@@ -1435,16 +1467,17 @@ fn a_cgroup_beyond_its_share_counts_in_its_other() {
     let (server_py, client_py) = (dir.path().join("servers.py"), dir.path().join("rounds.py"));
     std::fs::write(&server_py, ROUND_SERVERS).expect("server script");
     std::fs::write(&client_py, ROUNDS).expect("client script");
-    let mut server = resolver
-        .command(&format!("ip netns exec {} python3 {}", ns.0, server_py.display()))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("servers");
-    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
+    let mut server = Kill(
+        resolver
+            .command(&format!("ip netns exec {} python3 {}", ns.0, server_py.display()))
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("servers"),
+    );
+    let mut lines = BufReader::new(server.0.stdout.take().expect("stdout")).lines();
     assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
     let out = resolver.command(&format!("ip netns exec {} python3 {}", ns.0, client_py.display())).output().expect("resolver");
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1024", "answers the resolver got: {}", String::from_utf8_lossy(&out.stderr));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let ebpf = shared.lock().expect("eBPF");

@@ -15,8 +15,9 @@
 //!
 //! What one cgroup may hold in the node-wide maps of waiting queries and
 //! followed connections is bounded ([`PENDING_PER_CGROUP`],
-//! [`CONNS_PER_CGROUP`]), counted per cgroup in [`INFLIGHT`] by the
-//! programs and in [`REAPED`] by the agent (what it deleted itself).
+//! [`CONNS_PER_CGROUP`]), counted per cgroup in the ledger that bounds its
+//! share of the counting maps ([`MADE`], [`GONE`]; words [`LEDGER_PENDING`]
+//! and [`LEDGER_CONNS`]).
 //!
 //! The counts use `tcp_peers`' key and record ([`PeerKey`] with the server
 //! address, port 53 and the transport ([`TRANSPORT_UDP`], [`TRANSPORT_TCP`]) as `dir`; [`PeerCounters`] with
@@ -43,7 +44,10 @@ pub const NAME_SCRATCH: &str = "DNS_NAME_SCRATCH";
 /// [`DROP_CONNS`], [`DROP_STREAM`].
 pub const DROPPED: &str = "DNS_DROPPED";
 /// The per-cgroup ledger of the keys of [`STATS`], [`LAT`] and [`NAMES`]
-/// (`crate::ledger`, words `STATS`, `LAT`, `AUX`), as `tcp_peers::MADE`.
+/// (`crate::ledger`, words `STATS`, `LAT`, `AUX`), as `tcp_peers::MADE`,
+/// and of the entries of [`PENDING`] and [`CONNS`] (words
+/// [`LEDGER_PENDING`], [`LEDGER_CONNS`], and their freed words: the
+/// programs delete those too), by the socket's own cgroup.
 pub const MADE: &str = "DNS_MADE";
 pub const GONE: &str = "DNS_GONE";
 /// The per-cgroup limits (`ledger::Limits`; `aux`: failing names).
@@ -51,14 +55,18 @@ pub const LIMITS: &str = "DNS_LIMITS";
 
 /// TCP connections to port 53 followed: socket cookie to [`Conn`].
 pub const CONNS: &str = "DNS_CONNS";
-/// Per cgroup (its id, a `u64`), what it holds in [`PENDING`] and [`CONNS`]
-/// as the programs count it: [`InFlight`].
-pub const INFLIGHT: &str = "DNS_INFLIGHT";
-/// Per cgroup, the entries of [`PENDING`] and [`CONNS`] the agent deleted
-/// (timed out, idle): [`Reaped`], written by the agent only.
-pub const REAPED: &str = "DNS_REAPED";
-/// Per-CPU scratch of the ingress program (a response's keys).
+/// The ledger's words ([`MADE`], [`GONE`]) of the entries of [`PENDING`]
+/// and [`CONNS`] a cgroup holds.
+pub const LEDGER_PENDING: usize = crate::ledger::AUX2;
+pub const LEDGER_CONNS: usize = crate::ledger::AUX3;
+/// Per-CPU scratch of the ingress program (the message's socket, a
+/// response's keys), and of the egress program (a query's socket, key and
+/// value; a slot per nested run, the depth of this CPU's runs in
+/// [`OUT_DEPTH`]): off the stack, whose 512 bytes a call chain shares, and
+/// out of the verifier's states.
 pub const IN_SCRATCH: &str = "DNS_IN_SCRATCH";
+pub const OUT_SCRATCH: &str = "DNS_OUT_SCRATCH";
+pub const OUT_DEPTH: &str = "DNS_OUT_DEPTH";
 /// The address an unconnected UDP socket last gave sendmsg for port 53:
 /// socket cookie to a [`Sent`] (an LRU map; the egress program takes it).
 pub const SENT: &str = "DNS_SENT";
@@ -116,9 +124,10 @@ pub const NUM_DROPS: u32 = 6;
 /// Distinct (cgroup, rcode, name) triples of failing answers at once.
 pub const MAX_NAMES: u32 = 1024;
 /// Cgroups with keys in the maps at once (each holds one in [`STATS`] at
-/// least): the ledger's size ([`MADE`], [`GONE`]), and that of the
-/// bookkeeping of waiting queries and followed connections ([`INFLIGHT`],
-/// [`REAPED`]; the agent deletes a cgroup's entries once it holds nothing).
+/// least, or entries of [`PENDING`] or [`CONNS`]): the ledger's size
+/// ([`MADE`], [`GONE`]; the agent deletes a cgroup's records once it holds
+/// nothing). Full, a new cgroup's queries are counted, not timed, and its
+/// connections not followed.
 pub const MAX_CGROUPS: u32 = MAX_SERVERS;
 /// One cgroup holds at most this share of [`NAMES`] (as of the others).
 pub const NAMES_SHARE: u32 = 8;
@@ -220,7 +229,7 @@ pub const PENDING_WITH_ALIAS: u8 = 1;
 pub const PENDING_ALIAS: u8 = 2;
 
 /// What the response is counted under, when the query left, the cgroup
-/// whose bound it takes ([`INFLIGHT`]), and its other entry, if any.
+/// whose bound it takes ([`LEDGER_PENDING`]), and its other entry, if any.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pending {
@@ -232,41 +241,6 @@ pub struct Pending {
     /// [`PENDING_QUERY`], [`PENDING_WITH_ALIAS`] or [`PENDING_ALIAS`].
     pub kind: u8,
     pub pad: [u8; 7],
-}
-
-/// What a cgroup holds, as the programs count it: entries of [`PENDING`]
-/// and [`CONNS`] made and deleted by them (each counter only grows; the
-/// agent's deletions are in [`Reaped`]).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct InFlight {
-    pub pending_added: u64,
-    pub pending_removed: u64,
-    pub conns_added: u64,
-    pub conns_removed: u64,
-}
-
-/// The entries of a cgroup the agent deleted, since it last deleted the
-/// cgroup's [`InFlight`] (each only grows).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Reaped {
-    pub pending: u64,
-    pub conns: u64,
-}
-
-impl InFlight {
-    /// Waiting queries held, given the agent's deletions (a race with the
-    /// agent's clean-up can leave the counters a little behind: never
-    /// below 0).
-    pub fn pending(&self, reaped: &Reaped) -> u64 {
-        self.pending_added.saturating_sub(self.pending_removed.saturating_add(reaped.pending))
-    }
-
-    /// Followed connections held, the same way.
-    pub fn conns(&self, reaped: &Reaped) -> u64 {
-        self.conns_added.saturating_sub(self.conns_removed.saturating_add(reaped.conns))
-    }
 }
 
 /// Where a TCP stream (one direction of a connection) is: the sequence
@@ -359,7 +333,7 @@ pub fn failing(rcode: u16) -> bool {
     matches!(rcode, 2 | 3 | 5)
 }
 
-crate::pod!(PendingKey, Pending, Config, NameKey, InFlight, Reaped, Stream, Conn, Sent);
+crate::pod!(PendingKey, Pending, Config, NameKey, Stream, Conn, Sent);
 
 #[cfg(test)]
 mod tests {
@@ -369,8 +343,6 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(core::mem::size_of::<PendingKey>(), 32);
         assert_eq!(core::mem::size_of::<Pending>(), 72);
-        assert_eq!(core::mem::size_of::<InFlight>(), 32);
-        assert_eq!(core::mem::size_of::<Reaped>(), 16);
         assert_eq!(core::mem::size_of::<Stream>(), 8);
         assert_eq!(core::mem::size_of::<Conn>(), 40);
         assert_eq!(core::mem::size_of::<Sent>(), 16);
@@ -390,20 +362,6 @@ mod tests {
         k.name[..3].copy_from_slice(&[63, b'a', b'a']);
         k.len = 0;
         assert!(!k.is_other(), "a name cut");
-    }
-
-    #[test]
-    fn held_entries_never_go_below_zero() {
-        let f = InFlight { pending_added: 10, pending_removed: 4, conns_added: 3, conns_removed: 3 };
-        assert_eq!(f.pending(&Reaped { pending: 2, conns: 0 }), 4);
-        assert_eq!(f.conns(&Reaped::default()), 0);
-        // The agent's clean-up raced a program: more deleted than made.
-        assert_eq!(f.pending(&Reaped { pending: 7, conns: 1 }), 0);
-        assert_eq!(f.conns(&Reaped { pending: 0, conns: 1 }), 0);
-        assert_eq!(
-            InFlight { pending_added: 1, pending_removed: u64::MAX, ..Default::default() }.pending(&Reaped { pending: 5, conns: 0 }),
-            0
-        );
     }
 
     #[test]

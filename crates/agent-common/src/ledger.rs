@@ -3,38 +3,67 @@
 //! map and blind the others.
 //!
 //! Each probe keeps a ledger of two hash maps keyed by cgroup v2 id, one
-//! word per bounded map ([`STATS`], [`LAT`], [`AUX`]):
+//! word per bounded map ([`STATS`], [`LAT`], [`AUX`], [`AUX2`], [`AUX3`]):
 //!
 //! - **made**, written by the programs only: the keys they made for the
-//!   cgroup (an atomic add once an insert succeeded; for a map whose keys the
-//!   programs delete themselves, `tcp_peers`' followed sockets, one less when
-//!   they do);
+//!   cgroup (an atomic add once an insert succeeded), and, for a map whose
+//!   keys the programs delete themselves (`tcp_peers`' followed sockets,
+//!   `dns`'s waiting queries and followed connections), the keys they
+//!   deleted, in a word of its own ([`freed`]);
 //! - **gone**, written by the agent only: the cgroup's keys no longer in
 //!   the maps, as the agent last reckoned them: what *made* said before it
-//!   read the maps, less the keys it found there and kept.
+//!   read the maps, less what *freed* said after, less the keys it found
+//!   there and kept.
 //!
-//! A cgroup holds `made - gone` keys ([`live`]); a program makes a new key
-//! for one of its peers only while that is below the cgroup's limit
-//! ([`Limits`]), and beyond counts the event in the cgroup's own *other*
-//! record (`tcp_peers::PeerKey::other`). The agent reckons *gone* again at
-//! every scrape from what it reads, so an error (an add lost to the agent
-//! deleting an idle cgroup's record as the program made a key, keys made
-//! while it read) lasts until its next scrape, never longer; between
-//! scrapes the count only errs high (keys the agent deleted after it read
-//! *made* are still counted), so a cgroup gets at most its limit. Two CPUs
-//! making keys for one cgroup at the same instant may both pass the check:
-//! the limit can be passed by one key per CPU doing so.
+//! A cgroup holds `made - freed - gone` keys ([`live`]); a program makes a
+//! new key for one of its peers only while that is below the cgroup's
+//! limit ([`Limits`]), and beyond counts the event in the cgroup's own
+//! *other* record (`tcp_peers::PeerKey::other`), or not at all (a query
+//! not timed, a connection not followed). The agent reckons *gone* again
+//! at every scrape from what it reads, so an error (an add lost to the
+//! agent deleting an idle cgroup's record as a program made a key) lasts
+//! until its next scrape, never longer. Between scrapes the count only
+//! errs high: a key made or deleted while the agent read counts in both
+//! what it read and what the programs counted since, and one deleted by
+//! the agent after it read *made* still counts. That is why deletions
+//! have a word apart, read after the maps: in the same word as the adds
+//! (one less), a key deleted by a program between the agent's read of
+//! *made* and its read of the map would count neither in *made* nor in
+//! what it kept, so the cgroup would count one key fewer than it holds
+//! until the next scrape, and could pass its limit by as many (a busy
+//! resolver's answers during the read: tens). Two CPUs making keys for
+//! one cgroup at the same instant may both pass the check: the limit can
+//! be passed by one key per CPU doing so.
 
-/// Words of [`Entries`]: the probe's stats map, its latency map, and a
-/// third map of its own (`tcp_peers`: the followed sockets; `dns`: the
-/// failing names). Word 3 is unused.
+/// Words of [`Entries`]: the probe's stats map, its latency map, and up to
+/// three maps of its own (`tcp_peers`: the followed sockets; `dns`: the
+/// failing names, the waiting queries, the followed connections); then
+/// the keys the programs deleted of each of those three ([`freed`]).
 pub const STATS: usize = 0;
 pub const LAT: usize = 1;
 pub const AUX: usize = 2;
-pub const WORDS: usize = 4;
+pub const AUX2: usize = 3;
+pub const AUX3: usize = 4;
+/// The words of maps, counted up as keys are made (and [`freed`]): the
+/// agent's reckoning of *gone* is for these.
+pub const COUNTED: usize = 5;
+pub const WORDS: usize = 8;
 
-/// A cgroup's keys, by map ([`STATS`], [`LAT`], [`AUX`]): made (the
-/// programs' map) or gone (the agent's).
+/// The word of the keys the programs deleted of a map of the probe's own
+/// (`AUX`, `AUX2`, `AUX3`); None for the stats and latency maps, whose
+/// keys only the agent deletes.
+#[inline(always)]
+pub const fn freed(word: usize) -> Option<usize> {
+    if word >= AUX && word < COUNTED {
+        Some(word + COUNTED - AUX)
+    } else {
+        None
+    }
+}
+
+/// A cgroup's keys, by map ([`STATS`], [`LAT`], [`AUX`], [`AUX2`],
+/// [`AUX3`], and the [`freed`] words): made (the programs' map) or gone
+/// (the agent's, whose freed words are 0).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Entries {
@@ -43,12 +72,22 @@ pub struct Entries {
 
 impl Entries {
     pub const ZERO: Entries = Entries { words: [0; WORDS] };
+
+    /// The keys made by word `word`, less those the programs deleted.
+    #[inline(always)]
+    pub fn net(&self, word: usize) -> u64 {
+        let made = self.words.get(word).copied().unwrap_or(0);
+        let freed = freed(word).and_then(|f| self.words.get(f).copied()).unwrap_or(0);
+        made.wrapping_sub(freed)
+    }
 }
 
 /// The most keys one cgroup may hold: in the stats map for its peers (its
 /// other records, one per direction, are made whatever the count), in the
 /// latency map for its peers' buckets (`lat_peers`) and for its other's
-/// (`lat`, the rest kept for those), and in the probe's third map.
+/// (`lat`, the rest kept for those), and in the probe's third map ([`AUX`];
+/// the limits of a fourth and fifth are the probe's constants,
+/// `dns::PENDING_PER_CGROUP` and `dns::CONNS_PER_CGROUP`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -77,11 +116,13 @@ impl Limits {
     pub const UNBOUNDED: Limits = Limits { stats: u32::MAX, lat_peers: u32::MAX, lat: u32::MAX, aux: u32::MAX };
 }
 
-/// The keys a cgroup holds by one word of its ledger: `made - gone`, signed
-/// (below 0 when the agent's reckoning caught a lost add; none held).
+/// The keys a cgroup holds by one word of its ledger: `net - gone`, `net`
+/// being what it made less what the programs deleted ([`Entries::net`]),
+/// signed (below 0 when the agent's reckoning caught a lost add; none
+/// held).
 #[inline(always)]
-pub fn live(made: u64, gone: u64) -> i64 {
-    made.wrapping_sub(gone) as i64
+pub fn live(net: u64, gone: u64) -> i64 {
+    net.wrapping_sub(gone) as i64
 }
 
 /// Whether a cgroup holding `live` keys may make one more under `limit`.
@@ -100,6 +141,18 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(core::mem::size_of::<Entries>(), 8 * WORDS);
         assert_eq!(core::mem::size_of::<Limits>(), 16);
+    }
+
+    #[test]
+    fn the_maps_programs_delete_from_have_a_word_of_deletions_each() {
+        assert_eq!([freed(STATS), freed(LAT)], [None, None]);
+        assert_eq!([freed(AUX), freed(AUX2), freed(AUX3)], [Some(5), Some(6), Some(7)]);
+        assert_eq!(freed(COUNTED), None);
+        let mut e = Entries::ZERO;
+        e.words[AUX2] = 10;
+        e.words[6] = 3;
+        e.words[STATS] = 4;
+        assert_eq!((e.net(AUX2), e.net(STATS), e.net(AUX3)), (7, 4, 0));
     }
 
     #[test]

@@ -30,20 +30,20 @@
 //! `CONN_IDLE_NS`).
 //!
 //! One cgroup holds at most `PENDING_PER_CGROUP` waiting queries and
-//! `CONNS_PER_CGROUP` followed connections (`DNS_INFLIGHT`, less what the
-//! agent deleted, `DNS_REAPED`), so that no cgroup can fill the node's
-//! maps for the others.
+//! `CONNS_PER_CGROUP` followed connections, counted in the ledger that
+//! bounds its share of the counting maps (`DNS_MADE`, `DNS_GONE`; words
+//! `LEDGER_PENDING` and `LEDGER_CONNS`), so that no cgroup can fill the
+//! node's maps for the others.
 
 // Map keys and values are passed by reference: by value, each call would
 // copy them on the BPF stack, whose 512 bytes a call chain shares.
 #![allow(clippy::needless_borrows_for_generic_args)]
 
-use core::intrinsics::{atomic_xadd, AtomicOrdering};
 use core::ptr::{addr_of, read_volatile};
 
 use agent_common::dns::{
-    failing, qtype_word, rcode_word, Config, Conn, InFlight, NameKey, Pending, PendingKey, Reaped, Sent, Stream, CONNS_PER_CGROUP,
-    DROP_CONNS, DROP_LAT, DROP_NAMES, DROP_PENDING, DROP_STATS, DROP_STREAM, FLAG_QR, FLAG_TC, LATE, MATCHED, MAX_CGROUPS,
+    failing, qtype_word, rcode_word, Config, Conn, NameKey, Pending, PendingKey, Sent, Stream, CONNS_PER_CGROUP, DROP_CONNS, DROP_LAT,
+    DROP_NAMES, DROP_PENDING, DROP_STATS, DROP_STREAM, FLAG_QR, FLAG_TC, LATE, LEDGER_CONNS, LEDGER_PENDING, MATCHED, MAX_CGROUPS,
     MAX_CONNS, MAX_LABELS, MAX_LAT, MAX_MESSAGES, MAX_NAMES, MAX_PENDING, MAX_SENT, MAX_SERVERS, MAX_SKIPPED, NAME_BYTES, NUM_DROPS,
     PENDING_ALIAS, PENDING_PER_CGROUP, PENDING_QUERY, PENDING_WITH_ALIAS, PORT, RCODE_MASK, RETRANSMITS, STAGE_LEN, STAGE_LEN_LOW,
     STAGE_LOST, STAGE_MESSAGE, STAGE_UNKNOWN, TRANSPORT_TCP, TRANSPORT_UDP, TRUNCATED,
@@ -58,7 +58,7 @@ use aya_ebpf::{
     EbpfContext, Global,
 };
 
-use crate::helpers::{inc, now_ns, BPF_F_NO_PREALLOC};
+use crate::helpers::{copy, inc, now_ns, store, BPF_F_NO_PREALLOC};
 use crate::peer_maps::{self, add, Ledger};
 
 // SAFETY: the symbol name is unique in the object; user space finds the
@@ -82,8 +82,9 @@ static DNS_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_DROPS, 
 static DNS_NAMES: HashMap<NameKey, u64> = HashMap::with_max_entries(MAX_NAMES, BPF_F_NO_PREALLOC);
 #[map]
 static DNS_NAME_SCRATCH: PerCpuArray<NameKey> = PerCpuArray::with_max_entries(1, 0);
-/// The ledger of the keys of DNS_STATS, DNS_LAT and DNS_NAMES by cgroup
-/// (`agent_common::ledger`).
+/// The ledger of the keys of DNS_STATS, DNS_LAT, DNS_NAMES, DNS_PENDING
+/// and DNS_CONNS by cgroup (`agent_common::ledger`): the first three by
+/// the cgroup counts go under, the last two by the socket's own.
 #[map]
 static DNS_MADE: HashMap<u64, Entries> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
 #[map]
@@ -93,23 +94,61 @@ static LEDGER: Ledger = Ledger { made: &DNS_MADE, gone: &DNS_GONE };
 #[map]
 static DNS_CONNS: HashMap<u64, Conn> = HashMap::with_max_entries(MAX_CONNS, BPF_F_NO_PREALLOC);
 #[map]
-static DNS_INFLIGHT: HashMap<u64, InFlight> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
-#[map]
-static DNS_REAPED: HashMap<u64, Reaped> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
-#[map]
 static DNS_SENT: LruHashMap<u64, Sent> = LruHashMap::with_max_entries(MAX_SENT, 0);
-/// Per-CPU scratch of a response's keys (beside the TCP walk's frame, a
-/// response's own would not fit the 512 bytes of stack).
+/// Per-CPU scratch of the ingress program (which runs in softirq, once at
+/// a time on a CPU): the socket of the messages read and a response's
+/// keys. In a map, not on the stack: the 512 bytes of stack are shared by
+/// a call chain, and what a function leaves in map memory is not a state
+/// of the verifier's (every path of a function that wrote it there returns
+/// to its caller in one state; see `answer`).
 #[map]
 static DNS_IN_SCRATCH: PerCpuArray<InScratch> = PerCpuArray::with_max_entries(1, 0);
 
-/// A response's lookup key, the key of its query's other entry, and what it
-/// is counted under.
+/// The socket of the messages read, a response's lookup key, the key of
+/// its query's other entry, what it is counted under (`peer`, as the query
+/// was; `at`, the record it went to; `lat`, its latency's bucket), and
+/// whether it found its query (`matched`, sent at `start_ns`).
 #[repr(C)]
 struct InScratch {
+    msg: Msg,
     key: PendingKey,
     alias: PendingKey,
     peer: PeerKey,
+    at: PeerKey,
+    lat: LatKey,
+    start_ns: u64,
+    matched: u64,
+}
+
+/// Per-CPU scratch of the egress program (a query's socket, key and
+/// value), as the ingress program's, for the same reasons. The egress hook
+/// runs in process context too, where a softirq that sends (and so runs
+/// the program again) may interrupt it on the same CPU: each run takes the
+/// slot at the CPU's depth (`DNS_OUT_DEPTH`) and puts the depth back
+/// before it returns, so an interrupted run finds its slot as it left it;
+/// a run deeper than `OUT_SLOTS` reads nothing (a dropped event). On a
+/// kernel that preempts a task inside a BPF program (full or real-time
+/// preemption), a run preempted between its read of the depth and its
+/// write (the next instructions) can share its slot with the run that
+/// preempted it: that query may then be counted or wait under the other's
+/// socket or server (the maps stay sound; BPF on 5.10 has no atomic
+/// exchange to make the depth's read and write one step).
+#[map]
+static DNS_OUT_SCRATCH: PerCpuArray<OutScratch> = PerCpuArray::with_max_entries(OUT_SLOTS, 0);
+#[map]
+static DNS_OUT_DEPTH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// Nested runs of the egress program on one CPU with a scratch slot: a
+/// run in process context and one in a softirq interrupting it.
+const OUT_SLOTS: u32 = 2;
+
+/// A query's socket, its type, its key and value in `DNS_PENDING`.
+#[repr(C)]
+struct OutScratch {
+    msg: Msg,
+    qtype: u64,
+    key: PendingKey,
+    value: Pending,
 }
 
 const IPPROTO_UDP: u8 = 17;
@@ -126,22 +165,47 @@ const NOEXIST: u64 = 1;
 /// would drop it, or fail the call with EPERM).
 const PASS: i32 = 1;
 
-/// A zeroed per-cgroup record in read-only data, to create entries with.
-static NO_INFLIGHT: InFlight = InFlight { pending_added: 0, pending_removed: 0, conns_added: 0, conns_removed: 0 };
+// How the programs are cut, for the verifier: it walks every path of a
+// program, and a BPF-to-BPF function (`#[inline(never)]`) on each call,
+// but every path through a function returns to its caller in the same
+// state when the function leaves its results in map memory or returns
+// only a scalar or a map pointer: the paths within it (a record found or
+// made, its cgroup's share, the ledger's record made or not) then add up
+// instead of multiplying with those of the caller and of the next call.
+// So a message of a TCP segment (up to MAX_MESSAGES of them) costs one
+// walk of `query` or `answer`, and a response one of `counters`, of
+// `latency` and of `record_name`. A function takes at most five
+// arguments; the maps it uses are statics, not arguments.
 
-/// The counters `peer`'s events go to and their key: its own record, or
-/// (beyond its cgroup's limit) its cgroup's other.
-#[inline(always)]
-fn counters(peer: &PeerKey) -> Option<(*mut PeerCounters, PeerKey)> {
-    peer_maps::counters(&DNS_STATS, &LEDGER, &DNS_LIMITS.load(), peer, &DNS_DROPPED, DROP_STATS)
+/// The counters the events of the server key at `peer` go to: its own
+/// record, or (beyond its cgroup's limit) its cgroup's other; the key of
+/// the record is written to `at` (when not null; it may be `peer`); null
+/// when neither can be had (a dropped event).
+#[inline(never)]
+fn counters(peer: *const PeerKey, at: *mut PeerKey) -> *mut PeerCounters {
+    peer_maps::find(&DNS_STATS, &LEDGER, &DNS_LIMITS.load(), peer, at, &DNS_DROPPED, DROP_STATS)
 }
 
-/// A matched response's latency, in the buckets of the record `c` (key
-/// `at`) or, beyond its cgroup's limit, its other's, with their count
-/// (MATCHED) and sum.
-#[inline(always)]
-fn latency(c: *mut PeerCounters, at: &PeerKey, ns: u64) {
-    peer_maps::latency(&DNS_STATS, &DNS_LAT, &LEDGER, &DNS_LIMITS.load(), c, at, MATCHED, ns, &DNS_DROPPED, DROP_LAT);
+/// A matched response's latency (since its query left, `sc.start_ns`), in
+/// the buckets of the record `c` (key `sc.at`) or, beyond its cgroup's
+/// limit, its other's, with their count (MATCHED) and sum; the bucket's key
+/// is built in `sc.lat`.
+#[inline(never)]
+fn latency(sc: *mut InScratch, c: *mut PeerCounters) -> i32 {
+    // SAFETY: this CPU's scratch slot (see `take_query`).
+    let ns = now_ns().saturating_sub(unsafe { (*sc).start_ns });
+    let others = |k: &mut PeerKey| {
+        store(k, peer_maps::other_key(k.cgroup, k.dir));
+        let p = counters(k, k);
+        (!p.is_null()).then_some(p)
+    };
+    // SAFETY: this CPU's scratch slot (see `take_query`).
+    let key = unsafe {
+        copy(addr_of!((*sc).lat.peer) as *mut PeerKey, addr_of!((*sc).at));
+        &mut (*sc).lat
+    };
+    peer_maps::latency(others, &DNS_LAT, &LEDGER, &DNS_LIMITS.load(), c, key, MATCHED, ns, &DNS_DROPPED, DROP_LAT);
+    0
 }
 
 /// An address (IPv4 as `::ffff:a.b.c.d`), 8-byte aligned so that the
@@ -182,6 +246,45 @@ fn v6(w: [u32; 4]) -> Addr {
     Addr::from_words([w[0] as u64 | (w[1] as u64) << 32, w[2] as u64 | (w[3] as u64) << 32])
 }
 
+/// A waiting query's key, written by words (a byte array of zeros, the
+/// padding, would be filled by a call to memset, a loop the verifier
+/// walks byte by byte).
+#[inline(always)]
+fn pending_key(cookie: u64, server: &Addr, id: u16) -> PendingKey {
+    let [s0, s1] = server.words();
+    // SAFETY: PendingKey is 32 bytes of plain integers, the id in the low
+    // 16 bits of its last word (checked below).
+    unsafe { core::mem::transmute::<[u64; 4], PendingKey>([cookie, s0, s1, id as u64]) }
+}
+
+/// The key a server's counts go under.
+#[inline(always)]
+fn server_key(cgroup: u64, server: &Addr, transport: u8) -> PeerKey {
+    let [s0, s1] = server.words();
+    peer_maps::key_of([cgroup, s0, s1, PORT as u64 | (transport as u64) << 16])
+}
+
+/// A waiting query's value, written by words as its key is.
+#[inline(always)]
+fn pending(peer: &PeerKey, start_ns: u64, owner: u64, other: &Addr, kind: u8) -> Pending {
+    // SAFETY: as for PendingKey: 72 bytes of plain integers (checked below).
+    let p = unsafe { core::mem::transmute::<PeerKey, [u64; 4]>(*peer) };
+    let [o0, o1] = other.words();
+    // SAFETY: as above.
+    unsafe { core::mem::transmute::<[u64; 9], Pending>([p[0], p[1], p[2], p[3], start_ns, owner, o0, o1, kind as u64]) }
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<PendingKey>() == 32 && offset_of!(PendingKey, server) == 8 && offset_of!(PendingKey, id) == 24);
+    assert!(size_of::<Pending>() == 72 && offset_of!(Pending, start_ns) == 32 && offset_of!(Pending, owner) == 40);
+    assert!(offset_of!(Pending, other) == 48 && offset_of!(Pending, kind) == 64);
+    assert!(size_of::<NameKey>() == 16 + NAME_BYTES && offset_of!(NameKey, rcode) == 8 && offset_of!(NameKey, len) == 9);
+    assert!(NAME_BYTES.is_multiple_of(8));
+    assert!(size_of::<Conn>() == 40 && offset_of!(Conn, last_ns) == 8 && offset_of!(Conn, out) == 16 && offset_of!(Conn, inb) == 24);
+    assert!(size_of::<Stream>() == 8);
+};
+
 /// A packet to or from port 53: its remote address, transport protocol
 /// and transport header's offset.
 #[repr(C)]
@@ -200,11 +303,11 @@ fn dns_packet(ctx: &SkBuffContext, out: bool) -> Option<Packet> {
     // 20 bytes of the network header (all of IPv4's but options; IPv6's
     // version and next header), then the two ports.
     let h: [u8; 20] = ctx.load(0).ok()?;
-    let (proto, l4) = match h[0] >> 4 {
+    let (proto, l4, v4) = match h[0] >> 4 {
         // A fragment after the first has no transport header.
-        4 if u16::from_be_bytes([h[6], h[7]]) & 0x1fff == 0 => (h[9], ((h[0] & 0x0f) as usize) * 4),
+        4 if u16::from_be_bytes([h[6], h[7]]) & 0x1fff == 0 => (h[9], ((h[0] & 0x0f) as usize) * 4, true),
         // Extension headers are not followed: DNS packets carry none.
-        6 => (h[6], 40),
+        6 => (h[6], 40, false),
         _ => return None,
     };
     if proto != IPPROTO_UDP && proto != IPPROTO_TCP {
@@ -215,12 +318,11 @@ fn dns_packet(ctx: &SkBuffContext, out: bool) -> Option<Packet> {
     if remote != PORT {
         return None;
     }
-    let addr = if h[0] >> 4 == 4 {
-        let at = if out { 16 } else { 12 };
-        mapped(u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]))
-    } else {
-        Addr::from_words(ctx.load(if out { 24 } else { 8 }).ok()?)
-    };
+    // The address is loaded again rather than kept from the first load:
+    // the bytes kept would be spilled to the entry point's stack frame,
+    // which every call chain of the program starts with.
+    let addr =
+        if v4 { mapped(ctx.load(if out { 16 } else { 12 }).ok()?) } else { Addr::from_words(ctx.load(if out { 24 } else { 8 }).ok()?) };
     Some(Packet { addr, l4, proto })
 }
 
@@ -314,9 +416,8 @@ fn asked(ctx: &SkBuffContext, cookie: u64) -> Option<Addr> {
 /// The DNS header's id and flags at `dns`.
 #[inline(always)]
 fn header(ctx: &SkBuffContext, dns: usize) -> Option<(u16, u16)> {
-    let id = u16::from_be(ctx.load::<u16>(dns).ok()?);
-    let flags = u16::from_be(ctx.load::<u16>(dns + 2).ok()?);
-    Some((id, flags))
+    let h: [u8; 4] = ctx.load(dns).ok()?;
+    Some((u16::from_be_bytes([h[0], h[1]]), u16::from_be_bytes([h[2], h[3]])))
 }
 
 /// The first question's type: after its name (labels up to a zero length;
@@ -362,34 +463,109 @@ fn cookie(ctx: &SkBuffContext) -> u64 {
     unsafe { aya_ebpf::helpers::bpf_get_socket_cookie(ctx.as_ptr()) }
 }
 
-/// Counts a failing answer by its cgroup, rcode and question name (read
-/// byte by byte up to NAME_BYTES: failing answers are few).
+/// `x & 127`, computed where the verifier sees it: LLVM drops a mask it
+/// can prove needless, and an older verifier may not prove the bound.
 #[inline(always)]
-fn record_name(ctx: &SkBuffContext, dns: usize, cgroup: u64, rcode: u8) -> Option<()> {
-    let k = DNS_NAME_SCRATCH.get_ptr_mut(0)?;
-    // SAFETY: this CPU's scratch slot, used by one program at a time.
-    let k = unsafe { &mut *k };
-    *k = NameKey::ZERO;
-    k.cgroup = cgroup;
-    k.rcode = rcode;
-    let mut next = 0usize;
-    for i in 0..NAME_BYTES {
-        let b: u8 = ctx.load(dns + 12 + i).ok()?;
-        if let Some(slot) = k.name.get_mut(i) {
-            *slot = b;
-        }
-        if i == next {
-            if b == 0 {
-                k.len = (i + 1) as u8;
-                break;
-            }
-            if b & 0xc0 != 0 {
-                return None;
-            }
-            next = i + b as usize + 1;
+fn mask127(x: u64) -> u64 {
+    let mut v = x;
+    // SAFETY: arithmetic on a register, no memory touched.
+    unsafe { core::arch::asm!("{v} &= 127", v = inout(reg) v, options(pure, nomem, nostack)) };
+    v
+}
+
+/// Writes a name key's first two words (its cgroup; its rcode and length)
+/// and zeroes its name, word by word (volatile: LLVM would merge the
+/// zeros into a call to memset).
+#[inline(always)]
+fn name_key(k: *mut NameKey, cgroup: u64, rcode: u8, len: u8) {
+    let w = k as *mut u64;
+    // SAFETY: `k` points to a map value of NAME_BYTES / 8 + 2 aligned u64
+    // words (checked above).
+    unsafe {
+        core::ptr::write_volatile(w, cgroup);
+        core::ptr::write_volatile(w.add(1), rcode as u64 | (len as u64) << 8);
+        for i in 0..NAME_BYTES / 8 {
+            core::ptr::write_volatile(w.add(2 + i), 0);
         }
     }
-    count_name(k);
+}
+
+/// Counts a failing answer by its cgroup, rcode and question name: the
+/// bytes after the header copied in one load (at most NAME_BYTES: a longer
+/// name is kept cut), its labels walked in the copy to find its end (a
+/// question's name has no compression pointers; a label is at least two
+/// bytes, so MAX_LABELS labels pass NAME_BYTES), then the name alone
+/// copied again into a zeroed key (no branch per byte or word: the
+/// verifier would walk every combination).
+#[inline(never)]
+fn record_name(skb: *mut __sk_buff, dns: usize, cgroup: u64, rcode: u64) -> i32 {
+    let _ = try_record_name(&SkBuffContext::new(skb), dns, cgroup, rcode as u8);
+    0
+}
+
+/// Copies `n` bytes (1 to NAME_BYTES, masked for the verifier) of the
+/// packet at `start` into the name of the key at `k`.
+#[inline(always)]
+fn load_name(ctx: &SkBuffContext, start: usize, k: *mut NameKey, n: u64) -> Option<()> {
+    let n = mask127(n - 1) + 1;
+    // SAFETY: `k` is this CPU's scratch slot, its name NAME_BYTES long.
+    let r =
+        unsafe { aya_ebpf::helpers::bpf_skb_load_bytes(ctx.skb.skb as *const _, start as u32, addr_of!((*k).name) as *mut _, n as u32) };
+    (r == 0).then_some(())
+}
+
+#[inline(always)]
+fn try_record_name(ctx: &SkBuffContext, dns: usize, cgroup: u64, rcode: u8) -> Option<()> {
+    let start = dns + 12;
+    let have = (ctx.len() as usize).checked_sub(start)?;
+    if have == 0 {
+        return None;
+    }
+    let k = DNS_NAME_SCRATCH.get_ptr_mut(0)?;
+    // The bytes to copy go through the map too: a length the helper is
+    // given must be precise, and the verifier would follow its precision
+    // back to the message's offset in the caller, making every offset a
+    // path of its own there.
+    name_key(k, cgroup, rcode, have.min(NAME_BYTES) as u8);
+    // SAFETY: this CPU's scratch slot, used by one program at a time (the
+    // ingress program runs in softirq).
+    let n = unsafe { read_volatile(addr_of!((*k).len)) } as u64;
+    if n == 0 {
+        return None;
+    }
+    load_name(ctx, start, k, n)?;
+    // SAFETY: as above.
+    let name = unsafe { addr_of!((*k).name) as *const u8 };
+    let mut off = 0u64;
+    let mut len = 0u64;
+    for _ in 0..MAX_LABELS {
+        if off >= n {
+            break;
+        }
+        // SAFETY: a byte of the name, `off` < n <= NAME_BYTES (and masked
+        // for the verifier).
+        let b = unsafe { read_volatile(name.add(mask127(off) as usize)) } as u64;
+        if b == 0 {
+            len = off + 1;
+            break;
+        }
+        if b & 0xc0 != 0 {
+            return None;
+        }
+        off += b + 1;
+    }
+    if len == 0 && n < NAME_BYTES as u64 {
+        // The packet ends before the name does.
+        return None;
+    }
+    // The length goes through the map: each exit of the walk has one of
+    // its own, which would part the paths after it.
+    name_key(k, cgroup, rcode, len as u8);
+    // SAFETY: as above.
+    let len = unsafe { read_volatile(addr_of!((*k).len)) } as u64;
+    load_name(ctx, start, k, if len == 0 { NAME_BYTES as u64 } else { len })?;
+    // SAFETY: as above.
+    count_name(unsafe { &mut *k });
     Some(())
 }
 
@@ -403,214 +579,203 @@ fn count_name(k: &mut NameKey) {
         return;
     }
     let (cgroup, rcode) = (k.cgroup, k.rcode);
-    *k = NameKey::ZERO;
-    k.cgroup = cgroup;
-    k.rcode = rcode;
+    name_key(k, cgroup, rcode, 0);
     // Other names are made whatever the count: three per cgroup at most.
     if !peer_maps::count_exempt(&DNS_NAMES, &LEDGER, cgroup, AUX, k) {
         inc(&DNS_DROPPED, DROP_NAMES);
     }
 }
 
-/// `owner`'s record of what it holds, made first if need be (None when
-/// the map of cgroups is full: nothing is admitted then).
+/// Puts `value` in `map` under `key` (BPF_NOEXIST) if `owner` holds fewer
+/// than `bound` entries of it (ledger word `word`), counted in the ledger
+/// if it was put: whether it was. Two CPUs admitting for one cgroup at
+/// once may take it one past.
 #[inline(always)]
-fn inflight(owner: u64) -> Option<*mut InFlight> {
-    if let Some(p) = DNS_INFLIGHT.get_ptr_mut(owner) {
-        return Some(p);
-    }
-    let _ = DNS_INFLIGHT.insert(owner, NO_INFLIGHT, NOEXIST);
-    DNS_INFLIGHT.get_ptr_mut(owner)
-}
-
-/// Words of an `InFlight` record.
-const PENDING_ADDED: usize = 0;
-const PENDING_REMOVED: usize = 1;
-const CONNS_ADDED: usize = 2;
-const CONNS_REMOVED: usize = 3;
-const _: () = {
-    use core::mem::offset_of;
-    assert!(offset_of!(InFlight, pending_added) == PENDING_ADDED * 8);
-    assert!(offset_of!(InFlight, pending_removed) == PENDING_REMOVED * 8);
-    assert!(offset_of!(InFlight, conns_added) == CONNS_ADDED * 8);
-    assert!(offset_of!(InFlight, conns_removed) == CONNS_REMOVED * 8);
-    assert!(core::mem::size_of::<InFlight>() == 32);
-};
-
-/// Adds one to word `w` of the `InFlight` record `f`, atomically (every CPU
-/// adds to it).
-#[inline(always)]
-fn bump(f: *mut InFlight, w: usize) {
-    if w <= CONNS_REMOVED {
-        // SAFETY: `f` points to a map value of four aligned u64 words; `w`
-        // is in range.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>((f as *mut u64).add(w), 1) };
-    }
-}
-
-/// Whether `owner` may take one more entry of `DNS_PENDING` (`conns`
-/// false) or `DNS_CONNS` (true), below its bound; if so it is counted as
-/// taken. Two CPUs admitting for one cgroup at once may take it one past.
-#[inline(always)]
-fn admit(owner: u64, conns: bool) -> bool {
-    let Some(f) = inflight(owner) else { return false };
-    // SAFETY: copies of map values, taken at once.
-    let (held, reaped) = unsafe { (read_volatile(f), DNS_REAPED.get_ptr(owner).map(|r| read_volatile(r)).unwrap_or_default()) };
-    let (now, bound) = if conns { (held.conns(&reaped), CONNS_PER_CGROUP) } else { (held.pending(&reaped), PENDING_PER_CGROUP) };
-    if now >= bound as u64 {
+fn admit<K, V>(map: &HashMap<K, V>, key: &K, value: &V, owner: u64, word: usize, bound: u32) -> bool {
+    let Some(r) = LEDGER.room(owner, word, bound) else { return false };
+    // Full, or (a query) sent again meanwhile on another CPU: not put.
+    if map.insert(key, value, NOEXIST).is_err() {
         return false;
     }
-    bump(f, if conns { CONNS_ADDED } else { PENDING_ADDED });
+    Ledger::count(r, word, 1);
     true
 }
 
-/// An entry `owner` took is deleted (by a program: the agent's own
-/// deletions are in `DNS_REAPED`).
-#[inline(always)]
-fn release(owner: u64, conns: bool) {
-    if let Some(f) = DNS_INFLIGHT.get_ptr_mut(owner) {
-        bump(f, if conns { CONNS_REMOVED } else { PENDING_REMOVED });
-    }
+/// Puts a query in `DNS_PENDING` under `key`, within its owner's bound:
+/// whether it waits there.
+#[inline(never)]
+fn wait(key: *const PendingKey, value: *const Pending) -> i32 {
+    // SAFETY: the caller's scratch slot.
+    let (key, value) = unsafe { (&*key, &*value) };
+    admit(&DNS_PENDING, key, value, value.owner, LEDGER_PENDING, PENDING_PER_CGROUP) as i32
 }
 
-/// Puts a query in `DNS_PENDING` under `key`, within its owner's bound.
-#[inline(always)]
-fn wait(key: &PendingKey, value: &Pending) -> bool {
-    if !admit(value.owner, false) {
-        return false;
-    }
-    if DNS_PENDING.insert(key, value, NOEXIST).is_err() {
-        // Full, or sent again meanwhile on another CPU.
-        release(value.owner, false);
-        return false;
-    }
-    true
-}
-
-/// A message's place and the socket it belongs to: the DNS header's
-/// offset, the server (the address the socket asked for), the packet's
-/// remote address, the transport, the socket's cgroup and cookie.
+/// The socket a message belongs to: the server (the address the socket
+/// asked for), the packet's remote address, the socket's cookie and
+/// cgroup, the transport. Words only (no padding), so that it is stored
+/// by words (`helpers::store`).
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct Msg {
     server: Addr,
     remote: Addr,
     cookie: u64,
     owner: u64,
-    dns: usize,
-    transport: u8,
+    transport: u64,
     /// 0: a query whose answer cannot be read (its connection's answers
     /// are not followed), counted but not timed.
-    timed: u8,
+    timed: u64,
 }
 
-/// A query leaving: counted by type; waits for its answer, under the
-/// server its socket asked for and, when the packet left for another
-/// address (NAT below the socket, or a socket load balancer), under that
-/// one too, as the answer may come from either.
-#[inline(always)]
-fn query(ctx: &SkBuffContext, m: &Msg) -> Option<()> {
-    let (id, flags) = header(ctx, m.dns)?;
-    if flags & FLAG_QR != 0 {
-        return None;
-    }
-    let word = qtype_word(qtype(ctx, m.dns).unwrap_or(0));
-    let aliased = !m.remote.same(&m.server);
-    let mut w = Pending {
-        peer: PeerKey { cgroup: label(m.owner), addr: m.server.0, port: PORT, dir: m.transport, pad: [0; 5] },
-        start_ns: 0,
-        owner: m.owner,
-        other: m.remote.0,
-        kind: if aliased { PENDING_WITH_ALIAS } else { PENDING_QUERY },
-        pad: [0; 7],
-    };
-    let mut key = PendingKey { cookie: m.cookie, server: m.server.0, id, pad: [0; 6] };
-    let (c, _) = counters(&w.peer)?;
-    if DNS_PENDING.get_ptr(&key).is_some() {
-        add(c, RETRANSMITS, 1);
-        return Some(());
-    }
-    w.start_ns = now_ns();
-    if m.timed == 0 {
-        inc(&DNS_DROPPED, DROP_STREAM);
-    } else if !wait(&key, &w) {
-        // Counted, not timed.
-        inc(&DNS_DROPPED, DROP_PENDING);
-    } else if aliased {
-        w.other = m.server.0;
-        w.kind = PENDING_ALIAS;
-        key.server = m.remote.0;
-        // Without room, the query waits under its socket's server alone.
-        let _ = wait(&key, &w);
-    }
-    add(c, word, 1);
-    Some(())
-}
-
-/// A response arriving: counted by rcode; the query waiting for it on its
-/// socket from its server gives the latency.
+/// A query leaving (a UDP datagram, or a message of a TCP segment; its
+/// DNS header at `dns`) on the socket in the scratch slot `sc` (`msg`):
+/// counted by type; waits for its answer, under the server its socket
+/// asked for and, when the packet left for another address (NAT below the
+/// socket, or a socket load balancer), under that one too, as the answer
+/// may come from either.
 #[inline(never)]
-fn response(skb: *mut __sk_buff, m: &Msg) -> i32 {
-    let _ = answer(&SkBuffContext::new(skb), m);
+fn query(skb: *mut __sk_buff, sc: *mut OutScratch, dns: usize) -> i32 {
+    let _ = try_query(&SkBuffContext::new(skb), sc, dns);
     0
 }
 
 #[inline(always)]
-fn answer(ctx: &SkBuffContext, m: &Msg) -> Option<()> {
-    let (id, flags) = header(ctx, m.dns)?;
-    if flags & FLAG_QR == 0 {
+fn try_query(ctx: &SkBuffContext, sc: *mut OutScratch, dns: usize) -> Option<()> {
+    let (id, flags) = header(ctx, dns)?;
+    if flags & FLAG_QR != 0 {
         return None;
     }
-    let sc = DNS_IN_SCRATCH.get_ptr_mut(0)?;
-    // SAFETY: this CPU's scratch slot of the ingress program, which runs in
-    // softirq, once at a time on a CPU (as DNS_NAME_SCRATCH).
-    let sc = unsafe { &mut *sc };
-    sc.key = PendingKey { cookie: m.cookie, server: m.remote.0, id, pad: [0; 6] };
-    let mut start_ns = 0;
-    // Whoever deletes the entry that counts the query (this program or
-    // the agent, at the timeout) counts it, once.
-    let mut matched = false;
-    if let Some(p) = DNS_PENDING.get_ptr(&sc.key) {
-        // The entry that counts the query, and the query's other entry,
-        // if any: `key` found one of them. Copies taken at once, as the
-        // entries are deleted just after.
-        sc.alias = sc.key;
-        // SAFETY: a map value, read before its entry is deleted.
-        let (kind, owner) = unsafe {
-            sc.peer = (*p).peer;
-            start_ns = (*p).start_ns;
-            match (*p).kind {
-                PENDING_ALIAS => sc.key.server = (*p).other,
-                PENDING_WITH_ALIAS => sc.alias.server = (*p).other,
-                _ => {}
-            }
-            ((*p).kind, (*p).owner)
-        };
-        matched = DNS_PENDING.remove(&sc.key).is_ok();
-        if matched {
-            release(owner, false);
+    // The question's name is walked once, before `counters`, whose paths
+    // may return in states the verifier does not prune; the type's word
+    // (a constant on each path, which would part them) is found where it
+    // is counted.
+    // SAFETY: this run's scratch slot (see DNS_OUT_SCRATCH); its fields
+    // reached through the pointer, no reference held across a call. What
+    // differs from path to path is kept there (the type, whether the query
+    // takes two entries), not in registers, so the paths meet again.
+    unsafe {
+        (*sc).qtype = qtype(ctx, dns).unwrap_or(0) as u64;
+        let m = addr_of!((*sc).msg);
+        let (key, value) = (addr_of!((*sc).key) as *mut PendingKey, addr_of!((*sc).value) as *mut Pending);
+        let kind = if (*m).remote.same(&(*m).server) { PENDING_QUERY } else { PENDING_WITH_ALIAS };
+        let peer = server_key(label((*m).owner), &(*m).server, (*m).transport as u8);
+        store(value, pending(&peer, 0, (*m).owner, &(*m).remote, kind));
+        let c = counters(addr_of!((*value).peer), core::ptr::null_mut());
+        if c.is_null() {
+            return None;
         }
-        if kind != PENDING_QUERY && DNS_PENDING.remove(&sc.alias).is_ok() {
-            release(owner, false);
+        store(key, pending_key((*m).cookie, &(*m).server, id));
+        if DNS_PENDING.get_ptr(&*key).is_some() {
+            add(c, RETRANSMITS, 1);
+            return Some(());
         }
-    }
-    if !matched {
-        sc.peer = PeerKey { cgroup: label(m.owner), addr: m.remote.0, port: PORT, dir: m.transport, pad: [0; 5] };
-    }
-    let (c, at) = counters(&sc.peer)?;
-    add(c, rcode_word(flags & RCODE_MASK), 1);
-    if flags & FLAG_TC != 0 {
-        add(c, TRUNCATED, 1);
-    }
-    if matched {
-        latency(c, &at, now_ns().saturating_sub(start_ns));
-    } else {
-        add(c, LATE, 1);
-    }
-    let rcode = flags & RCODE_MASK;
-    if failing(rcode) && DNS_CONFIG.load().names != 0 {
-        record_name(ctx, m.dns, sc.peer.cgroup, rcode as u8);
+        add(c, qtype_word(read_volatile(addr_of!((*sc).qtype)) as u16), 1);
+        (*value).start_ns = now_ns();
+        if (*m).timed == 0 {
+            inc(&DNS_DROPPED, DROP_STREAM);
+        } else if wait(key, value) == 0 {
+            // Counted, not timed.
+            inc(&DNS_DROPPED, DROP_PENDING);
+        } else if read_volatile(addr_of!((*value).kind)) == PENDING_WITH_ALIAS {
+            copy(addr_of!((*value).other) as *mut Addr, addr_of!((*m).server));
+            (*value).kind = PENDING_ALIAS;
+            copy(addr_of!((*key).server) as *mut Addr, addr_of!((*m).remote));
+            // Without room, the query waits under its socket's server alone.
+            let _ = wait(key, value);
+        }
     }
     Some(())
+}
+
+/// A response arriving (a UDP datagram, or a message of a TCP segment; its
+/// DNS header at `dns`) on the socket in this CPU's scratch (`msg`):
+/// counted by rcode; the query waiting for it on its socket from its
+/// server gives the latency. Its steps leave what they find in the
+/// scratch, so each returns in one state.
+#[inline(never)]
+fn answer(skb: *mut __sk_buff, dns: usize) -> i32 {
+    let ctx = &SkBuffContext::new(skb);
+    let Some((id, flags)) = header(ctx, dns) else { return 0 };
+    if flags & FLAG_QR == 0 {
+        return 0;
+    }
+    let Some(sc) = DNS_IN_SCRATCH.get_ptr_mut(0) else { return 0 };
+    take_query(sc, id as u64);
+    tally(sc, flags as u64);
+    let rcode = flags & RCODE_MASK;
+    if failing(rcode) && DNS_CONFIG.load().names != 0 {
+        // SAFETY: this CPU's scratch slot (see `take_query`).
+        record_name(skb, dns, unsafe { (*sc).peer.cgroup }, rcode as u64);
+    }
+    0
+}
+
+/// Takes the query a response with `id` on the socket `sc.msg` answers
+/// out of `DNS_PENDING` (both its entries): in `sc`, what the response is
+/// counted under, and whether it matched a query (whose start it gives).
+#[inline(never)]
+fn take_query(sc: *mut InScratch, id: u64) -> i32 {
+    // SAFETY: this CPU's scratch slot of the ingress program, which runs in
+    // softirq, once at a time on a CPU (as DNS_NAME_SCRATCH); fields
+    // reached through the pointer, no reference held across a call.
+    unsafe {
+        store(addr_of!((*sc).key) as *mut PendingKey, pending_key((*sc).msg.cookie, &(*sc).msg.remote, id as u16));
+        core::ptr::write_volatile(addr_of!((*sc).matched) as *mut u64, 0);
+        core::ptr::write_volatile(addr_of!((*sc).start_ns) as *mut u64, 0);
+        // Whoever deletes the entry that counts the query (this program or
+        // the agent, at the timeout) counts it, once.
+        if let Some(p) = DNS_PENDING.get_ptr(&(*sc).key) {
+            // The entry that counts the query, and the query's other entry,
+            // if any: `key` found one of them. Copies taken at once, as the
+            // entries are deleted just after (a map value, read before its
+            // entry is deleted).
+            copy(addr_of!((*sc).alias) as *mut PendingKey, addr_of!((*sc).key));
+            copy(addr_of!((*sc).peer) as *mut PeerKey, addr_of!((*p).peer));
+            (*sc).start_ns = (*p).start_ns;
+            let (kind, owner) = ((*p).kind, (*p).owner);
+            let other = addr_of!((*p).other) as *const Addr;
+            match kind {
+                PENDING_ALIAS => copy(addr_of!((*sc).key.server) as *mut Addr, other),
+                PENDING_WITH_ALIAS => copy(addr_of!((*sc).alias.server) as *mut Addr, other),
+                _ => {}
+            }
+            if DNS_PENDING.remove(&(*sc).key).is_ok() {
+                (*sc).matched = 1;
+                LEDGER.free(owner, LEDGER_PENDING);
+            }
+            if kind != PENDING_QUERY && DNS_PENDING.remove(&(*sc).alias).is_ok() {
+                LEDGER.free(owner, LEDGER_PENDING);
+            }
+        }
+        if (*sc).matched == 0 {
+            store(addr_of!((*sc).peer) as *mut PeerKey, server_key(label((*sc).msg.owner), &(*sc).msg.remote, (*sc).msg.transport as u8));
+        }
+    }
+    0
+}
+
+/// Counts a response (`flags`, its header's) under `sc.peer`: its rcode,
+/// truncation, and its latency if it matched a query, else as late.
+#[inline(never)]
+fn tally(sc: *mut InScratch, flags: u64) -> i32 {
+    // SAFETY: this CPU's scratch slot (see `take_query`).
+    let c = unsafe { counters(&(*sc).peer, addr_of!((*sc).at) as *mut PeerKey) };
+    if c.is_null() {
+        return 0;
+    }
+    add(c, rcode_word(flags as u16 & RCODE_MASK), 1);
+    if flags & FLAG_TC as u64 != 0 {
+        add(c, TRUNCATED, 1);
+    }
+    // SAFETY: as above.
+    unsafe {
+        if (*sc).matched != 0 {
+            latency(sc, c);
+        } else {
+            add(c, LATE, 1);
+        }
+    }
+    0
 }
 
 /// A TCP segment's sequence number, flags, payload offset and length.
@@ -668,22 +833,29 @@ fn next_message(ctx: &SkBuffContext, s: &mut Stream, start: u32, payload: usize,
     (off < len).then_some(off)
 }
 
-/// Reads the messages of stream `st` that start in this segment: each
-/// where the segment holds its header, counted (`out`: a query, else an
-/// answer), at most `MAX_MESSAGES`; then up to `MAX_SKIPPED` more passed
-/// over by their lengths alone (not read: dropped events), so that the
-/// stream keeps its place; past those, its place is lost.
+/// Reads the messages of the stream at `st` that start in this segment:
+/// each where the segment holds its header, counted (`each`, given the DNS
+/// header's offset), at most `MAX_MESSAGES`; then up to `MAX_SKIPPED` more
+/// passed over by their lengths alone (not read: dropped events), so that
+/// the stream keeps its place; past those, its place is lost. The stream
+/// is read into a local copy and written back once: in the map, its stage
+/// would be unknown to the verifier at every step, in a local it is known
+/// after the first message.
 #[inline(always)]
-fn walk(ctx: &SkBuffContext, s: &mut Stream, start: u32, payload: usize, len: u32, m: &mut Msg, out: bool) {
+fn walk(ctx: &SkBuffContext, st: *mut Stream, start: u32, payload: usize, len: u32, each: impl Fn(usize)) {
+    // SAFETY: `st` points to a stream of this connection's map value.
+    let mut s = unsafe { read_volatile(st) };
+    walk_local(ctx, &mut s, start, payload, len, each);
+    // SAFETY: as above.
+    unsafe { core::ptr::write_volatile(st, s) };
+}
+
+#[inline(always)]
+fn walk_local(ctx: &SkBuffContext, s: &mut Stream, start: u32, payload: usize, len: u32, each: impl Fn(usize)) {
     for _ in 0..MAX_MESSAGES {
         let Some(off) = next_message(ctx, s, start, payload, len) else { return };
         if s.len >= 12 && off + 12 <= len {
-            m.dns = payload + off as usize;
-            if out {
-                let _ = query(ctx, m);
-            } else {
-                response(ctx.skb.skb, m);
-            }
+            each(payload + off as usize);
         } else {
             // A header split across two segments (or none): not read.
             inc(&DNS_DROPPED, DROP_STREAM);
@@ -705,11 +877,20 @@ fn walk(ctx: &SkBuffContext, s: &mut Stream, start: u32, payload: usize, len: u3
     }
 }
 
+/// Whether a connection whose answer stream is at `stage` reads answers
+/// (its queries are timed): the stream is followed (STAGE_LEN,
+/// STAGE_LEN_LOW, STAGE_MESSAGE), by a shift rather than a branch.
+#[inline(always)]
+fn timed(stage: u8) -> u64 {
+    const FOLLOWED: u64 = 1 << STAGE_LEN | 1 << STAGE_LEN_LOW | 1 << STAGE_MESSAGE;
+    (FOLLOWED >> (stage & 7)) & 1
+}
+
 /// Forgets a connection (at a RST, or once FINs went both ways).
 #[inline(always)]
 fn forget(cookie: u64, owner: u64) {
     if DNS_CONNS.remove(cookie).is_ok() {
-        release(owner, true);
+        LEDGER.free(owner, LEDGER_CONNS);
     }
 }
 
@@ -723,19 +904,17 @@ fn follow(cookie: u64, owner: u64, first: u32) -> i32 {
         unsafe { (*c).out = out };
         return 0;
     }
-    let c = Conn {
-        owner,
-        last_ns: now_ns(),
-        out,
-        inb: Stream { next: 0, len: 0, stage: STAGE_UNKNOWN, hi: 0 },
-        fin_out: 0,
-        fin_in: 0,
-        pad: [0; 6],
+    let mut c = core::mem::MaybeUninit::<Conn>::uninit();
+    let inb = Stream { next: 0, len: 0, stage: STAGE_UNKNOWN, hi: 0 };
+    // SAFETY: Conn is five words: owner, last_ns, the two streams, and the
+    // FINs (zero) with padding (checked below).
+    let c = unsafe {
+        let w = [owner, now_ns(), core::mem::transmute::<Stream, u64>(out), core::mem::transmute::<Stream, u64>(inb)];
+        store(c.as_mut_ptr() as *mut [u64; 4], w);
+        core::ptr::write_volatile((c.as_mut_ptr() as *mut u64).add(4), 0);
+        c.assume_init_ref()
     };
-    if !admit(owner, true) {
-        inc(&DNS_DROPPED, DROP_CONNS);
-    } else if DNS_CONNS.insert(cookie, &c, NOEXIST).is_err() {
-        release(owner, true);
+    if !admit(&DNS_CONNS, &cookie, c, owner, LEDGER_CONNS, CONNS_PER_CGROUP) {
         inc(&DNS_DROPPED, DROP_CONNS);
     }
     0
@@ -747,13 +926,13 @@ fn follow(cookie: u64, owner: u64, first: u32) -> i32 {
 /// own in the program (a BPF-to-BPF call), so that the entry point's stack
 /// frame holds none of theirs (the frames of a call chain share 512 bytes).
 #[inline(never)]
-fn tcp_out(skb: *mut __sk_buff, l4: usize, w0: u64, w1: u64) -> i32 {
-    let _ = follow_out(&SkBuffContext::new(skb), l4, Addr::from_words([w0, w1]));
+fn tcp_out(skb: *mut __sk_buff, sc: *mut OutScratch, l4: usize, w0: u64, w1: u64) -> i32 {
+    let _ = follow_out(&SkBuffContext::new(skb), sc, l4, Addr::from_words([w0, w1]));
     0
 }
 
 #[inline(always)]
-fn follow_out(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
+fn follow_out(ctx: &SkBuffContext, sc: *mut OutScratch, l4: usize, remote: Addr) -> Option<()> {
     let seg = segment(ctx, l4)?;
     let cookie = cookie(ctx);
     let mut start = seg.seq;
@@ -768,15 +947,22 @@ fn follow_out(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
     // this program alone, for one packet of the connection at a time (the
     // socket's lock serializes its transmissions); the answer stream's
     // stage is only read.
-    let (st, inb, owner) = unsafe { (&mut *(addr_of!((*c).out) as *mut Stream), read_volatile(addr_of!((*c).inb.stage)), (*c).owner) };
+    let (st, inb, owner) = unsafe { (addr_of!((*c).out) as *mut Stream, read_volatile(addr_of!((*c).inb.stage)), (*c).owner) };
     // SAFETY: as above (every field is written whole).
     unsafe { (*c).last_ns = now_ns() };
     if seg.len > 0 {
         // Answers on a stream not followed (its SYN-ACK not seen, or its
         // place lost) are not read: its queries are counted, not timed.
-        let timed = matches!(inb, STAGE_LEN | STAGE_LEN_LOW | STAGE_MESSAGE) as u8;
-        let mut m = Msg { server: connected_to(ctx).unwrap_or(remote), remote, cookie, owner, dns: 0, transport: TRANSPORT_TCP, timed };
-        walk(ctx, st, start, seg.payload, seg.len, &mut m, true);
+        // Computed without a branch: a value known on each path would make
+        // each a state of its own in `query`.
+        let timed = timed(inb);
+        let m = Msg { server: connected_to(ctx).unwrap_or(remote), remote, cookie, owner, transport: TRANSPORT_TCP as u64, timed };
+        // SAFETY: this run's scratch slot (see DNS_OUT_SCRATCH).
+        store(unsafe { addr_of!((*sc).msg) as *mut Msg }, m);
+        let skb = ctx.skb.skb;
+        walk(ctx, st, start, seg.payload, seg.len, |dns| {
+            query(skb, sc, dns);
+        });
     }
     // SAFETY: as above (`c` is not used once the entry is deleted).
     unsafe {
@@ -808,29 +994,43 @@ fn follow_in(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
     // SAFETY: this connection's map value. Its answer stream is written by
     // this program alone, for one packet of the connection at a time (its
     // flow's packets arrive on one CPU, in softirq).
-    let st = unsafe { &mut *(addr_of!((*c).inb) as *mut Stream) };
+    let st = unsafe { addr_of!((*c).inb) as *mut Stream };
     let mut start = seg.seq;
     if seg.flags & TCP_SYN != 0 {
         start = seg.seq.wrapping_add(1);
-        *st = Stream { next: start, len: 0, stage: STAGE_LEN, hi: 0 };
+        // SAFETY: as above.
+        unsafe { *st = Stream { next: start, len: 0, stage: STAGE_LEN, hi: 0 } };
     }
     // SAFETY: as above (every field is written whole).
     unsafe { (*c).last_ns = now_ns() };
     if seg.len > 0 {
-        // SAFETY: as above.
-        let owner = unsafe { (*c).owner };
-        let mut m = Msg { server: remote, remote, cookie, owner, dns: 0, transport: TRANSPORT_TCP, timed: 1 };
-        walk(ctx, st, start, seg.payload, seg.len, &mut m, false);
+        let sc = DNS_IN_SCRATCH.get_ptr_mut(0)?;
+        // SAFETY: a field of this connection's map value.
+        let m = Msg { server: remote, remote, cookie, owner: unsafe { (*c).owner }, transport: TRANSPORT_TCP as u64, timed: 1 };
+        // SAFETY: this CPU's scratch slot of the ingress program (see
+        // `take_query`): the socket of the messages `answer` reads.
+        store(unsafe { addr_of!((*sc).msg) as *mut Msg }, m);
+        let skb = ctx.skb.skb;
+        walk(ctx, st, start, seg.payload, seg.len, |dns| {
+            answer(skb, dns);
+        });
     }
+    // SAFETY: as above.
+    let s = unsafe { read_volatile(st) };
     // A message starting in a segment that came ahead of a lost one, before
     // the stream knew where it starts, has arrived and will not come again:
     // the socket expects bytes past it. The stream's place is lost (its
-    // later answers are not read, its later queries not timed).
-    if seg.flags & TCP_SYN == 0
-        && matches!(st.stage, STAGE_LEN | STAGE_LEN_LOW | STAGE_MESSAGE)
-        && rcv_nxt(ctx).is_some_and(|r| (r.wrapping_sub(st.next) as i32) > 0)
+    // later answers are not read, its later queries not timed). The flags
+    // are read again (volatile): the SYN bit as tested above is known on
+    // each path, and would part them for the whole walk.
+    // SAFETY: a local.
+    let flags = unsafe { read_volatile(&seg.flags) };
+    if flags & TCP_SYN == 0
+        && matches!(s.stage, STAGE_LEN | STAGE_LEN_LOW | STAGE_MESSAGE)
+        && rcv_nxt(ctx).is_some_and(|r| (r.wrapping_sub(s.next) as i32) > 0)
     {
-        st.stage = STAGE_LOST;
+        // SAFETY: as above.
+        unsafe { (*st).stage = STAGE_LOST };
         inc(&DNS_DROPPED, DROP_STREAM);
     }
     // SAFETY: as above (`c` is not used once the entry is deleted).
@@ -849,7 +1049,7 @@ fn follow_in(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
 
 /// A UDP datagram out to port 53: a query, to the server its socket asked for.
 #[inline(never)]
-fn udp_out(skb: *mut __sk_buff, l4: usize, w0: u64, w1: u64) -> i32 {
+fn udp_out(skb: *mut __sk_buff, sc: *mut OutScratch, l4: usize, w0: u64, w1: u64) -> i32 {
     let ctx = &SkBuffContext::new(skb);
     let cookie = cookie(ctx);
     let dst = Addr::from_words([w0, w1]);
@@ -858,11 +1058,12 @@ fn udp_out(skb: *mut __sk_buff, l4: usize, w0: u64, w1: u64) -> i32 {
         remote: dst,
         cookie,
         owner: owner(ctx),
-        dns: l4 + 8,
-        transport: TRANSPORT_UDP,
+        transport: TRANSPORT_UDP as u64,
         timed: 1,
     };
-    let _ = query(ctx, &m);
+    // SAFETY: this run's scratch slot (see DNS_OUT_SCRATCH).
+    store(unsafe { addr_of!((*sc).msg) as *mut Msg }, m);
+    query(skb, sc, l4 + 8);
     0
 }
 
@@ -871,11 +1072,24 @@ fn udp_out(skb: *mut __sk_buff, l4: usize, w0: u64, w1: u64) -> i32 {
 fn try_egress(ctx: &SkBuffContext) -> Option<()> {
     let p = dns_packet(ctx, true)?;
     let [w0, w1] = p.addr.words();
+    let depth = DNS_OUT_DEPTH.get_ptr_mut(0)?;
+    // SAFETY: this CPU's depth, written only by runs on this CPU, each of
+    // which puts it back before it returns (an interrupting run has
+    // returned before the interrupted one goes on).
+    let d = unsafe { *depth };
+    let Some(sc) = (d < OUT_SLOTS).then(|| DNS_OUT_SCRATCH.get_ptr_mut(d)).flatten() else {
+        inc(&DNS_DROPPED, DROP_STREAM);
+        return None;
+    };
+    // SAFETY: as above.
+    unsafe { *depth = d + 1 };
     if p.proto == IPPROTO_TCP {
-        tcp_out(ctx.skb.skb, p.l4, w0, w1);
+        tcp_out(ctx.skb.skb, sc, p.l4, w0, w1);
     } else {
-        udp_out(ctx.skb.skb, p.l4, w0, w1);
+        udp_out(ctx.skb.skb, sc, p.l4, w0, w1);
     }
+    // SAFETY: as above.
+    unsafe { *depth = d };
     Some(())
 }
 
@@ -883,9 +1097,13 @@ fn try_egress(ctx: &SkBuffContext) -> Option<()> {
 #[inline(never)]
 fn udp_in(skb: *mut __sk_buff, l4: usize, w0: u64, w1: u64) -> i32 {
     let ctx = &SkBuffContext::new(skb);
+    let Some(sc) = DNS_IN_SCRATCH.get_ptr_mut(0) else { return 0 };
     let from = Addr::from_words([w0, w1]);
-    let m = Msg { server: from, remote: from, cookie: cookie(ctx), owner: owner(ctx), dns: l4 + 8, transport: TRANSPORT_UDP, timed: 1 };
-    let _ = answer(ctx, &m);
+    let m = Msg { server: from, remote: from, cookie: cookie(ctx), owner: owner(ctx), transport: TRANSPORT_UDP as u64, timed: 1 };
+    // SAFETY: this CPU's scratch slot of the ingress program (see
+    // `take_query`): the socket of the message `answer` reads.
+    store(unsafe { addr_of!((*sc).msg) as *mut Msg }, m);
+    answer(skb, l4 + 8);
     0
 }
 

@@ -64,3 +64,34 @@ pub fn record_native(h: *mut NativeHist, ns: u64) {
         (*h).count += 1;
     }
 }
+
+/// Stores `v` at `dst` by 8-byte words. LLVM turns a run of equal bytes
+/// (a struct's zero padding, an all-ones address) into a call to memset,
+/// and a copy between pointers it cannot tell apart into memmove: loops
+/// the verifier walks byte by byte on every path, their counters made
+/// precise (which keeps it from pruning the paths after them). Volatile
+/// stores of words are never merged into either.
+#[inline(always)]
+pub fn store<T: Copy>(dst: *mut T, v: T) {
+    const { assert!(core::mem::size_of::<T>().is_multiple_of(8) && core::mem::align_of::<T>() >= 8) };
+    let src = &v as *const T as *const u64;
+    let dst = dst as *mut u64;
+    for i in 0..core::mem::size_of::<T>() / 8 {
+        // SAFETY: `dst` (the caller's) and `src` (a local) each hold
+        // size_of::<T>() / 8 aligned words.
+        unsafe { core::ptr::write_volatile(dst.add(i), *src.add(i)) };
+    }
+}
+
+/// Copies the `T` at `src` to `dst` by 8-byte words (as [`store`]); `dst`
+/// may be `src`.
+#[inline(always)]
+pub fn copy<T: Copy>(dst: *mut T, src: *const T) {
+    const { assert!(core::mem::size_of::<T>().is_multiple_of(8) && core::mem::align_of::<T>() >= 8) };
+    let (src, dst) = (src as *const u64, dst as *mut u64);
+    for i in 0..core::mem::size_of::<T>() / 8 {
+        // SAFETY: both point to the caller's aligned `T`s, of
+        // size_of::<T>() / 8 words each.
+        unsafe { core::ptr::write_volatile(dst.add(i), core::ptr::read_volatile(src.add(i))) };
+    }
+}

@@ -16,7 +16,7 @@ use agent_common::native_bucket;
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey, LATENCY_NS, NUM_WORDS};
 use aya_ebpf::maps::{HashMap, PerCpuArray};
 
-use crate::helpers::inc;
+use crate::helpers::{copy, inc, store};
 
 /// Zeroed counters in read-only data, to create map entries with.
 static ZERO: PeerCounters = PeerCounters::ZERO;
@@ -40,7 +40,10 @@ impl Ledger {
         if let Some(p) = self.made.get_ptr_mut(cgroup) {
             return Some(p);
         }
-        let _ = self.made.insert(cgroup, NO_ENTRIES, NOEXIST);
+        // By reference: a value would be copied to the stack first, by a
+        // call to memset (a byte loop the verifier walks).
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        let _ = self.made.insert(cgroup, &NO_ENTRIES, NOEXIST);
         self.made.get_ptr_mut(cgroup)
     }
 
@@ -50,12 +53,22 @@ impl Ledger {
     #[inline(always)]
     pub fn room(&self, cgroup: u64, word: usize, limit: u32) -> Option<*mut Entries> {
         let p = self.record(cgroup)?;
-        // SAFETY: a map value of WORDS u64; a plain read of one word others
-        // add to atomically (a stale value errs by what they add meanwhile).
-        let made = unsafe { (*p).words.get(word).copied().unwrap_or(0) };
+        // SAFETY: a map value of WORDS u64; plain reads of words others add
+        // to atomically (a stale value errs by what they add meanwhile).
+        let net = unsafe { (*p).net(word) };
         // SAFETY: a copy of the agent's value, which it replaces whole.
         let gone = unsafe { self.gone.get(cgroup) }.and_then(|g| g.words.get(word).copied()).unwrap_or(0);
-        ledger::room(ledger::live(made, gone), limit).then_some(p)
+        ledger::room(ledger::live(net, gone), limit).then_some(p)
+    }
+
+    /// A program deleted a key of the cgroup's by `word` (a map of the
+    /// probe's own: [`ledger::freed`]): counted, if the cgroup has a record
+    /// (none: the agent forgot it, and the key's making with it).
+    #[inline(always)]
+    pub fn free(&self, cgroup: u64, word: usize) {
+        if let (Some(p), Some(f)) = (self.made.get_ptr_mut(cgroup), ledger::freed(word)) {
+            Ledger::count(p, f, 1);
+        }
     }
 
     /// Adds `v` (wrapping: `u64::MAX` takes one away) to word `word` of a
@@ -68,6 +81,39 @@ impl Ledger {
         }
     }
 }
+
+/// The cgroup's *other* record for direction `dir` (`PeerKey::other`),
+/// made of words (its all-ones address as a byte array would be filled by
+/// a call to memset: `helpers::store`). Store it with `helpers::store`.
+#[inline(always)]
+pub fn other_key(cgroup: u64, dir: u8) -> PeerKey {
+    key_of([cgroup, u64::MAX, u64::MAX, (dir as u64) << 16])
+}
+
+/// A key from its four words (little-endian: the fourth holds the port in
+/// its low 16 bits, then the direction; the padding zero).
+#[inline(always)]
+pub fn key_of(w: [u64; 4]) -> PeerKey {
+    // SAFETY: PeerKey is 32 bytes of plain integers (checked below).
+    unsafe { core::mem::transmute::<[u64; 4], PeerKey>(w) }
+}
+
+/// Whether `k` is an other record (`PeerKey::is_other`), by words.
+#[inline(always)]
+pub fn is_other(k: &PeerKey) -> bool {
+    // SAFETY: as above.
+    let w = unsafe { core::mem::transmute::<PeerKey, [u64; 4]>(*k) };
+    w[1] == u64::MAX && w[2] == u64::MAX && w[3] & 0xffff == 0
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<PeerKey>() == 32);
+    assert!(offset_of!(PeerKey, addr) == 8);
+    assert!(offset_of!(PeerKey, port) == 24);
+    assert!(offset_of!(PeerKey, dir) == 26);
+    assert!(cfg!(target_endian = "little"));
+};
 
 /// Makes `key` in `map` with `v` if it is not there (BPF_NOEXIST): whether
 /// this call made it.
@@ -102,28 +148,65 @@ pub fn counters(
     dropped: &PerCpuArray<u64>,
     drop: u32,
 ) -> Option<(*mut PeerCounters, PeerKey)> {
+    let mut at = core::mem::MaybeUninit::<PeerKey>::uninit();
+    let p = find(map, ledger, limits, peer, at.as_mut_ptr(), dropped, drop);
+    // SAFETY: `find` wrote the key whenever it found counters.
+    (!p.is_null()).then(|| (p, unsafe { at.assume_init() }))
+}
+
+/// [`counters`] with the key written to `at` (when not null; it may be
+/// `peer`), and null for None: a probe may keep the key off the stack.
+#[inline(always)]
+pub fn find(
+    map: &HashMap<PeerKey, PeerCounters>,
+    ledger: &Ledger,
+    limits: &Limits,
+    peer: *const PeerKey,
+    at: *mut PeerKey,
+    dropped: &PerCpuArray<u64>,
+    drop: u32,
+) -> *mut PeerCounters {
+    // SAFETY: `peer` points to the caller's key, read before `at` (maybe
+    // the same) is written.
+    let peer = unsafe { &*peer };
     if let Some(p) = map.get_ptr_mut(peer) {
-        return Some((p, *peer));
+        if !at.is_null() {
+            copy(at, peer);
+        }
+        return p;
     }
-    if !peer.is_other() && make_within(map, ledger, peer, limits.stats) {
+    if !is_other(peer) && make_within(map, ledger, peer, limits.stats) {
         if let Some(p) = map.get_ptr_mut(peer) {
-            return Some((p, *peer));
+            if !at.is_null() {
+                copy(at, peer);
+            }
+            return p;
         }
     }
-    let other = PeerKey::other(peer.cgroup, peer.dir);
-    if let Some(p) = map.get_ptr_mut(other) {
-        return Some((p, other));
-    }
-    if make(map, &other, &ZERO) {
-        if let Some(r) = ledger.record(other.cgroup) {
-            Ledger::count(r, STATS, 1);
+    let mut other = core::mem::MaybeUninit::<PeerKey>::uninit();
+    let cgroup = peer.cgroup;
+    store(other.as_mut_ptr(), other_key(cgroup, peer.dir));
+    // SAFETY: written just above.
+    let other = unsafe { other.assume_init_ref() };
+    let mut p = map.get_ptr_mut(other);
+    if p.is_none() {
+        if make(map, other, &ZERO) {
+            if let Some(r) = ledger.record(cgroup) {
+                Ledger::count(r, STATS, 1);
+            }
         }
+        p = map.get_ptr_mut(other);
     }
-    match map.get_ptr_mut(other) {
-        Some(p) => Some((p, other)),
+    match p {
+        Some(p) => {
+            if !at.is_null() {
+                copy(at, other);
+            }
+            p
+        }
         None => {
             inc(dropped, drop);
-            None
+            core::ptr::null_mut()
         }
     }
 }
@@ -184,41 +267,44 @@ pub fn count_exempt<K>(map: &HashMap<K, u64>, ledger: &Ledger, cgroup: u64, word
     bump(map, key)
 }
 
-/// Records a latency of `ns` for the record `c` at key `at` (as
-/// [`counters`] gave them) in the latency map `lat`: one in its native
-/// bucket, and in `c` its count (word `count`) and sum (`LATENCY_NS`).
-/// A bucket the cgroup has no room for (`limits.lat_peers`) goes to its
-/// other's (of `stats`, room up to `limits.lat`), with the count and sum;
-/// what neither can take is counted in slot `drop` of `dropped`.
+/// Records a latency of `ns` for the record `c` (as [`counters`] gave it;
+/// its key in `key.peer`) in the latency map `lat`: one in its native
+/// bucket (`key`, filled in), and in `c` its count (word `count`) and sum
+/// (`LATENCY_NS`). A bucket the cgroup has no room for (`limits.lat_peers`)
+/// goes to its other's, with the count and sum: `others` turns `key.peer`
+/// into the other's key and finds its counters, as [`counters`] does (room
+/// up to `limits.lat`); what neither can take is counted in slot `drop` of
+/// `dropped`. The key is the caller's, so that it may keep it off the
+/// stack.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn latency(
-    stats: &HashMap<PeerKey, PeerCounters>,
+    others: impl FnOnce(&mut PeerKey) -> Option<*mut PeerCounters>,
     lat: &HashMap<LatKey, u64>,
     ledger: &Ledger,
     limits: &Limits,
     c: *mut PeerCounters,
-    at: &PeerKey,
+    key: &mut LatKey,
     count: usize,
     ns: u64,
     dropped: &PerCpuArray<u64>,
     drop: u32,
 ) {
-    let slot = native_bucket(ns.max(1)) as u32;
-    let key = LatKey { peer: *at, slot, pad: 0 };
-    let limit = if at.is_other() { limits.lat } else { limits.lat_peers };
-    if count_within(lat, ledger, at.cgroup, LAT, limit, &key) {
+    key.slot = native_bucket(ns.max(1)) as u32;
+    key.pad = 0;
+    let other = is_other(&key.peer);
+    let limit = if other { limits.lat } else { limits.lat_peers };
+    if count_within(lat, ledger, key.peer.cgroup, LAT, limit, key) {
         add(c, count, 1);
         add(c, LATENCY_NS, ns);
         return;
     }
-    if at.is_other() {
+    if other {
         inc(dropped, drop);
         return;
     }
-    let Some((oc, other)) = counters(stats, ledger, limits, &PeerKey::other(at.cgroup, at.dir), dropped, drop) else { return };
-    let key = LatKey { peer: other, slot, pad: 0 };
-    if count_within(lat, ledger, other.cgroup, LAT, limits.lat, &key) {
+    let Some(oc) = others(&mut key.peer) else { return };
+    if count_within(lat, ledger, key.peer.cgroup, LAT, limits.lat, key) {
         add(oc, count, 1);
         add(oc, LATENCY_NS, ns);
     } else {

@@ -49,8 +49,9 @@ static TCP_PEER_LAT: HashMap<LatKey, u64> = HashMap::with_max_entries(MAX_LAT, B
 #[map]
 static TCP_PEER_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_DROPS, 0);
 /// The ledger of the three maps' keys by cgroup (`agent_common::ledger`):
-/// sockets followed are counted here when followed and taken away when
-/// they close; the other two maps' keys as made (the agent deletes them).
+/// sockets followed are counted here when followed, and again when they
+/// close (freed); the other two maps' keys as made (the agent deletes
+/// them).
 #[map]
 static TCP_PEER_MADE: HashMap<u64, Entries> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
 #[map]
@@ -125,9 +126,7 @@ fn follow(sk: u64, st: SockState) -> bool {
 /// A followed socket is no longer: one fewer for its cgroup.
 #[inline(always)]
 fn unfollowed(cgroup: u64) {
-    if let Some(r) = LEDGER.record(cgroup) {
-        Ledger::count(r, AUX, u64::MAX);
-    }
+    LEDGER.free(cgroup, AUX);
 }
 
 /// Stops following a connection (closed, or with no record to count it in).
@@ -151,7 +150,14 @@ fn baseline(sk: u64, off: &Offsets, st: &mut SockState) {
 /// (or, beyond its cgroup's limit, its other's), with their count (TIMED).
 #[inline(always)]
 fn latency(c: *mut PeerCounters, at: &PeerKey, ns: u64) {
-    peer_maps::latency(&TCP_PEER_STATS, &TCP_PEER_LAT, &LEDGER, &TCP_PEERS_LIMITS.load(), c, at, TIMED, ns, &TCP_PEER_DROPPED, DROP_LAT);
+    let others = |k: &mut PeerKey| {
+        let (c, o) = counters(&peer_maps::other_key(k.cgroup, k.dir))?;
+        *k = o;
+        Some(c)
+    };
+    let mut key = LatKey { peer: *at, slot: 0, pad: 0 };
+    let limits = TCP_PEERS_LIMITS.load();
+    peer_maps::latency(others, &TCP_PEER_LAT, &LEDGER, &limits, c, &mut key, TIMED, ns, &TCP_PEER_DROPPED, DROP_LAT);
 }
 
 /// Exchanges the last counted value at `p` for `v`: the old one. The sweep

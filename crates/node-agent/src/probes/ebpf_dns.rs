@@ -22,9 +22,11 @@
 //! id (a resolver may ask several servers with one id).
 //!
 //! Per cgroup, the kernel holds at most `PENDING_PER_CGROUP` waiting
-//! queries and `CONNS_PER_CGROUP` followed connections; the agent tells it
-//! what it deleted itself (timed-out queries, idle connections) through
-//! `DNS_REAPED`, and deletes a cgroup's records once it holds nothing.
+//! queries and `CONNS_PER_CGROUP` followed connections, counted in the
+//! same ledger as its share of the counting maps: the agent, which reads
+//! both maps whole at each scrape (and deletes timed-out queries and idle
+//! connections), reckons what each cgroup holds there as it does for the
+//! other maps.
 //!
 //! Cardinality: per pod (and for the host, `namespace=""`) and transport,
 //! at most `--collector.ebpf_dns.max-servers` servers (default 4) with
@@ -45,9 +47,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use agent_common::dns::{
-    Conn, InFlight, NameKey, Pending, PendingKey, Reaped, CONNS, CONN_IDLE_NS, DROPPED, GONE, INFLIGHT, LAT, LATE, LATENCY_NS, LIMITS,
+    Conn, NameKey, Pending, PendingKey, CONNS, CONN_IDLE_NS, DROPPED, GONE, LAT, LATE, LATENCY_NS, LEDGER_CONNS, LEDGER_PENDING, LIMITS,
     MADE, MATCHED, MAX_LAT, MAX_NAMES, NAMES, NAMES_SHARE, NUM_DROPS, PENDING, PENDING_ALIAS, PROGRAMS, Q_A, Q_AAAA, Q_OTHER, Q_PTR, Q_SRV,
-    REAPED, RETRANSMITS, R_NOERROR, R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS, TIMEOUTS, TRANSPORT_TCP, TRUNCATED,
+    RETRANSMITS, R_NOERROR, R_NXDOMAIN, R_OTHER, R_REFUSED, R_SERVFAIL, STATS, TIMEOUTS, TRANSPORT_TCP, TRUNCATED,
 };
 use agent_common::ledger::{self, Entries, Limits};
 use agent_common::tcp_peers::{LatKey, PeerCounters, PeerKey};
@@ -134,70 +136,6 @@ pub struct Collector {
     ledger: Ledger,
     /// Cgroups whose counts were dropped, no pod being known for them.
     unattributed: u64,
-    /// What the agent deleted per cgroup, for the kernel's bounds.
-    reaper: Reaper,
-}
-
-/// The agent's side of the kernel's per-cgroup bounds: the entries of
-/// `DNS_PENDING` and `DNS_CONNS` it deleted, per cgroup (written to
-/// `DNS_REAPED`, where the programs read them), until the cgroup holds
-/// nothing and its records are deleted.
-#[derive(Default)]
-pub struct Reaper {
-    reaped: HashMap<u64, Reaped>,
-    /// Cgroups whose record changed since it was last written.
-    changed: std::collections::BTreeSet<u64>,
-}
-
-impl Reaper {
-    /// The agent deleted a waiting query of `owner`.
-    pub fn query(&mut self, owner: u64) {
-        self.reaped.entry(owner).or_default().pending += 1;
-        self.changed.insert(owner);
-    }
-
-    /// The agent deleted a followed connection of `owner`.
-    pub fn conn(&mut self, owner: u64) {
-        self.reaped.entry(owner).or_default().conns += 1;
-        self.changed.insert(owner);
-    }
-
-    /// The records to write to `DNS_REAPED` (the changed ones).
-    pub fn changed(&mut self) -> Vec<(u64, Reaped)> {
-        let changed = std::mem::take(&mut self.changed);
-        changed.into_iter().filter_map(|c| self.reaped.get(&c).map(|r| (c, *r))).collect()
-    }
-
-    /// The cgroups whose records go, from `DNS_INFLIGHT` as read: those
-    /// that hold nothing (by the programs' counts less the agent's
-    /// deletions), and those the agent has deletions for but the kernel no
-    /// record (a new record starts from nothing). Forgotten here.
-    pub fn idle(&mut self, inflight: &[(u64, InFlight)]) -> Vec<u64> {
-        let mut idle: Vec<u64> = inflight
-            .iter()
-            .filter(|(c, f)| {
-                let r = self.reaped.get(c).copied().unwrap_or_default();
-                f.pending(&r) == 0 && f.conns(&r) == 0
-            })
-            .map(|(c, _)| *c)
-            .collect();
-        let known: std::collections::HashSet<u64> = inflight.iter().map(|(c, _)| *c).collect();
-        idle.extend(self.reaped.keys().filter(|c| !known.contains(c)).copied());
-        for c in &idle {
-            self.reaped.remove(c);
-            self.changed.remove(c);
-        }
-        idle
-    }
-
-    /// Cgroups with a record in `DNS_REAPED`.
-    pub fn len(&self) -> usize {
-        self.reaped.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.reaped.is_empty()
-    }
 }
 
 /// A question name in wire format (`len` bytes with the final 0, or 0 when
@@ -286,7 +224,6 @@ pub fn build(f: &Flags, p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Co
         },
         ledger: Ledger::default(),
         unattributed: 0,
-        reaper: Reaper::default(),
     }))
 }
 
@@ -300,19 +237,22 @@ fn monotonic_ns() -> u64 {
 
 /// What one pass over the kernel's maps of waiting queries and followed
 /// connections found: the queries timed out (their counting entries
-/// deleted here), those still waiting, and the connections followed.
+/// deleted here), those still waiting, the connections followed, and the
+/// entries of both maps each cgroup holds (those read and not deleted, for
+/// the ledger).
 struct Swept {
     timed_out: Vec<PeerKey>,
     in_flight: usize,
     conns: usize,
+    kept: HashMap<u64, Entries>,
 }
 
 /// Deletes the queries waiting longer than `timeout` (those deleted here,
 /// not by a response meanwhile, are timeouts, an alias entry never) and
-/// the connections idle for `CONN_IDLE_NS`, noting each for its cgroup's
-/// bound; then tells the programs (`DNS_REAPED`) and deletes the records
-/// of cgroups that hold nothing.
-fn reap(shared: &crate::ebpf::loader::Shared, ebpf: &mut aya::Ebpf, timeout: Duration, reaper: &mut Reaper) -> Result<Swept, MapError> {
+/// the connections idle for `CONN_IDLE_NS`; the rest is what each cgroup
+/// holds, by the socket's own cgroup (`owner`: the bounds are kept by it,
+/// whether or not counts are attributed).
+fn reap(shared: &crate::ebpf::loader::Shared, ebpf: &mut aya::Ebpf, timeout: Duration) -> Result<Swept, MapError> {
     let now = monotonic_ns();
     let cutoff = now.saturating_sub(timeout.as_nanos() as u64);
     let waiting: Vec<(PendingKey, Pending)> = maps::hash_entries(ebpf, PENDING)?;
@@ -323,11 +263,8 @@ fn reap(shared: &crate::ebpf::loader::Shared, ebpf: &mut aya::Ebpf, timeout: Dur
             aya::maps::HashMap::try_from(ebpf.map_mut(PENDING).ok_or(MapError::Missing(PENDING))?)
                 .map_err(|source| MapError::Map { map: PENDING, source })?;
         for (k, v) in waiting.iter().filter(|(_, v)| v.start_ns <= cutoff) {
-            if m.remove(k).is_ok() {
-                reaper.query(v.owner);
-                if v.kind != PENDING_ALIAS {
-                    timed_out.push(v.peer);
-                }
+            if m.remove(k).is_ok() && v.kind != PENDING_ALIAS {
+                timed_out.push(v.peer);
             }
         }
     }
@@ -336,32 +273,18 @@ fn reap(shared: &crate::ebpf::loader::Shared, ebpf: &mut aya::Ebpf, timeout: Dur
     {
         let mut m: aya::maps::HashMap<_, u64, Conn> = aya::maps::HashMap::try_from(ebpf.map_mut(CONNS).ok_or(MapError::Missing(CONNS))?)
             .map_err(|source| MapError::Map { map: CONNS, source })?;
-        for (k, c) in conns.iter().filter(|(_, c)| c.last_ns <= idle_since) {
-            if m.remove(k).is_ok() {
-                reaper.conn(c.owner);
-            }
+        for (k, _) in conns.iter().filter(|(_, c)| c.last_ns <= idle_since) {
+            let _ = m.remove(k);
         }
     }
-    {
-        let mut m: aya::maps::HashMap<_, u64, Reaped> =
-            aya::maps::HashMap::try_from(ebpf.map_mut(REAPED).ok_or(MapError::Missing(REAPED))?)
-                .map_err(|source| MapError::Map { map: REAPED, source })?;
-        for (c, r) in reaper.changed() {
-            // A full map: the cgroup's bound counts those entries as held
-            // until its record is deleted.
-            let _ = m.insert(c, r, 0);
-        }
-    }
-    let inflight: Vec<(u64, InFlight)> = maps::hash_entries(ebpf, INFLIGHT)?;
-    let idle = reaper.idle(&inflight);
-    maps::hash_delete::<_, InFlight>(ebpf, INFLIGHT, &idle)?;
-    maps::hash_delete::<_, Reaped>(ebpf, REAPED, &idle)?;
-    // Read whole: the maps' figures take these counts, not walks of their own.
-    let gone: std::collections::HashSet<u64> = idle.iter().copied().collect();
+    // What is left of each: deleted here, or (a response, a RST) by a
+    // program meanwhile, an entry is no longer held.
+    let mut kept = HashMap::new();
+    book::count(&mut kept, LEDGER_PENDING, waiting.iter().filter(|(_, v)| v.start_ns > cutoff), |(_, v)| v.owner);
+    book::count(&mut kept, LEDGER_CONNS, conns.iter().filter(|(_, c)| c.last_ns > idle_since), |(_, c)| c.owner);
+    // Read whole: the map's figure takes this count, not a walk of its own.
     shared.note_entries(CONNS, conns.len());
-    shared.note_entries(INFLIGHT, inflight.iter().filter(|(c, _)| !gone.contains(c)).count());
-    shared.note_entries(REAPED, reaper.len());
-    Ok(Swept { timed_out, in_flight, conns: conns.len() })
+    Ok(Swept { timed_out, in_flight, conns: conns.len(), kept })
 }
 
 type Read = (Vec<(PeerKey, PeerCounters)>, Vec<(LatKey, u64)>, u64);
@@ -388,7 +311,7 @@ impl host::Collector for Collector {
         // The ledger's counts first: keys made after are then counted twice
         // (until the next scrape), never missed.
         let made = Ledger::read_made(&*shared.lock().ok_or(MapError::Poisoned)?, MADE)?;
-        let reaped = reap(&shared, &mut *shared.lock().ok_or(MapError::Poisoned)?, self.timeout, &mut self.reaper)?;
+        let reaped = reap(&shared, &mut *shared.lock().ok_or(MapError::Poisoned)?, self.timeout)?;
         for mut k in reaped.timed_out {
             k.dir |= TIMEOUT_RECORD;
             *self.timeouts.entry(k).or_default() += 1;
@@ -406,7 +329,7 @@ impl host::Collector for Collector {
         let (ours, kernels): (Vec<PeerKey>, Vec<PeerKey>) = pass.take.iter().partition(|k| k.dir & TIMEOUT_RECORD != 0);
         let (mut taken, taken_lat) = take(&mut *shared.lock().ok_or(MapError::Poisoned)?, &kernels, &pass.take_lat)?;
         // What each cgroup holds now: the keys read and not taken out.
-        let mut kept: HashMap<u64, Entries> = HashMap::new();
+        let mut kept = reaped.kept;
         let gone: std::collections::HashSet<&PeerKey> = taken.iter().map(|(k, _)| k).collect();
         let gone_lat: std::collections::HashSet<&LatKey> = taken_lat.iter().map(|(k, _)| k).collect();
         book::count(&mut kept, ledger::STATS, stats[..kernel_keys].iter().filter(|(k, _)| !gone.contains(k)), |(k, _)| k.cgroup);
@@ -468,7 +391,9 @@ impl host::Collector for Collector {
                 f.sample(&[("namespace", &o.0), ("pod", &o.1), ("rcode", rcode_name(l.dir)), ("domain", domain)], c.words[0] as f64);
             }
         }
-        let settled = self.ledger.settle(&made, &kept, [true; ledger::WORDS]);
+        // The programs' deletions, read after the maps (`ebpf::ledger`).
+        let after = Ledger::read_made(&*shared.lock().ok_or(MapError::Poisoned)?, MADE)?;
+        let settled = self.ledger.settle(&made, &after, &kept, [true; ledger::COUNTED]);
         Ledger::apply(&mut *shared.lock().ok_or(MapError::Poisoned)?, MADE, GONE, &settled)?;
         shared.note_entries(MADE, made.len());
         shared.note_entries(GONE, self.ledger.len());
@@ -605,35 +530,6 @@ mod tests {
         assert_ne!(name_key(&a).addr, name_key(&c).addr);
         assert_eq!(name_key(&a), name_key(&a));
         assert_eq!(name_key(&b).dir, 2);
-    }
-
-    #[test]
-    fn the_agents_deletions_are_told_per_cgroup_until_it_holds_nothing() {
-        let mut r = Reaper::default();
-        r.query(7);
-        r.query(7);
-        r.conn(7);
-        r.query(9);
-        assert_eq!(r.changed(), vec![(7, Reaped { pending: 2, conns: 1 }), (9, Reaped { pending: 1, conns: 0 })]);
-        assert_eq!(r.changed(), vec![], "written once");
-        r.query(9);
-        assert_eq!(r.changed(), vec![(9, Reaped { pending: 2, conns: 0 })], "the total, not the change");
-        let held = |pending_added, conns_added| InFlight { pending_added, pending_removed: 1, conns_added, conns_removed: 0 };
-        // Cgroup 7 made 3 queries (1 answered, 2 timed out) and 1
-        // connection (forgotten idle): nothing held, its records go. Cgroup
-        // 9 still holds a query; cgroup 5, new to the agent, holds one too.
-        let inflight = [(7, held(3, 1)), (9, held(4, 0)), (5, held(2, 0))];
-        assert_eq!(r.idle(&inflight), vec![7]);
-        assert_eq!(r.len(), 1, "cgroup 7 forgotten");
-        // A record the kernel no longer has (deleted, or never made: its
-        // map was full) goes too: a new one starts from nothing.
-        r.query(11);
-        let mut idle = r.idle(&inflight[1..]);
-        idle.sort();
-        assert_eq!(idle, vec![11]);
-        assert_eq!(r.changed(), vec![], "nothing left to write for a cgroup forgotten");
-        assert_eq!(r.idle(&[(9, held(3, 0))]), vec![9], "cgroup 9's last query timed out");
-        assert!(r.is_empty());
     }
 
     #[test]

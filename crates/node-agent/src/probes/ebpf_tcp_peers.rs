@@ -247,7 +247,10 @@ impl host::Collector for Collector {
         let gone_lat: std::collections::HashSet<&LatKey> = taken_lat.iter().map(|(k, _)| k).collect();
         book::count(&mut kept, ledger::STATS, stats.iter().filter(|(k, _)| !gone.contains(k)), |(k, _)| k.cgroup);
         book::count(&mut kept, ledger::LAT, lat.iter().filter(|(k, _)| !gone_lat.contains(k)), |(k, _)| k.peer.cgroup);
-        let settled = a.ledger.settle(&made, &kept, [true, true, followed.is_some(), true]);
+        // The programs' deletions (sockets closed), read after the maps
+        // (`ebpf::ledger`).
+        let after = Ledger::read_made(&ebpf, MADE)?;
+        let settled = a.ledger.settle(&made, &after, &kept, [true, true, followed.is_some(), true, true]);
         Ledger::apply(&mut ebpf, MADE, GONE, &settled)?;
         drop(ebpf);
         a.peers.retire(&taken, &taken_lat);
