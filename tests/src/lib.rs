@@ -137,7 +137,13 @@ pub fn http_get_on(mut s: std::net::TcpStream, path: &str, timeout: std::time::D
     Some((status, text.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default()))
 }
 
+/// The agent's debug build, built first unless `NODE_AGENT_TEST_BINARY` names
+/// one (the kernel matrix's guests, which see the tree read-only and have
+/// no cargo to run, are given the one the host built).
 pub fn agent_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("NODE_AGENT_TEST_BINARY") {
+        return PathBuf::from(bin);
+    }
     let status = std::process::Command::new(env!("CARGO")).args(["build", "-q", "-p", "node-agent", "--bin", "node-agent"]).status();
     assert!(status.is_ok_and(|s| s.success()), "cargo build -p node-agent failed");
     let exe = std::env::current_exe().unwrap_or_default();
