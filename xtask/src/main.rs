@@ -6,7 +6,7 @@
 //! - `test`: set up, check formatting and lints (rustfmt, clippy with
 //!   warnings denied, on every crate), build the container image (`image`),
 //!   run the whole test suite (the image tests run that image under podman),
-//!   then fuzz with AFL++ for a minute.
+//!   then fuzz with AFL++ for a minute and run the kernel matrix (`kernels`).
 //! - `compare-node-exporter`: node-agent beside Debian's node_exporter on this
 //!   machine; prints family and stable-value differences.
 //! - `manifests`: write deploy/ from the code.
@@ -21,6 +21,10 @@
 //! - `truth-loop [--runs N]`: the eBPF, netlink, perf, pod attribution,
 //!   TCP peers, DNS and pod lifecycle truth suites N times in a row (50 by default) while a build runs beside
 //!   them; fails unless every run passes.
+//! - `kernels [--kernel SERIES] [--test SUITE] [--all]`: the probes' truth
+//!   suites on Debian's 5.10, 6.1 and 6.12 kernels under qemu; writes
+//!   docs/kernels.md (`kernels.rs`). `test` runs it too and fails when it
+//!   sees what docs/kernels.md does not say.
 //! - `pgo`: rewrite the release build's PGO profile, `pgo/node-agent.profdata`
 //!   (an instrumented build under `pgo/train.sh`; see `pgo.rs`).
 //!
@@ -35,6 +39,7 @@ use clap::{Parser, Subcommand};
 
 mod docs;
 mod image;
+mod kernels;
 mod pgo;
 mod seccomp;
 
@@ -100,6 +105,21 @@ enum Cmd {
     TruthLoop {
         #[arg(long, default_value_t = 50)]
         runs: usize,
+    },
+    /// The probes' truth suites on Debian's 5.10, 6.1 and 6.12 kernels under
+    /// qemu (`kernels.rs`); writes docs/kernels.md.
+    Kernels {
+        /// Only this kernel series (5.10, 6.1, 6.12); repeatable. A partial run
+        /// leaves docs/kernels.md alone.
+        #[arg(long = "kernel")]
+        only: Vec<String>,
+        /// Only this test suite; repeatable.
+        #[arg(long = "test")]
+        tests: Vec<String>,
+        /// Every test of each suite, not only those `cargo xtask test` runs
+        /// in the guests (kernels.rs CI_TESTS); leaves docs/kernels.md alone.
+        #[arg(long)]
+        all: bool,
     },
     /// Rewrite the release build's PGO profile (pgo/node-agent.profdata): an
     /// instrumented build run under pgo/train.sh (the benchmark's workload).
@@ -400,6 +420,7 @@ fn setup() -> Result<()> {
     setup_ebpf()?;
     apt_install(TEST_PACKAGES)?;
     apt_install(EBPF_LINT_PACKAGES)?;
+    apt_install(kernels::PACKAGES)?;
     fetch_all()?;
     setup_python()?;
     setup_cargo_deny()?;
@@ -550,9 +571,13 @@ fn main() -> ExitCode {
             let mut all = vec!["--workspace"];
             all.extend(args.iter().map(String::as_str));
             cargo_test(&all)?;
-            // The whole suite also fuzzes, coverage-guided, for a bounded time.
+            // The whole suite also fuzzes, coverage-guided, for a bounded
+            // time, and runs the probes' truth tests on the kernels users
+            // run (kernels.rs).
             if args.is_empty() {
                 fuzz_afl(AFL_CI_SECONDS)?;
+                let opts = kernels::Options { only: vec![], tests: vec![], table: kernels::Table::Check, all: false };
+                return kernels::run(&root(), &cargo(), &opts);
             }
             Ok(true)
         }),
@@ -585,6 +610,10 @@ fn main() -> ExitCode {
             run(&mut c).map(|_| true)
         }),
         Cmd::TruthLoop { runs } => setup().and_then(|_| truth_loop(runs)),
+        Cmd::Kernels { only, tests, all } => setup().and_then(|_| {
+            let table = if only.is_empty() && tests.is_empty() && !all { kernels::Table::Write } else { kernels::Table::Leave };
+            kernels::run(&root(), &cargo(), &kernels::Options { only, tests, table, all })
+        }),
         Cmd::Pgo => setup().and_then(|_| pgo::generate(&root(), &cargo())).map(|_| true),
         Cmd::Manifests => setup_ebpf().and_then(|_| {
             let mut c = Command::new(cargo());
