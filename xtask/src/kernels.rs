@@ -483,11 +483,11 @@ fn initramfs(path: &Path, init: &str, files: &[(String, Vec<u8>)]) -> Result<()>
         out.extend_from_slice(h.as_bytes());
         out.extend_from_slice(name.as_bytes());
         out.push(0);
-        while out.len() % 4 != 0 {
+        while !out.len().is_multiple_of(4) {
             out.push(0);
         }
         out.extend_from_slice(data);
-        while out.len() % 4 != 0 {
+        while !out.len().is_multiple_of(4) {
             out.push(0);
         }
     };
