@@ -13,6 +13,20 @@ pub fn root_or_skip(what: &str) -> bool {
     false
 }
 
+/// Whether the running kernel is at least `major.minor`. When it is not,
+/// the test skips, saying what needs which kernel (also in CI: the kernel
+/// matrix runs the suites on older kernels, and docs/kernels.md lists such
+/// skips with this reason). Only for what docs/ebpf.md says needs that
+/// kernel.
+pub fn kernel_or_skip(major: u32, minor: u32, what: &str) -> bool {
+    let k = node_agent::ebpf::kernel::Kernel::get();
+    if k.at_least(major, minor) {
+        return true;
+    }
+    eprintln!("SKIP: {what} needs Linux {major}.{minor} or later (this is {})", k.release);
+    false
+}
+
 /// A /proc/vmstat counter.
 pub fn vmstat(field: &str) -> u64 {
     std::fs::read_to_string("/proc/vmstat")

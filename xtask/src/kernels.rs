@@ -93,7 +93,7 @@ pub const CI_TESTS: &[(&str, &[&str])] = &[
 ];
 
 /// Debian packages the matrix needs on the host.
-pub const PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "kmod", "xz-utils", "zstd"];
+pub const PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "kmod", "xz-utils", "zstd", "e2fsprogs"];
 
 /// Where the generated table goes.
 pub const TABLE: &str = "docs/kernels.md";
@@ -565,7 +565,7 @@ fn guest_script(root: &Path, k: &Kernel, out: &Path, agent: &Path, exes: &[(Stri
     let _ = writeln!(s, "export NODE_AGENT_TEST_BINARY={}", agent.display());
     s.push_str("mount -t proc proc /proc\nmount -t sysfs sys /sys\nmount -t devtmpfs dev /dev\nmkdir -p /dev/pts /dev/shm\nmount -t devpts devpts /dev/pts\nmount -t tmpfs tmpfs /dev/shm\n");
     // Writable places, but never over the repository (a clone under /tmp or /run).
-    for d in ["/tmp", "/run", "/var/tmp", "/var/lib", "/var/log", "/var/cache"] {
+    for d in ["/tmp", "/run", "/var/lib", "/var/log", "/var/cache"] {
         if !root.starts_with(d) {
             let _ = writeln!(s, "mount -t tmpfs tmpfs {d}");
         }
@@ -586,6 +586,12 @@ echo /tmp/modprobe > /proc/sys/kernel/modprobe"#,
     // What the tests use that this kernel builds as modules (the host's
     // kernel may have them built in), and the controllers a kubelet's
     // hierarchy delegates.
+    // /var/tmp on a disk of its own (ext4 on virtio-blk), where the block
+    // I/O tests keep their loop devices' files: tmpfs takes no O_DIRECT
+    // before Linux 6.6.
+    if !root.starts_with("/var/tmp") {
+        s.push_str("/tmp/modprobe -q virtio_blk\nfor i in $(seq 50); do [ -b /dev/vda ] && break; sleep 0.1; done\nmount -t ext4 /dev/vda /var/tmp || mount -t tmpfs tmpfs /var/tmp\n");
+    }
     s.push_str("for m in loop tun veth ip_tables iptable_nat iptable_filter nf_nat xt_nat xt_conntrack; do /tmp/modprobe -q $m; done\n");
     s.push_str("echo '+cpu +memory +io +pids' > /sys/fs/cgroup/cgroup.subtree_control\n");
     s.push_str("ip link set lo up\nhostname node-agent-vm\necho \"NODE_AGENT_VM up $(cut -d' ' -f1 /proc/uptime)\"\n");
@@ -594,7 +600,7 @@ echo /tmp/modprobe > /proc/sys/kernel/modprobe"#,
         s,
         r#"{agent} --web.listen-address=127.0.0.1:19100 > {out}/agent.log 2>&1 &
 a=$!
-for i in $(seq 300); do
+for i in $(seq 900); do
   if exec 3<>/dev/tcp/127.0.0.1/19100 2>/dev/null; then
     printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3; cat <&3 > /tmp/metrics; exec 3<&-
     grep -q '^node_ebpf_program_up' /tmp/metrics && break
@@ -636,6 +642,10 @@ fn boot(root: &Path, work: &Path, k: &Kernel, accel: &str, agent: &Path, exes: &
     fs::create_dir_all(&out)?;
     let initrd = work.join(k.suite.series).join("initramfs.cpio");
     initramfs(&initrd, INIT, &modules(k)?)?;
+    let scratch = work.join(k.suite.series).join("scratch.img");
+    let _ = fs::remove_file(&scratch);
+    fs::File::create(&scratch)?.set_len(512 << 20)?;
+    super::run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&scratch))?;
     let script = work.join(k.suite.series).join("guest.sh");
     fs::write(&script, guest_script(root, k, &out, agent, exes, all))?;
     let sock = |tag: &str| work.join(format!("{}-{tag}.sock", k.suite.series));
@@ -678,6 +688,7 @@ fn boot(root: &Path, work: &Path, k: &Kernel, accel: &str, agent: &Path, exes: &
         .arg("-append")
         .arg(format!("console=ttyS0 panic=-1 quiet loglevel=3 node_agent.script={}", script.display()))
         .args(["-object", &format!("memory-backend-memfd,id=mem,size={mem}M,share=on"), "-numa", "node,memdev=mem"]);
+    c.arg("-drive").arg(format!("file={},format=raw,if=virtio,cache=unsafe", scratch.display()));
     for tag in ["root", "out"] {
         c.args(["-chardev", &format!("socket,id={tag},path={}", sock(tag).display())]);
         c.args(["-device", &format!("vhost-user-fs-pci,chardev={tag},tag={tag}")]);
@@ -685,6 +696,7 @@ fn boot(root: &Path, work: &Path, k: &Kernel, accel: &str, agent: &Path, exes: &
     let console = run_for(&mut c, Duration::from_secs(GUEST_LIMIT_S))?;
     let total_s = t.elapsed().as_secs_f64();
     drop(daemons);
+    let _ = fs::remove_file(&scratch);
     fs::write(out.join("console.log"), &console)?;
     let mut o = Outcome { accel: accel.to_string(), total_s, ..Outcome::default() };
     o.boot_s = console.lines().find_map(|l| l.split("NODE_AGENT_VM up ").nth(1)).and_then(|v| v.trim().parse().ok()).unwrap_or(f64::NAN);

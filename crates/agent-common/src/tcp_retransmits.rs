@@ -30,7 +30,8 @@ pub struct Offsets {
     pub err: u32,
     /// `skaddr`, the socket (for pod attribution).
     pub skaddr: u32,
-    /// Byte offset of `sock.__sk_common.skc_family`.
+    /// Byte offset of `sock.__sk_common.skc_family` (the raw program's,
+    /// and the classic one's where the tracepoint has no `family`, 0).
     pub sk_family: u32,
     /// 1 when the raw tracepoint passes `err` as its third argument.
     pub raw_err: u32,

@@ -23,8 +23,16 @@ static TCP_RETRANSMITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER
 
 fn try_tcp_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
     let off = TCP_OFFSETS.load();
-    // SAFETY: the offset comes from this tracepoint's format file.
-    let family: u16 = unsafe { ctx.read_at(off.family as usize)? };
+    let family: u16 = if off.family != 0 {
+        // SAFETY: the offset comes from this tracepoint's format file.
+        unsafe { ctx.read_at(off.family as usize)? }
+    } else {
+        // No `family` field (Linux 5.10): the socket's own, by its BTF
+        // offset (a field is never at offset 0, the common header's).
+        // SAFETY: the offset comes from this tracepoint's format file.
+        let sk: u64 = unsafe { ctx.read_at(off.skaddr as usize)? };
+        read_kernel(sk, off.sk_family).ok_or(0)?
+    };
     // Count retransmits that went out, as RetransSegs does.
     if off.err != 0 {
         // SAFETY: the offset comes from this tracepoint's format file.

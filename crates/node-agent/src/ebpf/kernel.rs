@@ -100,6 +100,13 @@ impl Kernel {
         btf_facts().retransmit_raw.as_ref().copied().map_err(String::as_str)
     }
 
+    /// `sock.__sk_common.skc_family`, from the kernel's BTF: where a
+    /// classic tracepoint without a `family` field (tcp_retransmit_skb
+    /// before Linux 5.12 or so) finds its socket's family.
+    pub fn sock_family(&self) -> Result<u32, &'static str> {
+        btf_facts().sock_family.as_ref().copied().map_err(String::as_str)
+    }
+
     /// Where the raw block_rq_issue and block_rq_complete programs find a
     /// request's device and operation, from the kernel's BTF: why not, when
     /// only the classic tracepoints can serve.
@@ -127,6 +134,7 @@ struct BtfFacts {
     tcp_peers: Result<agent_common::tcp_peers::Offsets, String>,
     block_raw: Result<BlockRaw, String>,
     retransmit_raw: Result<u32, String>,
+    sock_family: Result<u32, String>,
     cgroup_walk: Result<CgroupWalk, String>,
 }
 
@@ -166,6 +174,7 @@ fn btf_facts() -> &'static BtfFacts {
                 tcp_peers: tcp_peers(&btf),
                 block_raw: block_raw(&btf),
                 retransmit_raw: retransmit_raw(&btf),
+                sock_family: btf.offset("sock", &["__sk_common", "skc_family"]).map_err(|e| e.to_string()),
                 cgroup_walk: cgroup_walk(&btf),
             })
         });
@@ -175,6 +184,7 @@ fn btf_facts() -> &'static BtfFacts {
             tcp_peers: Err(e.clone()),
             block_raw: Err(e.clone()),
             retransmit_raw: Err(e.clone()),
+            sock_family: Err(e.clone()),
             cgroup_walk: Err(e),
         })
     })

@@ -19,17 +19,25 @@ const COUNTERS: &[Counter] = &[
 ];
 
 /// tcp_retransmit_skb's `family`, `err` (Linux >= 6.10) and `skaddr`
-/// (classic), and the socket's family offset (raw).
+/// (classic), and the socket's family offset (raw, and classic where the
+/// tracepoint has no `family`: Linux 5.10 has none, and the program reads
+/// it from the socket).
 pub fn globals(k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
     let f = k.format("tcp", "tcp_retransmit_skb");
     let raw = k.retransmit_raw().ok();
+    let sk_family = raw.or_else(|| if f.has("family") { None } else { k.sock_family().ok() });
+    if raw.is_none() && !f.has("family") && sk_family.is_none() {
+        tracing::warn!(
+            "tcp_retransmit_skb has no family field and the kernel no BTF to read a socket's: retransmits are not counted by family"
+        );
+    }
     g.set(
         OFFSETS,
         &Offsets {
             family: f.offset("family"),
             err: f.offset("err"),
             skaddr: f.offset("skaddr"),
-            sk_family: raw.unwrap_or(0),
+            sk_family: sk_family.unwrap_or(0),
             raw_err: u32::from(raw.is_some()),
         },
     );
