@@ -508,6 +508,8 @@ fn name_key(k: *mut NameKey, cgroup: u64, rcode: u8, len: u8) {
 /// bytes, so MAX_LABELS labels pass NAME_BYTES), then the name alone
 /// copied again into a zeroed key (no branch per byte or word: the
 /// verifier would walk every combination).
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
 #[unsafe(no_mangle)]
 #[inline(never)]
 extern "C" fn dns_record_name(skb: *mut __sk_buff, dns: u64, cgroup: u64, rcode: u64) -> i32 {
@@ -645,6 +647,8 @@ struct Msg {
 /// asked for and, when the packet left for another address (NAT below the
 /// socket, or a socket load balancer), under that one too, as the answer
 /// may come from either.
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
 #[unsafe(no_mangle)]
 #[inline(never)]
 extern "C" fn dns_query(skb: *mut __sk_buff, slot: u64, dns: u64) -> i32 {
@@ -707,6 +711,8 @@ fn try_query(ctx: &SkBuffContext, sc: *mut OutScratch, dns: usize) -> Option<()>
 /// counted by rcode; the query waiting for it on its socket from its
 /// server gives the latency. Its steps leave what they find in the
 /// scratch, so each returns in one state.
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
 #[unsafe(no_mangle)]
 #[inline(never)]
 extern "C" fn dns_answer(skb: *mut __sk_buff, dns: u64) -> i32 {
@@ -729,6 +735,8 @@ extern "C" fn dns_answer(skb: *mut __sk_buff, dns: u64) -> i32 {
 /// Takes the query a response with `id` on the socket `sc.msg` answers
 /// out of `DNS_PENDING` (both its entries): in `sc`, what the response is
 /// counted under, and whether it matched a query (whose start it gives).
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
 #[unsafe(no_mangle)]
 #[inline(never)]
 extern "C" fn dns_take_query(id: u64) -> i32 {
@@ -774,6 +782,8 @@ extern "C" fn dns_take_query(id: u64) -> i32 {
 
 /// Counts a response (`flags`, its header's) under `sc.peer`: its rcode,
 /// truncation, and its latency if it matched a query, else as late.
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
 #[unsafe(no_mangle)]
 #[inline(never)]
 extern "C" fn dns_tally(flags: u64) -> i32 {
@@ -948,6 +958,8 @@ fn follow(cookie: u64, owner: u64, first: u32) -> i32 {
 /// of its own (walked once by the verifier, given the egress run's scratch
 /// slot by its index), so that the entry point's stack frame holds none of
 /// theirs (the frames of a call chain share 512 bytes).
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
 #[unsafe(no_mangle)]
 #[inline(never)]
 extern "C" fn dns_tcp_out(skb: *mut __sk_buff, slot: u64, l4: u64, w0: u64, w1: u64) -> i32 {
@@ -1005,6 +1017,8 @@ fn follow_out(ctx: &SkBuffContext, slot: u64, l4: usize, remote: Addr) -> Option
 
 /// A TCP segment in from port 53 on a followed connection: the SYN-ACK
 /// says where answers start; answers are read.
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
 #[unsafe(no_mangle)]
 #[inline(never)]
 extern "C" fn dns_tcp_in(skb: *mut __sk_buff, l4: u64, w0: u64, w1: u64) -> i32 {
@@ -1074,6 +1088,8 @@ fn follow_in(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
 }
 
 /// A UDP datagram out to port 53: a query, to the server its socket asked for.
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
 #[unsafe(no_mangle)]
 #[inline(never)]
 extern "C" fn dns_udp_out(skb: *mut __sk_buff, slot: u64, l4: u64, w0: u64, w1: u64) -> i32 {
@@ -1122,6 +1138,8 @@ fn try_egress(ctx: &SkBuffContext) -> Option<()> {
 }
 
 /// A UDP datagram in from port 53: a response.
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
 #[unsafe(no_mangle)]
 #[inline(never)]
 extern "C" fn dns_udp_in(skb: *mut __sk_buff, l4: u64, w0: u64, w1: u64) -> i32 {
