@@ -423,11 +423,17 @@ fn own_cgroup() -> u64 {
 /// a program near the limit here would fail to load there; a change that
 /// makes paths multiply again (as the per-message TCP walk times the
 /// ledger's fallbacks did, past 1,000,000 on 6.18) fails here first.
+/// (Before the steps became global functions, dns_ingress took 52,400
+/// here and was refused on 5.10 and 6.1; now it takes about 2.5 times on
+/// those what it takes on 6.18.)
 const VERIFIER_BUDGET: u32 = 200_000;
 
 /// Every DNS program loads, names on and off, with the verifier having
 /// processed at most [`VERIFIER_BUDGET`] instructions of it (the kernel's
 /// count, `verified_insns` of BPF_OBJ_GET_INFO_BY_FD, Linux 5.16 and up).
+/// A kernel before 5.16 does not report the count: there each program's
+/// loading, under the verifier's own limit, is the check (this test in
+/// a 5.10 or 6.1 guest: the verifiers that prune least).
 #[test]
 fn the_programs_verify_with_room_for_older_kernels() {
     if !root_or_skip("the DNS truth test") {
@@ -443,7 +449,10 @@ fn the_programs_verify_with_room_for_older_kernels() {
         let ebpf = shared.lock().expect("eBPF");
         for p in agent_common::dns::PROGRAMS {
             let info = ebpf.program(p.name).expect("the program").info().expect("its info");
-            let n = info.verified_instruction_count().expect("verified_insns (Linux 5.16 and up)");
+            let Some(n) = info.verified_instruction_count() else {
+                eprintln!("{} (names {names}): loaded; this kernel (before 5.16) does not say how many instructions", p.name);
+                continue;
+            };
             eprintln!("{} (names {names}): {n} instructions processed", p.name);
             assert!(n <= VERIFIER_BUDGET, "{} (names {names}): the verifier processed {n} instructions, over {VERIFIER_BUDGET}", p.name);
         }

@@ -100,7 +100,7 @@ static DNS_SENT: LruHashMap<u64, Sent> = LruHashMap::with_max_entries(MAX_SENT, 
 /// keys. In a map, not on the stack: the 512 bytes of stack are shared by
 /// a call chain, and what a function leaves in map memory is not a state
 /// of the verifier's (every path of a function that wrote it there returns
-/// to its caller in one state; see `answer`).
+/// to its caller in one state; see `dns_answer`).
 #[map]
 static DNS_IN_SCRATCH: PerCpuArray<InScratch> = PerCpuArray::with_max_entries(1, 0);
 
@@ -166,16 +166,27 @@ const NOEXIST: u64 = 1;
 const PASS: i32 = 1;
 
 // How the programs are cut, for the verifier: it walks every path of a
-// program, and a BPF-to-BPF function (`#[inline(never)]`) on each call,
-// but every path through a function returns to its caller in the same
-// state when the function leaves its results in map memory or returns
-// only a scalar or a map pointer: the paths within it (a record found or
-// made, its cgroup's share, the ledger's record made or not) then add up
-// instead of multiplying with those of the caller and of the next call.
-// So a message of a TCP segment (up to MAX_MESSAGES of them) costs one
-// walk of `query` or `answer`, and a response one of `counters`, of
-// `latency` and of `record_name`. A function takes at most five
-// arguments; the maps it uses are statics, not arguments.
+// program, and a static BPF-to-BPF function (`#[inline(never)]`) on each
+// call, in the caller's state; every path through one returns to its
+// caller in the same state when it leaves its results in map memory or
+// returns only a scalar or a map pointer, so that the paths within it (a
+// record found or made, its cgroup's share, the ledger's record made or
+// not) add up instead of multiplying with those of the caller. That is
+// not enough on older kernels: a verifier before Linux 6.4 cannot follow
+// a value's precision back across a call of the program's own, and then
+// marks every value of the path precise, which keeps paths apart that a
+// newer one merges, so that a static function is walked again for many
+// states of its callers (dns_ingress went past 1,000,000 instructions on
+// 5.10 and 6.1). So the steps a message or a response goes through are
+// global functions (`#[unsafe(no_mangle)] extern "C"`, BTF linkage
+// global, Linux 5.6): the verifier walks each once, on its own, for any
+// arguments, and a call of one costs its caller a few instructions. What
+// 5.10 allows a global function: scalars and the context as arguments (at
+// most five), a scalar returned; so they are given the scratch slot's
+// index, not a pointer to it, and find their maps as statics. A message
+// of a TCP segment (up to MAX_MESSAGES of them) thus costs a call of
+// `dns_query` or `dns_answer`, whose steps (`dns_take_query`,
+// `dns_tally`, `dns_record_name`) are walked once each.
 
 /// The counters the events of the server key at `peer` go to: its own
 /// record, or (beyond its cgroup's limit) its cgroup's other; the key of
@@ -192,14 +203,14 @@ fn counters(peer: *const PeerKey, at: *mut PeerKey) -> *mut PeerCounters {
 /// is built in `sc.lat`.
 #[inline(never)]
 fn latency(sc: *mut InScratch, c: *mut PeerCounters) -> i32 {
-    // SAFETY: this CPU's scratch slot (see `take_query`).
+    // SAFETY: this CPU's scratch slot (see `dns_take_query`).
     let ns = now_ns().saturating_sub(unsafe { (*sc).start_ns });
     let others = |k: &mut PeerKey| {
         store(k, peer_maps::other_key(k.cgroup, k.dir));
         let p = counters(k, k);
         (!p.is_null()).then_some(p)
     };
-    // SAFETY: this CPU's scratch slot (see `take_query`).
+    // SAFETY: this CPU's scratch slot (see `dns_take_query`).
     let key = unsafe {
         copy(addr_of!((*sc).lat.peer) as *mut PeerKey, addr_of!((*sc).at));
         &mut (*sc).lat
@@ -497,9 +508,12 @@ fn name_key(k: *mut NameKey, cgroup: u64, rcode: u8, len: u8) {
 /// bytes, so MAX_LABELS labels pass NAME_BYTES), then the name alone
 /// copied again into a zeroed key (no branch per byte or word: the
 /// verifier would walk every combination).
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
+#[unsafe(no_mangle)]
 #[inline(never)]
-fn record_name(skb: *mut __sk_buff, dns: usize, cgroup: u64, rcode: u64) -> i32 {
-    let _ = try_record_name(&SkBuffContext::new(skb), dns, cgroup, rcode as u8);
+extern "C" fn dns_record_name(skb: *mut __sk_buff, dns: u64, cgroup: u64, rcode: u64) -> i32 {
+    let _ = try_record_name(&SkBuffContext::new(skb), dns as usize, cgroup, rcode as u8);
     0
 }
 
@@ -633,9 +647,14 @@ struct Msg {
 /// asked for and, when the packet left for another address (NAT below the
 /// socket, or a socket load balancer), under that one too, as the answer
 /// may come from either.
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
+#[unsafe(no_mangle)]
 #[inline(never)]
-fn query(skb: *mut __sk_buff, sc: *mut OutScratch, dns: usize) -> i32 {
-    let _ = try_query(&SkBuffContext::new(skb), sc, dns);
+extern "C" fn dns_query(skb: *mut __sk_buff, slot: u64, dns: u64) -> i32 {
+    if let Some(sc) = DNS_OUT_SCRATCH.get_ptr_mut(slot as u32) {
+        let _ = try_query(&SkBuffContext::new(skb), sc, dns as usize);
+    }
     0
 }
 
@@ -692,20 +711,23 @@ fn try_query(ctx: &SkBuffContext, sc: *mut OutScratch, dns: usize) -> Option<()>
 /// counted by rcode; the query waiting for it on its socket from its
 /// server gives the latency. Its steps leave what they find in the
 /// scratch, so each returns in one state.
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
+#[unsafe(no_mangle)]
 #[inline(never)]
-fn answer(skb: *mut __sk_buff, dns: usize) -> i32 {
+extern "C" fn dns_answer(skb: *mut __sk_buff, dns: u64) -> i32 {
     let ctx = &SkBuffContext::new(skb);
-    let Some((id, flags)) = header(ctx, dns) else { return 0 };
+    let Some((id, flags)) = header(ctx, dns as usize) else { return 0 };
     if flags & FLAG_QR == 0 {
         return 0;
     }
     let Some(sc) = DNS_IN_SCRATCH.get_ptr_mut(0) else { return 0 };
-    take_query(sc, id as u64);
-    tally(sc, flags as u64);
+    dns_take_query(id as u64);
+    dns_tally(flags as u64);
     let rcode = flags & RCODE_MASK;
     if failing(rcode) && DNS_CONFIG.load().names != 0 {
-        // SAFETY: this CPU's scratch slot (see `take_query`).
-        record_name(skb, dns, unsafe { (*sc).peer.cgroup }, rcode as u64);
+        // SAFETY: this CPU's scratch slot (see `dns_take_query`).
+        dns_record_name(skb, dns, unsafe { (*sc).peer.cgroup }, rcode as u64);
     }
     0
 }
@@ -713,8 +735,12 @@ fn answer(skb: *mut __sk_buff, dns: usize) -> i32 {
 /// Takes the query a response with `id` on the socket `sc.msg` answers
 /// out of `DNS_PENDING` (both its entries): in `sc`, what the response is
 /// counted under, and whether it matched a query (whose start it gives).
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
+#[unsafe(no_mangle)]
 #[inline(never)]
-fn take_query(sc: *mut InScratch, id: u64) -> i32 {
+extern "C" fn dns_take_query(id: u64) -> i32 {
+    let Some(sc) = DNS_IN_SCRATCH.get_ptr_mut(0) else { return 0 };
     // SAFETY: this CPU's scratch slot of the ingress program, which runs in
     // softirq, once at a time on a CPU (as DNS_NAME_SCRATCH); fields
     // reached through the pointer, no reference held across a call.
@@ -756,17 +782,19 @@ fn take_query(sc: *mut InScratch, id: u64) -> i32 {
 
 /// Counts a response (`flags`, its header's) under `sc.peer`: its rcode,
 /// truncation, and its latency if it matched a query, else as late.
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
+#[unsafe(no_mangle)]
 #[inline(never)]
-fn tally(sc: *mut InScratch, flags: u64) -> i32 {
-    // SAFETY: this CPU's scratch slot (see `take_query`).
+extern "C" fn dns_tally(flags: u64) -> i32 {
+    let Some(sc) = DNS_IN_SCRATCH.get_ptr_mut(0) else { return 0 };
+    // SAFETY: this CPU's scratch slot (see `dns_take_query`).
     let c = unsafe { counters(&(*sc).peer, addr_of!((*sc).at) as *mut PeerKey) };
     if c.is_null() {
         return 0;
     }
-    add(c, rcode_word(flags as u16 & RCODE_MASK), 1);
-    if flags & FLAG_TC as u64 != 0 {
-        add(c, TRUNCATED, 1);
-    }
+    // The latency first: the paths of the rcode's word and truncation
+    // would each walk it again.
     // SAFETY: as above.
     unsafe {
         if (*sc).matched != 0 {
@@ -774,6 +802,10 @@ fn tally(sc: *mut InScratch, flags: u64) -> i32 {
         } else {
             add(c, LATE, 1);
         }
+    }
+    add(c, rcode_word(flags as u16 & RCODE_MASK), 1);
+    if flags & FLAG_TC as u64 != 0 {
+        add(c, TRUNCATED, 1);
     }
     0
 }
@@ -922,17 +954,22 @@ fn follow(cookie: u64, owner: u64, first: u32) -> i32 {
 
 /// A TCP segment out to port 53: a SYN starts following its connection
 /// (within its cgroup's bound); a followed connection's queries are read.
-/// Each of the four paths (UDP and TCP, out and in) is a function of its
-/// own in the program (a BPF-to-BPF call), so that the entry point's stack
-/// frame holds none of theirs (the frames of a call chain share 512 bytes).
+/// Each of the four paths (UDP and TCP, out and in) is a global function
+/// of its own (walked once by the verifier, given the egress run's scratch
+/// slot by its index), so that the entry point's stack frame holds none of
+/// theirs (the frames of a call chain share 512 bytes).
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
+#[unsafe(no_mangle)]
 #[inline(never)]
-fn tcp_out(skb: *mut __sk_buff, sc: *mut OutScratch, l4: usize, w0: u64, w1: u64) -> i32 {
-    let _ = follow_out(&SkBuffContext::new(skb), sc, l4, Addr::from_words([w0, w1]));
+extern "C" fn dns_tcp_out(skb: *mut __sk_buff, slot: u64, l4: u64, w0: u64, w1: u64) -> i32 {
+    let _ = follow_out(&SkBuffContext::new(skb), slot, l4 as usize, Addr::from_words([w0, w1]));
     0
 }
 
 #[inline(always)]
-fn follow_out(ctx: &SkBuffContext, sc: *mut OutScratch, l4: usize, remote: Addr) -> Option<()> {
+fn follow_out(ctx: &SkBuffContext, slot: u64, l4: usize, remote: Addr) -> Option<()> {
+    let sc = DNS_OUT_SCRATCH.get_ptr_mut(slot as u32)?;
     let seg = segment(ctx, l4)?;
     let cookie = cookie(ctx);
     let mut start = seg.seq;
@@ -954,14 +991,14 @@ fn follow_out(ctx: &SkBuffContext, sc: *mut OutScratch, l4: usize, remote: Addr)
         // Answers on a stream not followed (its SYN-ACK not seen, or its
         // place lost) are not read: its queries are counted, not timed.
         // Computed without a branch: a value known on each path would make
-        // each a state of its own in `query`.
+        // each a path of its own through the walk.
         let timed = timed(inb);
         let m = Msg { server: connected_to(ctx).unwrap_or(remote), remote, cookie, owner, transport: TRANSPORT_TCP as u64, timed };
         // SAFETY: this run's scratch slot (see DNS_OUT_SCRATCH).
         store(unsafe { addr_of!((*sc).msg) as *mut Msg }, m);
         let skb = ctx.skb.skb;
         walk(ctx, st, start, seg.payload, seg.len, |dns| {
-            query(skb, sc, dns);
+            dns_query(skb, slot, dns as u64);
         });
     }
     // SAFETY: as above (`c` is not used once the entry is deleted).
@@ -980,9 +1017,12 @@ fn follow_out(ctx: &SkBuffContext, sc: *mut OutScratch, l4: usize, remote: Addr)
 
 /// A TCP segment in from port 53 on a followed connection: the SYN-ACK
 /// says where answers start; answers are read.
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
+#[unsafe(no_mangle)]
 #[inline(never)]
-fn tcp_in(skb: *mut __sk_buff, l4: usize, w0: u64, w1: u64) -> i32 {
-    let _ = follow_in(&SkBuffContext::new(skb), l4, Addr::from_words([w0, w1]));
+extern "C" fn dns_tcp_in(skb: *mut __sk_buff, l4: u64, w0: u64, w1: u64) -> i32 {
+    let _ = follow_in(&SkBuffContext::new(skb), l4 as usize, Addr::from_words([w0, w1]));
     0
 }
 
@@ -1008,11 +1048,11 @@ fn follow_in(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
         // SAFETY: a field of this connection's map value.
         let m = Msg { server: remote, remote, cookie, owner: unsafe { (*c).owner }, transport: TRANSPORT_TCP as u64, timed: 1 };
         // SAFETY: this CPU's scratch slot of the ingress program (see
-        // `take_query`): the socket of the messages `answer` reads.
+        // `dns_take_query`): the socket of the messages `dns_answer` reads.
         store(unsafe { addr_of!((*sc).msg) as *mut Msg }, m);
         let skb = ctx.skb.skb;
         walk(ctx, st, start, seg.payload, seg.len, |dns| {
-            answer(skb, dns);
+            dns_answer(skb, dns as u64);
         });
     }
     // SAFETY: as above.
@@ -1048,9 +1088,13 @@ fn follow_in(ctx: &SkBuffContext, l4: usize, remote: Addr) -> Option<()> {
 }
 
 /// A UDP datagram out to port 53: a query, to the server its socket asked for.
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
+#[unsafe(no_mangle)]
 #[inline(never)]
-fn udp_out(skb: *mut __sk_buff, sc: *mut OutScratch, l4: usize, w0: u64, w1: u64) -> i32 {
+extern "C" fn dns_udp_out(skb: *mut __sk_buff, slot: u64, l4: u64, w0: u64, w1: u64) -> i32 {
     let ctx = &SkBuffContext::new(skb);
+    let Some(sc) = DNS_OUT_SCRATCH.get_ptr_mut(slot as u32) else { return 0 };
     let cookie = cookie(ctx);
     let dst = Addr::from_words([w0, w1]);
     let m = Msg {
@@ -1063,7 +1107,7 @@ fn udp_out(skb: *mut __sk_buff, sc: *mut OutScratch, l4: usize, w0: u64, w1: u64
     };
     // SAFETY: this run's scratch slot (see DNS_OUT_SCRATCH).
     store(unsafe { addr_of!((*sc).msg) as *mut Msg }, m);
-    query(skb, sc, l4 + 8);
+    dns_query(skb, slot, l4 + 8);
     0
 }
 
@@ -1077,16 +1121,16 @@ fn try_egress(ctx: &SkBuffContext) -> Option<()> {
     // which puts it back before it returns (an interrupting run has
     // returned before the interrupted one goes on).
     let d = unsafe { *depth };
-    let Some(sc) = (d < OUT_SLOTS).then(|| DNS_OUT_SCRATCH.get_ptr_mut(d)).flatten() else {
+    if d >= OUT_SLOTS {
         inc(&DNS_DROPPED, DROP_STREAM);
         return None;
-    };
+    }
     // SAFETY: as above.
     unsafe { *depth = d + 1 };
     if p.proto == IPPROTO_TCP {
-        tcp_out(ctx.skb.skb, sc, p.l4, w0, w1);
+        dns_tcp_out(ctx.skb.skb, d as u64, p.l4 as u64, w0, w1);
     } else {
-        udp_out(ctx.skb.skb, sc, p.l4, w0, w1);
+        dns_udp_out(ctx.skb.skb, d as u64, p.l4 as u64, w0, w1);
     }
     // SAFETY: as above.
     unsafe { *depth = d };
@@ -1094,16 +1138,19 @@ fn try_egress(ctx: &SkBuffContext) -> Option<()> {
 }
 
 /// A UDP datagram in from port 53: a response.
+// SAFETY: a global function of the program (see above); no other symbol
+// of the object has its name, and nothing outside the program uses it.
+#[unsafe(no_mangle)]
 #[inline(never)]
-fn udp_in(skb: *mut __sk_buff, l4: usize, w0: u64, w1: u64) -> i32 {
+extern "C" fn dns_udp_in(skb: *mut __sk_buff, l4: u64, w0: u64, w1: u64) -> i32 {
     let ctx = &SkBuffContext::new(skb);
     let Some(sc) = DNS_IN_SCRATCH.get_ptr_mut(0) else { return 0 };
     let from = Addr::from_words([w0, w1]);
     let m = Msg { server: from, remote: from, cookie: cookie(ctx), owner: owner(ctx), transport: TRANSPORT_UDP as u64, timed: 1 };
     // SAFETY: this CPU's scratch slot of the ingress program (see
-    // `take_query`): the socket of the message `answer` reads.
+    // `dns_take_query`): the socket of the message `dns_answer` reads.
     store(unsafe { addr_of!((*sc).msg) as *mut Msg }, m);
-    answer(skb, l4 + 8);
+    dns_answer(skb, l4 + 8);
     0
 }
 
@@ -1111,9 +1158,9 @@ fn try_ingress(ctx: &SkBuffContext) -> Option<()> {
     let p = dns_packet(ctx, false)?;
     let [w0, w1] = p.addr.words();
     if p.proto == IPPROTO_TCP {
-        tcp_in(ctx.skb.skb, p.l4, w0, w1);
+        dns_tcp_in(ctx.skb.skb, p.l4 as u64, w0, w1);
     } else {
-        udp_in(ctx.skb.skb, p.l4, w0, w1);
+        dns_udp_in(ctx.skb.skb, p.l4 as u64, w0, w1);
     }
     Some(())
 }
