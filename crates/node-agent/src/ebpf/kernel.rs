@@ -236,7 +236,9 @@ pub fn block_raw(btf: &crate::ebpf::btf::Btf) -> Result<BlockRaw, String> {
 /// `sk_buff.sk`, and the names of `enum skb_drop_reason`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DropReasons {
-    pub reason_arg: u32,
+    /// `enum skb_drop_reason` (Linux >= 5.17; None before: drops are
+    /// counted as `unknown`).
+    pub reason_arg: Option<u32>,
     pub skb_arg: u32,
     /// `struct sock *rx_sk` (Linux >= 6.9).
     pub rx_sk_arg: Option<u32>,
@@ -248,20 +250,25 @@ pub struct DropReasons {
 }
 
 /// kfree_skb's drop-reason facts from a parsed BTF: an error (the probe's
-/// reason to be down) when the tracepoint passes no reason (Linux < 5.17).
+/// reason to be down) when there is no kfree_skb tracepoint or it passes no
+/// packet; no reason argument and no names where it passes no reason
+/// (Linux < 5.17).
 pub fn drop_reasons(btf: &crate::ebpf::btf::Btf) -> Result<DropReasons, String> {
     let params = btf.typedef_params("btf_trace_kfree_skb").map_err(|e| format!("no kfree_skb tracepoint: {e}"))?;
     // The first parameter is the tracepoint's own `void *__data`.
     let args: Vec<&str> = params.iter().skip(1).map(String::as_str).collect();
     let find = |ty: &str| args.iter().position(|a| *a == ty).map(|i| i as u32);
-    let reason_arg = find("enum skb_drop_reason").ok_or("kfree_skb passes no drop reason (Linux < 5.17)")?;
+    let reason_arg = find("enum skb_drop_reason");
     let skb_arg = find("struct sk_buff *").ok_or("kfree_skb passes no struct sk_buff *")?;
-    let names = btf
-        .enumerators("skb_drop_reason")
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(|(n, v)| (v, n.strip_prefix("SKB_DROP_REASON_").or_else(|| n.strip_prefix("SKB_")).unwrap_or(n).to_string()))
-        .collect();
+    let names = match reason_arg {
+        Some(_) => btf
+            .enumerators("skb_drop_reason")
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|(n, v)| (v, n.strip_prefix("SKB_DROP_REASON_").or_else(|| n.strip_prefix("SKB_")).unwrap_or(n).to_string()))
+            .collect(),
+        None => Vec::new(),
+    };
     Ok(DropReasons { reason_arg, skb_arg, rx_sk_arg: find("struct sock *"), skb_sk: btf.offset("sk_buff", &["sk"]).ok(), names })
 }
 
