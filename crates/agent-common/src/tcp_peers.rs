@@ -43,7 +43,7 @@ pub const SWEEP_BATCH: usize = 12;
 
 /// Connections followed at once, at most, unless the agent sizes the map
 /// (`--collector.ebpf_tcp_peers.max-connections`). The hash maps are not
-/// preallocated (an entry's memory, about 130 bytes, comes and goes with
+/// preallocated (an entry's memory, about 150 bytes, comes and goes with
 /// it), but their bucket arrays are: 16 bytes per possible entry.
 pub const MAX_SOCKS: u32 = 16384;
 /// Distinct (cgroup, peer) pairs with counts in the kernel at once: those
@@ -265,7 +265,8 @@ pub struct Offsets {
     /// `sock.sk_flags` and the bit of `SOCK_DONE` in it.
     pub sk_flags: u32,
     pub sock_done_bit: u32,
-    /// `sock.sk_cgrp_data.cgroup`, `cgroup.kn`, `kernfs_node.id`.
+    /// `sock.sk_cgrp_data.cgroup` (before Linux 5.15, `sock.sk_cgrp_data`,
+    /// whose first word is the pointer), `cgroup.kn`, `kernfs_node.id`.
     pub sock_cgroup: u32,
     pub cgroup_kn: u32,
     pub kernfs_node_id: u32,
