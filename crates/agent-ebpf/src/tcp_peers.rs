@@ -106,6 +106,9 @@ fn peer_of(sk: u64, off: &Offsets, dir: u8) -> Option<PeerKey> {
     let mut cgroup = 0;
     if off.attribute != 0 {
         let cg: u64 = read_kernel(sk, off.sock_cgroup).unwrap_or(0);
+        // Before Linux 5.15 the word may hold net_prio's and net_cls's data
+        // instead, its low bits set (a cgroup pointer is aligned): no cgroup.
+        let cg = if cg & 3 == 0 { cg } else { 0 };
         let kn: u64 = read_kernel(cg, off.cgroup_kn).unwrap_or(0);
         cgroup = read_kernel(kn, off.kernfs_node_id).unwrap_or(0);
     }

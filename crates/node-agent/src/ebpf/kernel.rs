@@ -315,7 +315,11 @@ pub fn tcp_peers(btf: &crate::ebpf::btf::Btf) -> Result<agent_common::tcp_peers:
         // `sk_flags` moved into sock_common as `skc_flags` (Linux 6.x).
         sk_flags: off("sock", &["sk_flags"]).or_else(|_| common("skc_flags"))?,
         sock_done_bit: done,
-        sock_cgroup: off("sock", &["sk_cgrp_data", "cgroup"]).unwrap_or(0),
+        // Before Linux 5.15 `sock_cgroup_data` is a union whose `val` (its
+        // first word) holds the cgroup pointer, or with its low two bits
+        // set net_prio's and net_cls's data (the program then attributes
+        // nothing).
+        sock_cgroup: off("sock", &["sk_cgrp_data", "cgroup"]).or_else(|_| off("sock", &["sk_cgrp_data"])).unwrap_or(0),
         cgroup_kn: off("cgroup", &["kn"]).unwrap_or(0),
         kernfs_node_id: off("kernfs_node", &["id"]).unwrap_or(0),
         bytes_acked: off("tcp_sock", &["bytes_acked"])?,
