@@ -77,6 +77,7 @@ pub const MAPS: &[&str] = &[
     tcp_peers::DROPPED,
     tcp_peers::MADE,
     tcp_peers::GONE,
+    tcp_peers::BATON,
     tcp_retransmits::RETRANSMITS,
 ];
 pub const GLOBALS: &[&str] = &[

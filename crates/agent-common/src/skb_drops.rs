@@ -1,5 +1,6 @@
 //! `ebpf_skb_drops`: packets the kernel dropped, by drop reason
-//! (skb:kfree_skb's `enum skb_drop_reason`, Linux >= 5.17).
+//! (skb:kfree_skb's `enum skb_drop_reason`, Linux >= 5.17; before, every
+//! drop in slot [`UNKNOWN`]).
 
 use crate::program::Program;
 
@@ -18,6 +19,9 @@ pub const PROGRAMS: [Program; 1] = [KFREE_SKB];
 pub const MAX_REASONS: u32 = 256;
 /// The slot of every reason value >= `OTHER`.
 pub const OTHER: u32 = MAX_REASONS - 1;
+/// The slot of every drop where kfree_skb passes no reason (Linux < 5.17:
+/// `reason_arg` is `NO_ARG`).
+pub const UNKNOWN: u32 = 0;
 
 /// Drops per reason value: one value of a one-entry per-CPU array, so user
 /// space reads every counter in one lookup.
@@ -36,7 +40,8 @@ pub const NO_ARG: u32 = u32::MAX;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Offsets {
-    /// `enum skb_drop_reason reason`.
+    /// `enum skb_drop_reason reason`, `NO_ARG` where kfree_skb passes none
+    /// (Linux < 5.17).
     pub reason_arg: u32,
     /// `struct sk_buff *skb`.
     pub skb_arg: u32,

@@ -32,12 +32,18 @@ pub const SET_STATE: Program = Program::raw("tcp_peers_set_state", "inet_sock_se
 /// it closes.
 pub const SWEEP: Program = Program { name: "tcp_peers_sweep", hook: crate::program::Hook::Run };
 pub const PROGRAMS: [Program; 2] = [SET_STATE, SWEEP];
+/// The functions of the object that serve as [`SET_STATE`] and [`SWEEP`]
+/// on kernels without BPF's atomic exchange (BPF_XCHG, Linux >= 5.12; an
+/// object with one anywhere is refused before): the same programs, passing
+/// a baton ([`BATON`]) instead.
+pub const SET_STATE_BATON: &str = "tcp_peers_set_state_baton";
+pub const SWEEP_BATON: &str = "tcp_peers_sweep_baton";
 /// Sockets per run of [`SWEEP`]: a raw tracepoint's arguments.
 pub const SWEEP_BATCH: usize = 12;
 
 /// Connections followed at once, at most, unless the agent sizes the map
 /// (`--collector.ebpf_tcp_peers.max-connections`). The hash maps are not
-/// preallocated (an entry's memory, about 130 bytes, comes and goes with
+/// preallocated (an entry's memory, about 150 bytes, comes and goes with
 /// it), but their bucket arrays are: 16 bytes per possible entry.
 pub const MAX_SOCKS: u32 = 16384;
 /// Distinct (cgroup, peer) pairs with counts in the kernel at once: those
@@ -122,12 +128,31 @@ pub struct SockState {
     pub base_received: u64,
     /// A u64 for its atomic exchange (BPF has none of 32 bits before v3).
     pub base_retrans: u64,
-    /// [`ESTABLISHED_FLAG`] once established.
+    /// [`ESTABLISHED_FLAG`] once established; [`BATON_FLAG`] once its
+    /// baton is made (kernels without the atomic exchange).
     pub flags: u32,
     pub pad: u32,
+    /// The values a sweep is about to count up to, written before it takes
+    /// the baton (kernels without the atomic exchange: [`BATON`]); unused
+    /// with the exchange.
+    pub prop_acked: u64,
+    pub prop_received: u64,
+    pub prop_retrans: u64,
 }
 
 pub const ESTABLISHED_FLAG: u32 = 1;
+pub const BATON_FLAG: u32 = 2;
+
+/// On kernels without BPF's atomic exchange (before Linux 5.12): socket
+/// address to [`BATON_FREE`] or [`BATON_TOMB`], the token the sweep and the
+/// close pass so that each byte is counted once (`agent-ebpf`'s
+/// `tcp_peers.rs` gives the argument). Sized as [`SOCKS`]; one entry where
+/// the exchange serves.
+pub const BATON: &str = "TCP_PEER_BATON";
+/// The baton is there for a sweep to take.
+pub const BATON_FREE: u64 = 0;
+/// The close ran while a sweep held the baton: that sweep's counts stand.
+pub const BATON_TOMB: u64 = 1;
 
 /// Counters of one (cgroup, peer), u64 words added to atomically (named
 /// below for this probe, and by `dns` for its own).
@@ -240,7 +265,8 @@ pub struct Offsets {
     /// `sock.sk_flags` and the bit of `SOCK_DONE` in it.
     pub sk_flags: u32,
     pub sock_done_bit: u32,
-    /// `sock.sk_cgrp_data.cgroup`, `cgroup.kn`, `kernfs_node.id`.
+    /// `sock.sk_cgrp_data.cgroup` (before Linux 5.15, `sock.sk_cgrp_data`,
+    /// whose first word is the pointer), `cgroup.kn`, `kernfs_node.id`.
     pub sock_cgroup: u32,
     pub cgroup_kn: u32,
     pub kernfs_node_id: u32,
@@ -287,7 +313,7 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(core::mem::size_of::<PeerKey>(), 32);
         assert_eq!(core::mem::size_of::<LatKey>(), 40);
-        assert_eq!(core::mem::size_of::<SockState>(), 72);
+        assert_eq!(core::mem::size_of::<SockState>(), 96);
         assert_eq!(core::mem::size_of::<PeerCounters>(), 8 * NUM_WORDS);
     }
 

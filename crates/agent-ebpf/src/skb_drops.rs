@@ -1,10 +1,11 @@
 //! `ebpf_skb_drops`: packets dropped, counted per CPU by drop reason on the
-//! raw kfree_skb tracepoint (and per socket cgroup for pods).
+//! raw kfree_skb tracepoint (and per socket cgroup for pods); where
+//! kfree_skb passes no reason (Linux < 5.17), every drop in slot `UNKNOWN`.
 
 use core::arch::asm;
 
 use agent_common::pods::{self as pod_words, SKB as PODS_SKB};
-use agent_common::skb_drops::{DropCounts, Offsets, NO_ARG, OTHER};
+use agent_common::skb_drops::{DropCounts, Offsets, NO_ARG, OTHER, UNKNOWN};
 use aya_ebpf::{
     macros::{map, raw_tracepoint},
     maps::PerCpuArray,
@@ -52,10 +53,19 @@ fn arg(ctx: &RawTracePointContext, i: u32) -> Option<u64> {
 
 fn try_kfree_skb(ctx: &RawTracePointContext) -> Result<(), i32> {
     // TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason
-    // reason, struct sock *rx_sk) on Linux 6.18; the indices come from BTF.
+    // reason, struct sock *rx_sk) on Linux 6.18, (skb, location) before
+    // 5.17; the indices come from BTF.
     let off = SKB_DROPS_OFFSETS.load();
-    let reason = arg(ctx, off.reason_arg).ok_or(0)? as u32;
-    let slot = if reason < OTHER { reason as usize } else { OTHER as usize };
+    let slot = if off.reason_arg == NO_ARG {
+        UNKNOWN as usize
+    } else {
+        let reason = arg(ctx, off.reason_arg).ok_or(0)? as u32;
+        if reason < OTHER {
+            reason as usize
+        } else {
+            OTHER as usize
+        }
+    };
     if let Some(c) = SKB_DROPS.get_ptr_mut(0) {
         // SAFETY: this CPU's value, written only by this CPU with
         // preemption off; `slot` is bounds-checked by `get_mut`.

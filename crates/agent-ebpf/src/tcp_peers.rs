@@ -9,12 +9,13 @@
 //! in softirq.
 
 use core::intrinsics::{atomic_xchg, AtomicOrdering};
+use core::ptr::{read_volatile, write_volatile};
 
 use agent_common::ledger::{Entries, Limits, AUX};
 use agent_common::tcp_latency::IPPROTO_TCP;
 use agent_common::tcp_peers::{
-    failure, payload, LatKey, Offsets, PeerCounters, PeerKey, SockState, ACCEPTED, AF_INET, AF_INET6, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT,
-    CLOSED, DIR_IN, DIR_OUT, DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, ESTABLISHED_FLAG, MAX_CGROUPS, MAX_LAT, MAX_PEERS, MAX_SOCKS,
+    failure, payload, LatKey, Offsets, PeerCounters, PeerKey, SockState, ACCEPTED, AF_INET, AF_INET6, ATTEMPTS, BATON_FLAG, BATON_FREE,
+    BATON_TOMB, BYTES_RECEIVED, BYTES_SENT, CLOSED, DIR_IN, DIR_OUT, DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, ESTABLISHED_FLAG, MAX_CGROUPS, MAX_LAT, MAX_PEERS, MAX_SOCKS,
     NUM_DROPS, OPEN, RETRANSMITS, SWEEP_BATCH, TCP_CLOSE, TCP_ESTABLISHED, TCP_FIN_WAIT2, TCP_SYN_RECV, TCP_SYN_SENT, TIMED,
 };
 use aya_ebpf::{
@@ -56,6 +57,17 @@ static TCP_PEER_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_DR
 static TCP_PEER_MADE: HashMap<u64, Entries> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
 #[map]
 static TCP_PEER_GONE: HashMap<u64, Entries> = HashMap::with_max_entries(MAX_CGROUPS, BPF_F_NO_PREALLOC);
+/// Kernels without BPF's atomic exchange (before Linux 5.12): each
+/// established socket's baton (`BATON_FREE`, or the close's `BATON_TOMB`),
+/// see [`sweep_baton`]. Sized as the sockets' map by the agent, one entry
+/// where the exchange serves.
+#[map]
+static TCP_PEER_BATON: HashMap<u64, u64> = HashMap::with_max_entries(MAX_SOCKS, BPF_F_NO_PREALLOC);
+
+/// BPF_NOEXIST: fails if the key is there.
+const NOEXIST: u64 = 1;
+/// BPF_ANY.
+const ANY: u64 = 0;
 
 static LEDGER: Ledger = Ledger { made: &TCP_PEER_MADE, gone: &TCP_PEER_GONE };
 
@@ -94,6 +106,9 @@ fn peer_of(sk: u64, off: &Offsets, dir: u8) -> Option<PeerKey> {
     let mut cgroup = 0;
     if off.attribute != 0 {
         let cg: u64 = read_kernel(sk, off.sock_cgroup).unwrap_or(0);
+        // Before Linux 5.15 the word may hold net_prio's and net_cls's data
+        // instead, its low bits set (a cgroup pointer is aligned): no cgroup.
+        let cg = if cg & 3 == 0 { cg } else { 0 };
         let kn: u64 = read_kernel(cg, off.cgroup_kn).unwrap_or(0);
         cgroup = read_kernel(kn, off.kernfs_node_id).unwrap_or(0);
     }
@@ -137,13 +152,19 @@ fn unfollow(sk: u64, cgroup: u64) {
     }
 }
 
-/// The counters a connection starts from when established.
+/// The counters a connection starts from when established; without the
+/// atomic exchange, its baton too (made before its entry says so).
 #[inline(always)]
-fn baseline(sk: u64, off: &Offsets, st: &mut SockState) {
+fn baseline<const XCHG: bool>(sk: u64, off: &Offsets, st: &mut SockState) {
     st.base_acked = read_kernel(sk, off.bytes_acked).unwrap_or(0);
     st.base_received = read_kernel(sk, off.bytes_received).unwrap_or(0);
     st.base_retrans = read_kernel::<u32>(sk, off.total_retrans).unwrap_or(0) as u64;
     st.flags |= ESTABLISHED_FLAG;
+    // BPF_ANY: a baton left by a socket that had this address before (none
+    // is: the close or a sweep removes it) is replaced.
+    if !XCHG && TCP_PEER_BATON.insert(sk, BATON_FREE, ANY).is_ok() {
+        st.flags |= BATON_FLAG;
+    }
 }
 
 /// A connect's latency, in the buckets of the record it was counted in
@@ -168,11 +189,112 @@ fn swap64(p: *mut u64, v: u64) -> u64 {
     unsafe { atomic_xchg::<u64, { AtomicOrdering::Relaxed }>(p, v) }
 }
 
+/// Kernels without BPF's atomic exchange (before Linux 5.12; it came with
+/// BPF_XCHG): the sweep and the close of a socket pass a baton instead, its
+/// entry in `TCP_PEER_BATON`, there (`BATON_FREE`) while no sweep holds it.
+/// Taking it is deleting it, which succeeds for one deleter only (the hash
+/// map's bucket lock); every map operation on it is ordered by that lock,
+/// and so are the plain writes before it and reads after it. The sweeps of
+/// a socket are serial (the agent runs them from one thread); the close
+/// runs once, maybe on another CPU, maybe in softirq inside a sweep on the
+/// same CPU, so it never waits. The values counted so far (`base_*`) are
+/// written only by a sweep holding the baton (and when established).
+///
+/// A sweep ([`sweep_baton`]): reads the socket's counters `v`; writes them
+/// as its proposal (`prop_*`); takes the baton (fails: the close has it,
+/// and counts everything; the sweep counts nothing); counts `v - base` and
+/// sets `base = v`; gives the baton back with BPF_NOEXIST (fails: the close
+/// put its tombstone there meanwhile, see below; the sweep removes it).
+///
+/// The close ([`close_baton`]) counts from the value it returns:
+/// - it takes the baton: no sweep holds it, every sweep before has set
+///   `base` before giving it back, and no sweep after can take it: `base`;
+/// - else a sweep holds it (it has written its proposal before taking it,
+///   and counts up to it, whatever happens next): the close puts its
+///   tombstone in the baton's place (BPF_NOEXIST, succeeding while that
+///   sweep holds it) and counts from that sweep's proposal; the next sweep
+///   finds no free baton;
+/// - the tombstone fails too: that sweep gave the baton back meanwhile,
+///   with `base` set: the close tries again. A third try would need a
+///   second sweep of this socket during one close (sweeps of a socket are
+///   a sweep interval apart, at least 1s, and a close runs with preemption
+///   off): after two, `base`.
+///
+/// So each byte is counted by exactly one of them, whichever comes first,
+/// as with the exchange. The sweep leaves the baton alone when nothing was
+/// sent or received since `base` (which only it writes).
+#[inline(always)]
+fn close_baton(sk: u64, p: *mut SockState) -> (u64, u64, u64) {
+    // SAFETY: `p` is this socket's entry; its flags change only when made.
+    if unsafe { (*p).flags } & BATON_FLAG != 0 {
+        for _ in 0..2 {
+            if TCP_PEER_BATON.remove(sk).is_ok() {
+                return counted(p);
+            }
+            if TCP_PEER_BATON.insert(sk, BATON_TOMB, NOEXIST).is_ok() {
+                return proposed(p);
+            }
+        }
+    }
+    counted(p)
+}
+
+/// A sweep's side of the baton ([`close_baton`]): the values counted so far,
+/// `base` now set to `v`; None when the sweep must count nothing.
+#[inline(always)]
+fn sweep_baton(sk: u64, p: *mut SockState, flags: u32, v: (u64, u64, u64)) -> Option<(u64, u64, u64)> {
+    if flags & BATON_FLAG == 0 {
+        return None;
+    }
+    // Only sweeps write `base`: nothing to count, nothing to pass.
+    if counted(p) == v {
+        return None;
+    }
+    // SAFETY: a copy of the baton's value.
+    if unsafe { TCP_PEER_BATON.get(sk) }.copied() != Some(BATON_FREE) {
+        return None;
+    }
+    // SAFETY: `p` is the socket's entry; these words are written by sweeps
+    // only, which are serial.
+    unsafe {
+        write_volatile(&raw mut (*p).prop_acked, v.0);
+        write_volatile(&raw mut (*p).prop_received, v.1);
+        write_volatile(&raw mut (*p).prop_retrans, v.2);
+    }
+    TCP_PEER_BATON.remove(sk).ok()?;
+    let base = counted(p);
+    // SAFETY: as above; the baton held.
+    unsafe {
+        write_volatile(&raw mut (*p).base_acked, v.0);
+        write_volatile(&raw mut (*p).base_received, v.1);
+        write_volatile(&raw mut (*p).base_retrans, v.2);
+    }
+    if TCP_PEER_BATON.insert(sk, BATON_FREE, NOEXIST).is_err() {
+        // The close's tombstone: it counted from our proposal.
+        let _ = TCP_PEER_BATON.remove(sk);
+    }
+    Some(base)
+}
+
+/// The values the socket was counted up to (`base_*`).
+#[inline(always)]
+fn counted(p: *mut SockState) -> (u64, u64, u64) {
+    // SAFETY: `p` is a socket's entry, aligned.
+    unsafe { (read_volatile(&raw const (*p).base_acked), read_volatile(&raw const (*p).base_received), read_volatile(&raw const (*p).base_retrans)) }
+}
+
+/// A sweep's proposal (`prop_*`).
+#[inline(always)]
+fn proposed(p: *mut SockState) -> (u64, u64, u64) {
+    // SAFETY: as in `counted`.
+    unsafe { (read_volatile(&raw const (*p).prop_acked), read_volatile(&raw const (*p).prop_received), read_volatile(&raw const (*p).prop_retrans)) }
+}
+
 /// A followed connection closes: its payload and retransmits since it was
 /// last counted (established, or the last sweep), in the record its open
 /// was counted in (which the agent keeps while it holds open connections).
 #[inline(always)]
-fn closed(sk: u64, off: &Offsets, old: i32, p: *mut SockState, peer: &PeerKey) {
+fn closed<const XCHG: bool>(sk: u64, off: &Offsets, old: i32, p: *mut SockState, peer: &PeerKey) {
     let Some((c, _)) = counters(peer) else { return };
     add(c, CLOSED, 1);
     add(c, OPEN, u64::MAX);
@@ -183,13 +305,17 @@ fn closed(sk: u64, off: &Offsets, old: i32, p: *mut SockState, peer: &PeerKey) {
     let write_seq: u32 = read_kernel(sk, off.write_seq).unwrap_or(1);
     let flags: u64 = read_kernel(sk, off.sk_flags).unwrap_or(0);
     let peer_fin = (flags >> (off.sock_done_bit & 63)) & 1 == 1;
-    // SAFETY: `p` is this socket's entry, valid until deleted after this.
-    let (base_acked, base_received, base_retrans) = unsafe {
-        (
-            swap64(&raw mut (*p).base_acked, acked),
-            swap64(&raw mut (*p).base_received, received),
-            swap64(&raw mut (*p).base_retrans, retrans as u64),
-        )
+    let (base_acked, base_received, base_retrans) = if XCHG {
+        // SAFETY: `p` is this socket's entry, valid until deleted after this.
+        unsafe {
+            (
+                swap64(&raw mut (*p).base_acked, acked),
+                swap64(&raw mut (*p).base_received, received),
+                swap64(&raw mut (*p).base_retrans, retrans as u64),
+            )
+        }
+    } else {
+        close_baton(sk, p)
     };
     let (sent, got) =
         payload(acked.saturating_sub(base_acked), received.saturating_sub(base_received), old, snd_una == write_seq, peer_fin);
@@ -203,7 +329,7 @@ fn closed(sk: u64, off: &Offsets, old: i32, p: *mut SockState, peer: &PeerKey) {
 /// acknowledged or received meanwhile makes this count one byte short,
 /// which the next sweep or the close makes up (never one too many).
 #[inline(always)]
-fn sweep_one(sk: u64, off: &Offsets) {
+fn sweep_one<const XCHG: bool>(sk: u64, off: &Offsets) {
     let Some(p) = TCP_PEER_SOCKS.get_ptr_mut(sk) else { return };
     // SAFETY: a copy of the entry's peer and flags, which only change when
     // it is made.
@@ -226,13 +352,18 @@ fn sweep_one(sk: u64, off: &Offsets) {
     // acknowledgement closes the socket); the peer's came with SOCK_DONE.
     let acked = acked.saturating_sub((state == TCP_FIN_WAIT2) as u64);
     let received = received.saturating_sub(peer_fin as u64);
-    // SAFETY: as in `closed`: the entry stays until its socket closes.
-    let (base_acked, base_received, base_retrans) = unsafe {
-        (
-            swap64(&raw mut (*p).base_acked, acked),
-            swap64(&raw mut (*p).base_received, received),
-            swap64(&raw mut (*p).base_retrans, retrans as u64),
-        )
+    let (base_acked, base_received, base_retrans) = if XCHG {
+        // SAFETY: as in `closed`: the entry stays until its socket closes.
+        unsafe {
+            (
+                swap64(&raw mut (*p).base_acked, acked),
+                swap64(&raw mut (*p).base_received, received),
+                swap64(&raw mut (*p).base_retrans, retrans as u64),
+            )
+        }
+    } else {
+        let Some(b) = sweep_baton(sk, p, flags, (acked, received, retrans as u64)) else { return };
+        b
     };
     let (sent, got, again) =
         (acked.saturating_sub(base_acked), received.saturating_sub(base_received), (retrans as u64).saturating_sub(base_retrans));
@@ -246,7 +377,10 @@ fn sweep_one(sk: u64, off: &Offsets) {
     add(c, RETRANSMITS, again);
 }
 
-fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
+/// XCHG: the kernel has BPF's atomic exchange (Linux >= 5.12); else the
+/// baton serves ([`close_baton`]).
+#[inline(always)]
+fn try_set_state<const XCHG: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
     // TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)
     let sk: u64 = ctx.arg(0);
     let old = ctx.arg::<u64>(1) as i32;
@@ -274,11 +408,13 @@ fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
         let (c, at) = counters(&peer).ok_or(0)?;
         add(c, ACCEPTED, 1);
         let mut st = SockState { peer: at, ..SockState::default() };
-        baseline(sk, &off, &mut st);
+        baseline::<XCHG>(sk, &off, &mut st);
         // Open only if followed: the close of a connection not followed
         // is not seen.
         if follow(sk, st) {
             add(c, OPEN, 1);
+        } else if st.flags & BATON_FLAG != 0 {
+            let _ = TCP_PEER_BATON.remove(sk);
         }
         return Ok(());
     }
@@ -301,7 +437,7 @@ fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
         add(c, OPEN, 1);
         latency(c, &at, ns);
         st.peer = at;
-        baseline(sk, &off, &mut st);
+        baseline::<XCHG>(sk, &off, &mut st);
         // SAFETY: as above.
         unsafe { *p = st };
         return Ok(());
@@ -314,7 +450,7 @@ fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
                 add(c, failure(err, soft), 1);
             }
         } else if st.flags & ESTABLISHED_FLAG != 0 {
-            closed(sk, &off, old, p, &st.peer);
+            closed::<XCHG>(sk, &off, old, p, &st.peer);
         }
         unfollow(sk, st.peer.cgroup);
     }
@@ -323,7 +459,16 @@ fn try_set_state(ctx: &RawTracePointContext) -> Result<(), i32> {
 
 #[raw_tracepoint(tracepoint = "inet_sock_set_state")]
 pub fn tcp_peers_set_state(ctx: RawTracePointContext) -> i32 {
-    let _ = try_set_state(&ctx);
+    let _ = try_set_state::<true>(&ctx);
+    0
+}
+
+/// `tcp_peers_set_state` for kernels without BPF's atomic exchange (the
+/// verifier refuses an object's function with one before Linux 5.12,
+/// reached or not): the agent loads this one in its place there.
+#[raw_tracepoint(tracepoint = "inet_sock_set_state")]
+pub fn tcp_peers_set_state_baton(ctx: RawTracePointContext) -> i32 {
+    let _ = try_set_state::<false>(&ctx);
     0
 }
 
@@ -331,6 +476,19 @@ pub fn tcp_peers_set_state(ctx: RawTracePointContext) -> i32 {
 /// sockets' addresses as arguments (0 for none).
 #[raw_tracepoint(tracepoint = "inet_sock_set_state")]
 pub fn tcp_peers_sweep(ctx: RawTracePointContext) -> i32 {
+    try_sweep::<true>(&ctx);
+    0
+}
+
+/// `tcp_peers_sweep` for kernels without the atomic exchange.
+#[raw_tracepoint(tracepoint = "inet_sock_set_state")]
+pub fn tcp_peers_sweep_baton(ctx: RawTracePointContext) -> i32 {
+    try_sweep::<false>(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_sweep<const XCHG: bool>(ctx: &RawTracePointContext) {
     let off = TCP_PEERS_OFFSETS.load();
     // One read per argument at a constant offset: the verifier refuses a
     // context read at a computed one.
@@ -339,12 +497,11 @@ pub fn tcp_peers_sweep(ctx: RawTracePointContext) -> i32 {
             $(
                 let sk: u64 = ctx.arg($i);
                 if sk != 0 {
-                    sweep_one(sk, &off);
+                    sweep_one::<XCHG>(sk, &off);
                 }
             )*
         };
     }
     each!(0 1 2 3 4 5 6 7 8 9 10 11);
-    0
 }
 const _: () = assert!(SWEEP_BATCH == 12);

@@ -246,7 +246,9 @@ pub fn block_raw(btf: &crate::ebpf::btf::Btf) -> Result<BlockRaw, String> {
 /// `sk_buff.sk`, and the names of `enum skb_drop_reason`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DropReasons {
-    pub reason_arg: u32,
+    /// `enum skb_drop_reason` (Linux >= 5.17; None before: drops are
+    /// counted as `unknown`).
+    pub reason_arg: Option<u32>,
     pub skb_arg: u32,
     /// `struct sock *rx_sk` (Linux >= 6.9).
     pub rx_sk_arg: Option<u32>,
@@ -258,20 +260,25 @@ pub struct DropReasons {
 }
 
 /// kfree_skb's drop-reason facts from a parsed BTF: an error (the probe's
-/// reason to be down) when the tracepoint passes no reason (Linux < 5.17).
+/// reason to be down) when there is no kfree_skb tracepoint or it passes no
+/// packet; no reason argument and no names where it passes no reason
+/// (Linux < 5.17).
 pub fn drop_reasons(btf: &crate::ebpf::btf::Btf) -> Result<DropReasons, String> {
     let params = btf.typedef_params("btf_trace_kfree_skb").map_err(|e| format!("no kfree_skb tracepoint: {e}"))?;
     // The first parameter is the tracepoint's own `void *__data`.
     let args: Vec<&str> = params.iter().skip(1).map(String::as_str).collect();
     let find = |ty: &str| args.iter().position(|a| *a == ty).map(|i| i as u32);
-    let reason_arg = find("enum skb_drop_reason").ok_or("kfree_skb passes no drop reason (Linux < 5.17)")?;
+    let reason_arg = find("enum skb_drop_reason");
     let skb_arg = find("struct sk_buff *").ok_or("kfree_skb passes no struct sk_buff *")?;
-    let names = btf
-        .enumerators("skb_drop_reason")
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(|(n, v)| (v, n.strip_prefix("SKB_DROP_REASON_").or_else(|| n.strip_prefix("SKB_")).unwrap_or(n).to_string()))
-        .collect();
+    let names = match reason_arg {
+        Some(_) => btf
+            .enumerators("skb_drop_reason")
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|(n, v)| (v, n.strip_prefix("SKB_DROP_REASON_").or_else(|| n.strip_prefix("SKB_")).unwrap_or(n).to_string()))
+            .collect(),
+        None => Vec::new(),
+    };
     Ok(DropReasons { reason_arg, skb_arg, rx_sk_arg: find("struct sock *"), skb_sk: btf.offset("sk_buff", &["sk"]).ok(), names })
 }
 
@@ -318,7 +325,11 @@ pub fn tcp_peers(btf: &crate::ebpf::btf::Btf) -> Result<agent_common::tcp_peers:
         // `sk_flags` moved into sock_common as `skc_flags` (Linux 6.x).
         sk_flags: off("sock", &["sk_flags"]).or_else(|_| common("skc_flags"))?,
         sock_done_bit: done,
-        sock_cgroup: off("sock", &["sk_cgrp_data", "cgroup"]).unwrap_or(0),
+        // Before Linux 5.15 `sock_cgroup_data` is a union whose `val` (its
+        // first word) holds the cgroup pointer, or with its low two bits
+        // set net_prio's and net_cls's data (the program then attributes
+        // nothing).
+        sock_cgroup: off("sock", &["sk_cgrp_data", "cgroup"]).or_else(|_| off("sock", &["sk_cgrp_data"])).unwrap_or(0),
         cgroup_kn: off("cgroup", &["kn"]).unwrap_or(0),
         kernfs_node_id: off("kernfs_node", &["id"]).unwrap_or(0),
         bytes_acked: off("tcp_sock", &["bytes_acked"])?,

@@ -201,7 +201,13 @@ impl AttachError {
 /// where cgroup programs attach; and the descriptors the object may take
 /// (`crate::descriptors`).
 #[derive(Debug, Default, Clone)]
-pub struct Globals(Vec<(&'static str, Vec<u8>)>, Vec<(&'static str, u32)>, Option<std::path::PathBuf>, Option<crate::descriptors::Ceiling>);
+pub struct Globals(
+    Vec<(&'static str, Vec<u8>)>,
+    Vec<(&'static str, u32)>,
+    Option<std::path::PathBuf>,
+    Option<crate::descriptors::Ceiling>,
+    Vec<(&'static str, &'static str)>,
+);
 
 impl Globals {
     /// Sets global `name` to `value`'s bytes.
@@ -218,6 +224,13 @@ impl Globals {
     pub fn max_entries(&mut self, name: &'static str, entries: u32) {
         self.1.retain(|(n, _)| *n != name);
         self.1.push((name, entries.max(1)));
+    }
+
+    /// Program `name` is the object's function `symbol` (a variant of it
+    /// for this kernel); it keeps its name everywhere else.
+    pub fn symbol(&mut self, name: &'static str, symbol: &'static str) {
+        self.4.retain(|(n, _)| *n != name);
+        self.4.push((name, symbol));
     }
 
     /// The cgroup v2 root the cgroup programs attach to.
@@ -253,6 +266,8 @@ pub struct Shared {
     cgroup_root: Option<std::path::PathBuf>,
     /// A program is loaded only while it fits under this.
     fds: Option<crate::descriptors::Ceiling>,
+    /// Programs served by another function of the object (`Globals::symbol`).
+    symbols: Vec<(&'static str, &'static str)>,
 }
 
 impl Drop for Shared {
@@ -343,7 +358,13 @@ impl Shared {
             maps_claimed: AtomicBool::new(false),
             cgroup_root: globals.2.clone(),
             fds: globals.3,
+            symbols: globals.4.clone(),
         }))
+    }
+
+    /// The object's function that serves program `name`.
+    fn symbol<'a>(&self, name: &'a str) -> &'a str {
+        self.symbols.iter().find(|(n, _)| *n == name).map_or(name, |(_, s)| *s)
     }
 
     /// The loaded object, locked.
@@ -369,7 +390,7 @@ impl Shared {
         }
         let mut ebpf = self.lock().ok_or(AttachError::Poisoned)?;
         let name = program.name;
-        let prog = ebpf.program_mut(name).ok_or(AttachError::Missing(name))?;
+        let prog = ebpf.program_mut(self.symbol(name)).ok_or(AttachError::Missing(name))?;
         let kind = |e: aya::programs::ProgramError| AttachError::Type { program: name, msg: e.to_string() };
         // A program the kernel refuses to load: the verifier (EINVAL,
         // EACCES with a log), or bpf(2) itself refused.
@@ -471,7 +492,7 @@ impl Shared {
         use aya::programs::{RawTracePointRunOptions, TestRun};
         let mut ebpf = self.lock().ok_or(AttachError::Poisoned)?;
         let prog: &mut RawTracePoint = ebpf
-            .program_mut(name)
+            .program_mut(self.symbol(name))
             .ok_or_else(|| AttachError::Type { program: "run", msg: format!("no program {name}") })?
             .try_into()
             .map_err(|e: aya::programs::ProgramError| AttachError::Type { program: "run", msg: e.to_string() })?;
@@ -494,7 +515,7 @@ impl Shared {
     pub fn program_stats(&self, program: &str) -> Option<ProgramStats> {
         use std::os::fd::{AsFd, AsRawFd};
         let ebpf = self.lock()?;
-        let fd = ebpf.program(program)?.fd().ok()?.as_fd().as_raw_fd();
+        let fd = ebpf.program(self.symbol(program))?.fd().ok()?.as_fd().as_raw_fd();
         #[repr(C)]
         struct InfoAttr {
             bpf_fd: u32,

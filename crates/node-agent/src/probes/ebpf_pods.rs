@@ -106,7 +106,7 @@ pub fn prepare(f: &Flags, ctx: &mut Context) -> Result<(), ConfigError> {
 /// Sets up attribution's global and decides the events it serves on this
 /// kernel: syscall errors always; block I/O with the block_io_start
 /// tracepoint (Linux >= 6.5); run-queue wait, OOM kills, TCP retransmits and
-/// packet drops (kfree_skb with a reason, Linux >= 5.17) with the kernel's
+/// packet drops (kfree_skb, with `sk_buff.sk`) with the kernel's
 /// BTF (task and socket to cgroup). Off (0) unless
 /// [`prepare`] turned attribution on.
 pub fn globals(k: &Kernel, ctx: &mut Context, g: &mut Globals) {

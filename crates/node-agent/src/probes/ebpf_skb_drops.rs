@@ -9,11 +9,12 @@
 //! such as mac80211 or openvswitch) and values the enum does not name count
 //! under `reason="OTHER"`. Only reasons seen so far are exported: at most
 //! one series per member of the enum, plus `OTHER`. Packets freed after use
-//! go to consume_skb, another tracepoint, and are not counted. A kernel
-//! whose kfree_skb passes no reason (Linux < 5.17) or that has no BTF
-//! reports the program down.
+//! go to consume_skb, another tracepoint, and are not counted. Where
+//! kfree_skb passes no reason (Linux < 5.17), every drop counts under
+//! `reason="unknown"`, the only series. A kernel with no BTF reports the
+//! program down.
 
-use agent_common::skb_drops::{DropCounts, Offsets, COUNTS, MAX_REASONS, NO_ARG, OFFSETS, OTHER, PROGRAMS};
+use agent_common::skb_drops::{DropCounts, Offsets, COUNTS, MAX_REASONS, NO_ARG, OFFSETS, OTHER, PROGRAMS, UNKNOWN};
 use clap::Arg;
 use expo::{Kind, Sink};
 use host::flags::Flags;
@@ -24,15 +25,17 @@ use crate::ebpf::kernel::{DropReasons, Kernel};
 use crate::ebpf::{maps, Globals, Probe};
 
 const FAMILY: &str = "node_ebpf_skb_drops_total";
-const HELP: &str = "Packets the kernel dropped, by drop reason (skb:kfree_skb; reason names from the kernel's enum skb_drop_reason).";
+const HELP: &str = "Packets the kernel dropped, by drop reason (skb:kfree_skb; reason names from the kernel's enum skb_drop_reason; unknown where the kernel passes none, before Linux 5.17).";
 /// The label of reason values >= 255 and of values the kernel does not name.
 pub const OTHER_LABEL: &str = "OTHER";
+/// The label of every drop where kfree_skb passes no reason (Linux < 5.17).
+pub const UNKNOWN_LABEL: &str = "unknown";
 
 /// kfree_skb's argument positions and `sk_buff.sk`, from the kernel's BTF.
 pub fn globals(k: &Kernel, _ctx: &mut Context, g: &mut Globals) {
     let o = match k.drop_reasons() {
         Ok(d) => Offsets {
-            reason_arg: d.reason_arg,
+            reason_arg: d.reason_arg.unwrap_or(NO_ARG),
             skb_arg: d.skb_arg,
             rx_sk_arg: d.rx_sk_arg.unwrap_or(NO_ARG),
             skb_sk: d.skb_sk.unwrap_or(0),
@@ -56,17 +59,24 @@ pub fn args() -> Vec<Arg> {
 pub fn build(_f: &Flags, _p: &Paths, ctx: &mut Context) -> Result<Box<dyn host::Collector>, ConfigError> {
     let (probe, labels) = match Kernel::get().drop_reasons() {
         Ok(d) => (ctx.attach(&PROGRAMS), labels(d)),
-        Err(why) => {
-            (ctx.down(&PROGRAMS, why), labels(&DropReasons { reason_arg: 0, skb_arg: 0, rx_sk_arg: None, skb_sk: None, names: Vec::new() }))
-        }
+        Err(why) => (
+            ctx.down(&PROGRAMS, why),
+            labels(&DropReasons { reason_arg: Some(0), skb_arg: 0, rx_sk_arg: None, skb_sk: None, names: Vec::new() }),
+        ),
     };
     Ok(Box::new(Collector { probe, labels, counts: Vec::new() }))
 }
 
 /// Slot labels: the enum's name for each value below `OTHER` (the first
-/// name of a value wins), `OTHER` for the rest.
+/// name of a value wins), `OTHER` for the rest; where kfree_skb passes no
+/// reason, `unknown` for the slot every drop counts in.
 pub fn labels(d: &DropReasons) -> Vec<String> {
     let mut out: Vec<Option<String>> = vec![None; MAX_REASONS as usize];
+    if d.reason_arg.is_none() {
+        if let Some(slot) = out.get_mut(UNKNOWN as usize) {
+            *slot = Some(UNKNOWN_LABEL.to_string());
+        }
+    }
     for (v, name) in &d.names {
         if let Some(slot) = out.get_mut(*v as usize).filter(|_| *v < OTHER as u64) {
             slot.get_or_insert_with(|| name.clone());
@@ -124,7 +134,7 @@ mod tests {
     #[test]
     fn slots_are_labelled_by_the_kernels_names_and_the_rest_is_other() {
         let d = DropReasons {
-            reason_arg: 2,
+            reason_arg: Some(2),
             skb_arg: 0,
             rx_sk_arg: Some(3),
             skb_sk: Some(24),
@@ -146,5 +156,14 @@ mod tests {
         (counts[3], counts[4], counts[5], counts[OTHER as usize]) = (7, 1, 0, 2);
         assert_eq!(series(&l, &counts), [("NO_SOCKET", 7), ("OTHER", 3)]);
         assert!(series(&l, &[0; MAX_REASONS as usize]).is_empty(), "only reasons seen are exported");
+    }
+
+    #[test]
+    fn without_reasons_every_drop_is_unknown() {
+        let d = DropReasons { reason_arg: None, skb_arg: 0, rx_sk_arg: None, skb_sk: Some(24), names: Vec::new() };
+        let l = labels(&d);
+        let mut counts = vec![0u64; MAX_REASONS as usize];
+        counts[UNKNOWN as usize] = 9;
+        assert_eq!(series(&l, &counts), [("unknown", 9)]);
     }
 }

@@ -34,7 +34,8 @@
 //! scrape time: a program run by the agent over every followed socket
 //! (`tcp_peers_sweep`), which adds what each sent and received since it
 //! was last counted (the close and the sweep exchange that mark
-//! atomically, so nothing is counted twice).
+//! atomically, or before Linux 5.12 pass a baton, so nothing is counted
+//! twice).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -43,9 +44,10 @@ use std::collections::HashMap;
 
 use agent_common::ledger::{self, Entries, Limits};
 use agent_common::tcp_peers::{
-    LatKey, Offsets, PeerCounters, PeerKey, SockState, ABORTED, ACCEPTED, ATTEMPTS, BYTES_RECEIVED, BYTES_SENT, CLOSED, DIR_IN, DROPPED,
-    DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, GONE, LAT, LATENCY_NS, LIMITS, MADE, MAX_LAT, OFFSETS, OPEN, OTHER, PROGRAMS, REFUSED,
-    RESET, RETRANSMITS, SOCKS, SOCKS_SHARE, STATS, SWEEP, SWEEP_BATCH, TIMED, TIMEOUT, UNREACHABLE,
+    LatKey, Offsets, PeerCounters, PeerKey, SockState, ABORTED, ACCEPTED, ATTEMPTS, BATON, BYTES_RECEIVED, BYTES_SENT, CLOSED, DIR_IN,
+    DROPPED, DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, GONE, LAT, LATENCY_NS, LIMITS, MADE, MAX_LAT, OFFSETS, OPEN, OTHER, PROGRAMS,
+    REFUSED, RESET, RETRANSMITS, SET_STATE, SET_STATE_BATON, SOCKS, SOCKS_SHARE, STATS, SWEEP, SWEEP_BATCH, SWEEP_BATON, TIMED, TIMEOUT,
+    UNREACHABLE,
 };
 use agent_common::NATIVE_OFFSET;
 use clap::Arg;
@@ -131,6 +133,15 @@ pub fn globals(k: &Kernel, ctx: &mut Context, g: &mut Globals) {
     }
     g.set(OFFSETS, &o);
     g.max_entries(SOCKS, ctx.tcp_connections);
+    // BPF_XCHG came with Linux 5.12; before, the programs' baton variants
+    // serve, with a baton per established socket followed.
+    if k.at_least(5, 12) {
+        g.max_entries(BATON, 1);
+    } else {
+        g.max_entries(BATON, ctx.tcp_connections);
+        g.symbol(SET_STATE.name, SET_STATE_BATON);
+        g.symbol(SWEEP.name, SWEEP_BATON);
+    }
     g.set(LIMITS, &Limits::per_cgroup(o.attribute != 0, agent_common::tcp_peers::MAX_PEERS, MAX_LAT, ctx.tcp_connections, SOCKS_SHARE));
 }
 
