@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use expo::Format;
 use node_agent_tests::apiserver::Running;
-use node_agent_tests::host::{diskstats, loop_device, root_or_skip, vmstat};
+use node_agent_tests::host::{diskstats, kernel_or_skip, loop_device, root_or_skip, vmstat};
 use node_agent_tests::pods::{api, failing_opens, pod_cgroup, v2_root, PodCgroup, CID_A, NODE, UID_A};
 use runtime::{Scraper, Selection};
 
@@ -236,6 +236,10 @@ fn cpu_contention_is_the_contending_pods_runqueue_wait() {
 #[test]
 fn direct_io_bytes_are_the_writing_pods() {
     let Some(t) = truth("5m") else { return };
+    // docs/ebpf.md: the pod's block I/O bytes need Linux 6.5.
+    if !kernel_or_skip(6, 5, "a pod's block I/O bytes") {
+        return;
+    }
     let agent = &t.agent;
     let lo = loop_device();
     let a = pod_cgroup('A', None);
@@ -715,6 +719,11 @@ fn host_network_pods_are_left_out_where_the_hosts_namespace_cannot_be_read() {
 #[test]
 fn skb_drops_are_the_receiving_pods() {
     let Some(t) = truth("5m") else { return };
+    // docs/ebpf.md: kfree_skb passes the receiving socket from Linux 6.9;
+    // before, a received packet's drop is no pod's.
+    if !kernel_or_skip(6, 9, "a received packet's drop counted for its receiving socket's pod") {
+        return;
+    }
     let agent = &t.agent;
     let a = pod_cgroup('A', None);
     let script = tempfile::NamedTempFile::new().expect("script");

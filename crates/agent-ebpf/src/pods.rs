@@ -69,6 +69,12 @@ pub fn add(cgroup: u64, field: usize, v: u64) {
 /// The cgroup v2 id (`cgroup->kn->id`) of a `struct cgroup *`.
 #[inline(always)]
 pub fn cgroup_id(cgroup: u64, off: &Offsets) -> Option<u64> {
+    // A socket's `sk_cgrp_data` before Linux 5.15 is a union whose word
+    // holds the cgroup pointer, or net_prio's and net_cls's data with its
+    // low bits set (a pointer is aligned): then there is no cgroup.
+    if cgroup & 3 != 0 {
+        return None;
+    }
     let kn: u64 = read_kernel(cgroup, off.cgroup_kn)?;
     read_kernel(kn, off.kernfs_node_id)
 }

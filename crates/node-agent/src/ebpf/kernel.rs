@@ -158,7 +158,10 @@ pub fn cgroup_walk(btf: &crate::ebpf::btf::Btf) -> Result<CgroupWalk, String> {
         css_set_dfl_cgrp: off("css_set", &["dfl_cgrp"])?,
         cgroup_kn: off("cgroup", &["kn"])?,
         kernfs_node_id: off("kernfs_node", &["id"])?,
-        sock_cgroup: off("sock", &["sk_cgrp_data", "cgroup"]).ok(),
+        // Before Linux 5.15 `sock_cgroup_data` is a union whose first word
+        // is the cgroup pointer (or net_prio's and net_cls's data, which
+        // the programs' `cgroup_id` tells apart by its low bits).
+        sock_cgroup: off("sock", &["sk_cgrp_data", "cgroup"]).or_else(|_| off("sock", &["sk_cgrp_data"])).ok(),
     })
 }
 
