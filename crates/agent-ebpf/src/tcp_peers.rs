@@ -305,23 +305,28 @@ fn closed<const XCHG: bool>(sk: u64, off: &Offsets, old: i32, p: *mut SockState,
     let write_seq: u32 = read_kernel(sk, off.write_seq).unwrap_or(1);
     let flags: u64 = read_kernel(sk, off.sk_flags).unwrap_or(0);
     let peer_fin = (flags >> (off.sock_done_bit & 63)) & 1 == 1;
-    let (base_acked, base_received, base_retrans) = if XCHG {
-        // SAFETY: `p` is this socket's entry, valid until deleted after this.
-        unsafe {
-            (
-                swap64(&raw mut (*p).base_acked, acked),
-                swap64(&raw mut (*p).base_received, received),
-                swap64(&raw mut (*p).base_retrans, retrans as u64),
-            )
-        }
-    } else {
-        close_baton(sk, p)
-    };
+    let (base_acked, base_received, base_retrans) =
+        if XCHG { swap_bases(p, (acked, received, retrans as u64)) } else { close_baton(sk, p) };
     let (sent, got) =
         payload(acked.saturating_sub(base_acked), received.saturating_sub(base_received), old, snd_una == write_seq, peer_fin);
     add(c, BYTES_SENT, sent);
     add(c, BYTES_RECEIVED, got);
     add(c, RETRANSMITS, (retrans as u64).saturating_sub(base_retrans));
+}
+
+/// The entry's bases exchanged for `now` (acked, received, retransmits):
+/// what was counted up to, atomically (Linux >= 5.12).
+#[inline(always)]
+fn swap_bases(p: *mut SockState, now: (u64, u64, u64)) -> (u64, u64, u64) {
+    // SAFETY: `p` is the socket's entry, which stays until its socket
+    // closes (the close deletes it after its own exchange).
+    unsafe {
+        (
+            swap64(&raw mut (*p).base_acked, now.0),
+            swap64(&raw mut (*p).base_received, now.1),
+            swap64(&raw mut (*p).base_retrans, now.2),
+        )
+    }
 }
 
 /// Counts an open connection's payload and retransmits since it was last
@@ -353,14 +358,7 @@ fn sweep_one<const XCHG: bool>(sk: u64, off: &Offsets) {
     let acked = acked.saturating_sub((state == TCP_FIN_WAIT2) as u64);
     let received = received.saturating_sub(peer_fin as u64);
     let (base_acked, base_received, base_retrans) = if XCHG {
-        // SAFETY: as in `closed`: the entry stays until its socket closes.
-        unsafe {
-            (
-                swap64(&raw mut (*p).base_acked, acked),
-                swap64(&raw mut (*p).base_received, received),
-                swap64(&raw mut (*p).base_retrans, retrans as u64),
-            )
-        }
+        swap_bases(p, (acked, received, retrans as u64))
     } else {
         let Some(b) = sweep_baton(sk, p, flags, (acked, received, retrans as u64)) else { return };
         b
