@@ -15,8 +15,9 @@ use agent_common::ledger::{Entries, Limits, AUX};
 use agent_common::tcp_latency::IPPROTO_TCP;
 use agent_common::tcp_peers::{
     failure, payload, LatKey, Offsets, PeerCounters, PeerKey, SockState, ACCEPTED, AF_INET, AF_INET6, ATTEMPTS, BATON_FLAG, BATON_FREE,
-    BATON_TOMB, BYTES_RECEIVED, BYTES_SENT, CLOSED, DIR_IN, DIR_OUT, DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, ESTABLISHED_FLAG, MAX_CGROUPS, MAX_LAT, MAX_PEERS, MAX_SOCKS,
-    NUM_DROPS, OPEN, RETRANSMITS, SWEEP_BATCH, TCP_CLOSE, TCP_ESTABLISHED, TCP_FIN_WAIT2, TCP_SYN_RECV, TCP_SYN_SENT, TIMED,
+    BATON_TOMB, BYTES_RECEIVED, BYTES_SENT, CLOSED, DIR_IN, DIR_OUT, DROP_LAT, DROP_SOCKS, DROP_STATS, ESTABLISHED, ESTABLISHED_FLAG,
+    MAX_CGROUPS, MAX_LAT, MAX_PEERS, MAX_SOCKS, NUM_DROPS, OPEN, RETRANSMITS, SWEEP_BATCH, TCP_CLOSE, TCP_ESTABLISHED, TCP_FIN_WAIT2,
+    TCP_SYN_RECV, TCP_SYN_SENT, TIMED,
 };
 use aya_ebpf::{
     macros::{map, raw_tracepoint},
@@ -280,14 +281,26 @@ fn sweep_baton(sk: u64, p: *mut SockState, flags: u32, v: (u64, u64, u64)) -> Op
 #[inline(always)]
 fn counted(p: *mut SockState) -> (u64, u64, u64) {
     // SAFETY: `p` is a socket's entry, aligned.
-    unsafe { (read_volatile(&raw const (*p).base_acked), read_volatile(&raw const (*p).base_received), read_volatile(&raw const (*p).base_retrans)) }
+    unsafe {
+        (
+            read_volatile(&raw const (*p).base_acked),
+            read_volatile(&raw const (*p).base_received),
+            read_volatile(&raw const (*p).base_retrans),
+        )
+    }
 }
 
 /// A sweep's proposal (`prop_*`).
 #[inline(always)]
 fn proposed(p: *mut SockState) -> (u64, u64, u64) {
     // SAFETY: as in `counted`.
-    unsafe { (read_volatile(&raw const (*p).prop_acked), read_volatile(&raw const (*p).prop_received), read_volatile(&raw const (*p).prop_retrans)) }
+    unsafe {
+        (
+            read_volatile(&raw const (*p).prop_acked),
+            read_volatile(&raw const (*p).prop_received),
+            read_volatile(&raw const (*p).prop_retrans),
+        )
+    }
 }
 
 /// A followed connection closes: its payload and retransmits since it was
@@ -321,11 +334,7 @@ fn swap_bases(p: *mut SockState, now: (u64, u64, u64)) -> (u64, u64, u64) {
     // SAFETY: `p` is the socket's entry, which stays until its socket
     // closes (the close deletes it after its own exchange).
     unsafe {
-        (
-            swap64(&raw mut (*p).base_acked, now.0),
-            swap64(&raw mut (*p).base_received, now.1),
-            swap64(&raw mut (*p).base_retrans, now.2),
-        )
+        (swap64(&raw mut (*p).base_acked, now.0), swap64(&raw mut (*p).base_received, now.1), swap64(&raw mut (*p).base_retrans, now.2))
     }
 }
 
