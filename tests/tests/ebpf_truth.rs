@@ -570,12 +570,11 @@ fn block_io_matches_diskstats() {
 /// together (`node_ebpf_map_memory_bytes` summed): 2.1 MB measured on the
 /// test machine (2 CPUs; 15.6 MB before the maps were sized for the node),
 /// with room. The per-CPU maps (the histograms) and the run queue's map
-/// grow with the CPUs, hence the per-CPU share.
-/// What the maps may hold. Before Linux 6.4 the kernel reports (fdinfo's
-/// `memlock`) a map without preallocation at its full size, not at what
-/// its entries take: the bound is then the object's maps at their sizes
-/// (7.0 MB on 6.1, 13.5 MB on 5.10, which counts whole pages and more
-/// overhead), with room.
+/// grow with the CPUs, hence the per-CPU share. Before Linux 6.4 the
+/// kernel reports (fdinfo's `memlock`) a map without preallocation at its
+/// full size, not at what its entries take: the bound is then the object's
+/// maps at their sizes (7.0 MB on 6.1, 13.5 MB on 5.10, which counts whole
+/// pages and more overhead), with room.
 fn map_memory_bound() -> f64 {
     let base = if node_agent::ebpf::kernel::Kernel::get().at_least(6, 4) { 2_000_000.0 } else { 16_000_000.0 };
     base + 256.0 * 1024.0 * node_agent::ebpf::map_stats::possible_cpus() as f64

@@ -560,9 +560,12 @@ fn output_bytes(c: &mut Command) -> Result<Vec<u8>> {
 /// them, then each suite, results into `out`.
 fn guest_script(root: &Path, k: &Kernel, out: &Path, agent: &Path, exes: &[(String, PathBuf)], all: bool) -> String {
     let mut s = String::new();
+    // The guest's scratch directory: /tmp, a tmpfs of its own, unless the
+    // repository is under /tmp (then /run).
+    let tmp = if root.starts_with("/tmp") { "/run" } else { "/tmp" };
     let _ = writeln!(
         s,
-        "set -u\nexport PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp CI=1 TMPDIR=/tmp RUST_BACKTRACE=1"
+        "set -u\nexport PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME={tmp} CI=1 TMPDIR={tmp} RUST_BACKTRACE=1"
     );
     let _ = writeln!(s, "export NODE_AGENT_TEST_BINARY={}", agent.display());
     s.push_str("mount -t proc proc /proc\nmount -t sysfs sys /sys\nmount -t devtmpfs dev /dev\nmkdir -p /dev/pts /dev/shm\nmount -t devpts devpts /dev/pts\nmount -t tmpfs tmpfs /dev/shm\n");
@@ -579,9 +582,9 @@ fn guest_script(root: &Path, k: &Kernel, out: &Path, agent: &Path, exes: &[(Stri
     // as `ip link add … type veth` or iptables' DNAT ask).
     let _ = writeln!(
         s,
-        r#"printf '#!/bin/sh\nexec /usr/sbin/modprobe -d {root} "$@"\n' > /tmp/modprobe
-chmod +x /tmp/modprobe
-echo /tmp/modprobe > /proc/sys/kernel/modprobe"#,
+        r#"printf '#!/bin/sh\nexec /usr/sbin/modprobe -d {root} "$@"\n' > {tmp}/modprobe
+chmod +x {tmp}/modprobe
+echo {tmp}/modprobe > /proc/sys/kernel/modprobe"#,
         root = k.root.display()
     );
     let _ = writeln!(s, "mount -t virtiofs out {}", out.display());
@@ -592,9 +595,12 @@ echo /tmp/modprobe > /proc/sys/kernel/modprobe"#,
     // I/O tests keep their loop devices' files: tmpfs takes no O_DIRECT
     // before Linux 6.6.
     if !root.starts_with("/var/tmp") {
-        s.push_str("/tmp/modprobe -q virtio_blk\nfor i in $(seq 50); do [ -b /dev/vda ] && break; sleep 0.1; done\nmount -t ext4 /dev/vda /var/tmp || mount -t tmpfs tmpfs /var/tmp\n");
+        let _ = writeln!(s, "{tmp}/modprobe -q virtio_blk\nfor i in $(seq 50); do [ -b /dev/vda ] && break; sleep 0.1; done\nmount -t ext4 /dev/vda /var/tmp || mount -t tmpfs tmpfs /var/tmp");
     }
-    s.push_str("for m in loop tun veth ip_tables iptable_nat iptable_filter nf_nat xt_nat xt_conntrack; do /tmp/modprobe -q $m; done\n");
+    let _ = writeln!(
+        s,
+        "for m in loop tun veth ip_tables iptable_nat iptable_filter nf_nat xt_nat xt_conntrack; do {tmp}/modprobe -q $m; done"
+    );
     s.push_str("echo '+cpu +memory +io +pids' > /sys/fs/cgroup/cgroup.subtree_control\n");
     s.push_str("ip link set lo up\nhostname node-agent-vm\necho \"NODE_AGENT_VM up $(cut -d' ' -f1 /proc/uptime)\"\n");
     // The programs the agent loads with every probe on, as it reports them.
@@ -604,12 +610,12 @@ echo /tmp/modprobe > /proc/sys/kernel/modprobe"#,
 a=$!
 for i in $(seq 900); do
   if exec 3<>/dev/tcp/127.0.0.1/19100 2>/dev/null; then
-    printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3; cat <&3 > /tmp/metrics; exec 3<&-
-    grep -q '^node_ebpf_program_up' /tmp/metrics && break
+    printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3; cat <&3 > {tmp}/metrics; exec 3<&-
+    grep -q '^node_ebpf_program_up' {tmp}/metrics && break
   fi
   sleep 1
 done
-grep -E '^node_ebpf_program_(up|down_reason)' /tmp/metrics > {out}/programs.txt
+grep -E '^node_ebpf_program_(up|down_reason)' {tmp}/metrics > {out}/programs.txt
 kill $a; wait $a 2>/dev/null
 echo "NODE_AGENT_VM programs $(cut -d' ' -f1 /proc/uptime)""#,
         agent = agent.display(),
