@@ -249,18 +249,7 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
     let (server_py, client_py) = (dir.path().join("server.py"), dir.path().join("client.py"));
     std::fs::write(&server_py, SERVER).expect("server script");
     std::fs::write(&client_py, CLIENT).expect("client script");
-    // Killed and reaped when dropped, whether the test passes or panics
-    // (before the pods' cgroups, which cannot go while it is in one).
-    let mut server = Kill(
-        b.command(&format!("ip netns exec {} python3 {}", ns.0, server_py.display()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("server"),
-    );
-    let mut lines = BufReader::new(server.0.stdout.take().expect("stdout")).lines();
-    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+    let (mut server, mut lines) = serve(&b, &ns, &server_py);
 
     // Phase 1: the pod coredns-0 by its address, every kind of answer.
     let pod = "10.77.0.2";
@@ -410,6 +399,28 @@ fn queries_answers_timeouts_and_servers_are_the_pods_own() {
 }
 
 /// This process's cgroup v2 id (its directory's inode number).
+/// The test's DNS server (`script`), in `pod`'s cgroup and the namespace
+/// `ns`, once it has said it is ready; the rest of what it prints. Killed
+/// and reaped when dropped, whether the test passes or panics (before the
+/// pods' cgroups, which cannot go while it is in one).
+fn serve(
+    pod: &node_agent_tests::pods::PodCgroup,
+    ns: &Netns,
+    script: &std::path::Path,
+) -> (Kill, std::io::Lines<BufReader<std::process::ChildStdout>>) {
+    let mut server = Kill(
+        pod.command(&format!("ip netns exec {} python3 {}", ns.0, script.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("server"),
+    );
+    let mut lines = BufReader::new(server.0.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+    (server, lines)
+}
+
 fn own_cgroup() -> u64 {
     use std::os::unix::fs::MetadataExt;
     let own = std::fs::read_to_string("/proc/self/cgroup").expect("/proc/self/cgroup");
@@ -1356,16 +1367,7 @@ fn a_noisy_resolver_does_not_blind_a_quiet_pod() {
     std::fs::write(&server_py, SERVER).expect("server script");
     std::fs::write(&client_py, CLIENT).expect("client script");
     std::fs::write(&noisy_py, NOISY).expect("noisy script");
-    let mut server = Kill(
-        b.command(&format!("ip netns exec {} python3 {}", ns.0, server_py.display()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("server"),
-    );
-    let mut lines = BufReader::new(server.0.stdout.take().expect("stdout")).lines();
-    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+    let (_server, _lines) = serve(&b, &ns, &server_py);
     let out = b.command(&format!("ip netns exec {} python3 {} 3000", ns.0, noisy_py.display())).output().expect("resolver");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "3000", "{}", String::from_utf8_lossy(&out.stderr));
     let plan = queries(30, "10.77.0.2", "ok.test", 1, false);
