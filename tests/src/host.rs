@@ -18,6 +18,7 @@ pub fn root_or_skip(what: &str) -> bool {
 /// matrix runs the suites on older kernels, and docs/kernels.md lists such
 /// skips with this reason). Only for what docs/ebpf.md says needs that
 /// kernel.
+#[cfg(feature = "agent")]
 pub fn kernel_or_skip(major: u32, minor: u32, what: &str) -> bool {
     let k = node_agent::ebpf::kernel::Kernel::get();
     if k.at_least(major, minor) {
