@@ -25,7 +25,7 @@ pub const RAW_PROGRAMS: [Program; 1] = [RETRANSMIT_SKB_RAW];
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Offsets {
     pub family: u32,
-    /// `err` (kernels >= 6.10 also trace failed retransmits); 0 when the
+    /// `err` (kernels >= 6.17 also trace failed retransmits); 0 when the
     /// field does not exist.
     pub err: u32,
     /// `skaddr`, the socket (for pod attribution).

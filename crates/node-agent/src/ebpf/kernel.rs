@@ -195,13 +195,13 @@ fn btf_facts() -> &'static BtfFacts {
 
 /// The raw tcp_retransmit_skb program's `sock.__sk_common.skc_family`
 /// offset: an error unless the tracepoint passes `(const struct sock *,
-/// const struct sk_buff *, int err)` (Linux >= 6.10), which the program
+/// const struct sk_buff *, int err)` (Linux >= 6.17), which the program
 /// reads.
 pub fn retransmit_raw(btf: &crate::ebpf::btf::Btf) -> Result<u32, String> {
     let p = btf.typedef_params("btf_trace_tcp_retransmit_skb").map_err(|e| format!("no tcp_retransmit_skb: {e}"))?;
     let args: Vec<&str> = p.iter().skip(1).map(String::as_str).collect();
     if args != ["struct sock *", "struct sk_buff *", "int"] {
-        return Err(format!("tcp_retransmit_skb passes {args:?}, not (struct sock *, struct sk_buff *, int err) (Linux < 6.10)"));
+        return Err(format!("tcp_retransmit_skb passes {args:?}, not (struct sock *, struct sk_buff *, int err) (Linux < 6.17)"));
     }
     btf.offset("sock", &["__sk_common", "skc_family"]).map_err(|e| e.to_string())
 }

@@ -18,7 +18,7 @@ const COUNTERS: &[Counter] = &[
     (V6, "node_ebpf_tcp_retransmits_total", HELP, &[("family", "ipv6")]),
 ];
 
-/// tcp_retransmit_skb's `family`, `err` (Linux >= 6.10) and `skaddr`
+/// tcp_retransmit_skb's `family`, `err` (Linux >= 6.17) and `skaddr`
 /// (classic), and the socket's family offset (raw, and classic where the
 /// tracepoint has no `family`: Linux 5.10 has none, and the program reads
 /// it from the socket).
