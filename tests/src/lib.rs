@@ -2,6 +2,8 @@
 
 #[cfg(feature = "agent")]
 pub mod apiserver;
+#[cfg(feature = "agent")]
+pub mod cluster;
 pub mod compare;
 pub mod dbus;
 pub mod disk;

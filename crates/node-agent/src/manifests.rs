@@ -139,13 +139,14 @@ fn priority_class() -> String {
     format!(
         r#"{HEADER}# Agents preempt ordinary workloads so every node keeps one, but stay below
 # system-node-critical / system-cluster-critical (which some platforms allow
-# only in kube-system).
+# only in kube-system). Not the global default (globalDefault is left out:
+# the API server does not store `false`, so kubectl apply would report the
+# object configured on every re-apply).
 apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
 metadata:
   name: {DEFAULT_PRIORITY_CLASS}
 value: {DEFAULT_PRIORITY_VALUE}
-globalDefault: false
 preemptionPolicy: PreemptLowerPriority
 description: "node-agent: one observability agent per node."
 "#
