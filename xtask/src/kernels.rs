@@ -108,6 +108,10 @@ pub struct Options {
     pub table: Table,
     /// Every test of each suite, not only [`CI_TESTS`].
     pub all: bool,
+    /// The benchmark's binary: instead of the suites, each guest (and the
+    /// host) measures every probe's cost per event with it, and BENCHMARKS.md's
+    /// section on older kernels is rewritten from what they measured.
+    pub bench: Option<PathBuf>,
 }
 
 /// docs/kernels.md and a run.
@@ -175,14 +179,18 @@ pub fn run(root: &Path, cargo: &str, opts: &Options) -> Result<bool> {
     if kernels.is_empty() {
         bail!("no kernel of the matrix matches {:?} (the series are {:?})", opts.only, SUITES.iter().map(|s| s.series).collect::<Vec<_>>());
     }
-    let tests: Vec<&str> = SUITES_IN_GUEST.iter().copied().filter(|t| opts.tests.is_empty() || opts.tests.iter().any(|o| o == t)).collect();
+    let tests: Vec<&str> = SUITES_IN_GUEST
+        .iter()
+        .copied()
+        .filter(|t| opts.bench.is_none() && (opts.tests.is_empty() || opts.tests.iter().any(|o| o == t)))
+        .collect();
     let (agent, exes) = build(root, cargo, &tests)?;
     eprintln!("xtask: kernels fetched and tests built in {:.0} s", started.elapsed().as_secs_f64());
     let accel = accel(&work, &kernels[0]);
     let mut outcomes = Vec::new();
     for k in &kernels {
         let t = Instant::now();
-        let out = boot(root, &work, k, &accel, &agent, &exes, opts.all).with_context(|| format!("booting {}", k.release))?;
+        let out = boot(root, &work, k, &accel, &agent, &exes, opts).with_context(|| format!("booting {}", k.release))?;
         eprintln!(
             "xtask: Linux {} ({}): {} programs up of {}, tests {} passed, {} skipped, {} failed, in {:.0} s",
             k.release,
@@ -198,6 +206,12 @@ pub fn run(root: &Path, cargo: &str, opts: &Options) -> Result<bool> {
             eprintln!("xtask: Linux {}: {trouble}", k.release);
         }
         outcomes.push(out);
+    }
+    if let Some(bench) = &opts.bench {
+        let ok = outcomes.iter().all(|o| o.trouble.is_empty());
+        bench_section(root, &work, bench, &kernels, &outcomes)?;
+        eprintln!("xtask: the kernel matrix's costs took {:.0} s", started.elapsed().as_secs_f64());
+        return Ok(ok);
     }
     let host = host_programs(&agent).unwrap_or_else(|e| {
         eprintln!("xtask: the host kernel's programs could not be read: {e:#}");
@@ -397,6 +411,9 @@ fn output(c: &mut Command) -> Result<String> {
 /// the agent's path and each suite's executable.
 fn build(root: &Path, cargo: &str, tests: &[&str]) -> Result<(PathBuf, Vec<(String, PathBuf)>)> {
     super::run(Command::new(cargo).current_dir(root).args(["build", "-q", "-p", "node-agent", "--bin", "node-agent"]))?;
+    if tests.is_empty() {
+        return Ok((root.join("target/debug/node-agent"), Vec::new()));
+    }
     // As `cargo xtask test` built them (the workspace's features unified),
     // so that after the suite nothing is built again.
     let mut c = Command::new(cargo);
@@ -558,7 +575,7 @@ fn output_bytes(c: &mut Command) -> Result<Vec<u8>> {
 
 /// The guest's script: its own mounts, the agent's programs as it reports
 /// them, then each suite, results into `out`.
-fn guest_script(root: &Path, k: &Kernel, out: &Path, agent: &Path, exes: &[(String, PathBuf)], all: bool) -> String {
+fn guest_script(root: &Path, k: &Kernel, out: &Path, agent: &Path, exes: &[(String, PathBuf)], opts: &Options) -> String {
     let mut s = String::new();
     // The guest's scratch directory: /tmp, a tmpfs of its own, unless the
     // repository is under /tmp (then /run).
@@ -631,7 +648,16 @@ echo "{name} $? $t $(cut -d' ' -f1 /proc/uptime)" >> {out}/suites.txt
 echo "NODE_AGENT_VM {name} done $(cut -d' ' -f1 /proc/uptime)""#,
             exe = exe.display(),
             out = out.display(),
-            filters = if all { String::new() } else { selected(name).iter().map(|t| format!(" {t}")).collect::<String>() + " --exact" },
+            filters =
+                if opts.all { String::new() } else { selected(name).iter().map(|t| format!(" {t}")).collect::<String>() + " --exact" },
+        );
+    }
+    if let Some(bench) = &opts.bench {
+        let _ = writeln!(
+            s,
+            "{} --kernel-costs {out}/costs.tsv > {out}/bench.out 2>&1\necho \"NODE_AGENT_VM bench $? $(cut -d' ' -f1 /proc/uptime)\"",
+            bench.display(),
+            out = out.display()
         );
     }
     s.push_str("sync\necho \"NODE_AGENT_VM end\"\necho o > /proc/sysrq-trigger\nsleep 10\n");
@@ -644,7 +670,7 @@ fn selected(suite: &str) -> &'static [&'static str] {
 }
 
 /// Boots `k` and runs the suites in it.
-fn boot(root: &Path, work: &Path, k: &Kernel, accel: &str, agent: &Path, exes: &[(String, PathBuf)], all: bool) -> Result<Outcome> {
+fn boot(root: &Path, work: &Path, k: &Kernel, accel: &str, agent: &Path, exes: &[(String, PathBuf)], opts: &Options) -> Result<Outcome> {
     let out = work.join("out").join(k.suite.series);
     let _ = fs::remove_dir_all(&out);
     fs::create_dir_all(&out)?;
@@ -655,7 +681,7 @@ fn boot(root: &Path, work: &Path, k: &Kernel, accel: &str, agent: &Path, exes: &
     fs::File::create(&scratch)?.set_len(512 << 20)?;
     super::run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&scratch))?;
     let script = work.join(k.suite.series).join("guest.sh");
-    fs::write(&script, guest_script(root, k, &out, agent, exes, all))?;
+    fs::write(&script, guest_script(root, k, &out, agent, exes, opts))?;
     let sock = |tag: &str| work.join(format!("{}-{tag}.sock", k.suite.series));
     let mut daemons = Vec::new();
     for (tag, dir) in [("root", Path::new("/")), ("out", out.as_path())] {
@@ -715,6 +741,9 @@ fn boot(root: &Path, work: &Path, k: &Kernel, accel: &str, agent: &Path, exes: &
     if o.programs.is_empty() {
         o.trouble.push(format!("the agent reported no programs: see {}", out.join("agent.log").display()));
     }
+    if opts.bench.is_some() && !out.join("costs.tsv").exists() {
+        o.trouble.push(format!("the benchmark left no costs: see {}", out.join("bench.out").display()));
+    }
     let suites = fs::read_to_string(out.join("suites.txt")).unwrap_or_default();
     for (name, _) in exes {
         let results = fs::read_to_string(out.join(format!("{name}.results"))).unwrap_or_default();
@@ -730,7 +759,7 @@ fn boot(root: &Path, work: &Path, k: &Kernel, accel: &str, agent: &Path, exes: &
         } else {
             o.trouble.push(format!("{name} did not run to its end"));
         }
-        if !all {
+        if !opts.all {
             for t in selected(name).iter().filter(|t| !tests.contains_key(**t)) {
                 o.trouble.push(format!("{name}::{t} is in the CI set (kernels.rs CI_TESTS) but did not run: renamed?"));
             }
@@ -738,6 +767,25 @@ fn boot(root: &Path, work: &Path, k: &Kernel, accel: &str, agent: &Path, exes: &
         o.tests.insert(name.clone(), tests);
     }
     Ok(o)
+}
+
+/// BENCHMARKS.md's section on older kernels: each guest's costs (and the
+/// host's, measured here natively, as the guests did) rendered by the
+/// benchmark's binary.
+fn bench_section(root: &Path, work: &Path, bench: &Path, kernels: &[Kernel], outcomes: &[Outcome]) -> Result<()> {
+    let dir = work.join("costs");
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir)?;
+    for (k, o) in kernels.iter().zip(outcomes) {
+        let from = work.join("out").join(k.suite.series).join("costs.tsv");
+        if from.exists() {
+            fs::copy(&from, dir.join(format!("{}.{}.tsv", k.suite.series, o.accel)))?;
+        }
+    }
+    super::run(Command::new(bench).arg("--kernel-costs").arg(dir.join("host.native.tsv")))?;
+    super::run(Command::new(bench).arg("--kernels-section").arg(&dir).arg("--out").arg(root.join("BENCHMARKS.md")))?;
+    eprintln!("xtask: BENCHMARKS.md's section on older kernels written");
+    Ok(())
 }
 
 /// The longest a guest may run.

@@ -120,6 +120,11 @@ enum Cmd {
         /// in the guests (kernels.rs CI_TESTS); leaves docs/kernels.md alone.
         #[arg(long)]
         all: bool,
+        /// Instead of the suites, measure every probe's cost per event in
+        /// each kernel (and natively on the host's) and rewrite BENCHMARKS.md's
+        /// section on older kernels.
+        #[arg(long)]
+        bench: bool,
     },
     /// Rewrite the release build's PGO profile (pgo/node-agent.profdata): an
     /// instrumented build run under pgo/train.sh (the benchmark's workload).
@@ -528,6 +533,22 @@ fn truth_loop(runs: usize) -> Result<bool> {
     Ok(failed.is_empty())
 }
 
+/// Builds a node-agent-tests binary in the bench-tool profile (as [`tool`]
+/// runs it); its path.
+fn build_tool(bin: &str) -> Result<PathBuf> {
+    run(Command::new(cargo()).current_dir(root()).args([
+        "build",
+        "--profile",
+        "bench-tool",
+        "-q",
+        "-p",
+        "node-agent-tests",
+        "--bin",
+        bin,
+    ]))?;
+    Ok(root().join("target/bench-tool").join(bin))
+}
+
 /// `cargo run` of a node-agent-tests binary (the benchmark, the fuzzer)
 /// in the bench-tool profile, its own arguments to follow.
 fn tool(bin: &str) -> Command {
@@ -576,7 +597,7 @@ fn main() -> ExitCode {
             // run (kernels.rs).
             if args.is_empty() {
                 fuzz_afl(AFL_CI_SECONDS)?;
-                let opts = kernels::Options { only: vec![], tests: vec![], table: kernels::Table::Check, all: false };
+                let opts = kernels::Options { only: vec![], tests: vec![], table: kernels::Table::Check, all: false, bench: None };
                 return kernels::run(&root(), &cargo(), &opts);
             }
             Ok(true)
@@ -610,9 +631,10 @@ fn main() -> ExitCode {
             run(&mut c).map(|_| true)
         }),
         Cmd::TruthLoop { runs } => setup().and_then(|_| truth_loop(runs)),
-        Cmd::Kernels { only, tests, all } => setup().and_then(|_| {
-            let table = if only.is_empty() && tests.is_empty() && !all { kernels::Table::Write } else { kernels::Table::Leave };
-            kernels::run(&root(), &cargo(), &kernels::Options { only, tests, table, all })
+        Cmd::Kernels { only, tests, all, bench } => setup().and_then(|_| {
+            let table = if only.is_empty() && tests.is_empty() && !all && !bench { kernels::Table::Write } else { kernels::Table::Leave };
+            let bench = if bench { Some(build_tool("node-agent-bench")?) } else { None };
+            kernels::run(&root(), &cargo(), &kernels::Options { only, tests, table, all, bench })
         }),
         Cmd::Pgo => setup().and_then(|_| pgo::generate(&root(), &cargo())).map(|_| true),
         Cmd::Manifests => setup_ebpf().and_then(|_| {

@@ -1301,19 +1301,23 @@ fn quartiles(v: &[f64]) -> (f64, f64, f64) {
 /// with the bpftrace program running, and (when every hook of the probe
 /// has one) with empty programs on the same hooks; the order rotates every
 /// round.
-fn peer_rounds(rounds: usize, first: bool, c: &mut PeerCase) -> Res<PeerRow> {
+/// Without `bpftrace`, its arm is left out (the kernel matrix's guests
+/// have no bpftrace to compare with: `row.bpftrace` stays empty).
+fn peer_rounds(rounds: usize, first: bool, c: &mut PeerCase, bpftrace: bool) -> Res<PeerRow> {
     let per = |secs: f64| secs / c.events as f64 * 1e9;
     // Programs the agent runs itself (a sweep) have no hook to stand in for.
     let empties: Option<Vec<agent_common::Program>> =
         c.programs.iter().filter(|p| p.hook != agent_common::Hook::Run).map(|p| agent_common::test_programs::empty_on(p.hook)).collect();
     let empties = empties.filter(|_| !first);
-    let arms = if empties.is_some() { 4 } else { 3 };
+    // The arms: 0 the workload alone, 1 with node-agent's programs, 2 with
+    // bpftrace's, 3 with empty programs on node-agent's hooks.
+    let arms: Vec<usize> = [0, 1, 2, 3].into_iter().filter(|a| (*a != 2 || bpftrace) && (*a != 3 || empties.is_some())).collect();
     let mut row = PeerRow { probe: c.probe, event: c.event, base_ns: 0.0, agent: Vec::new(), bpftrace: Vec::new(), floor: Vec::new() };
     let mut bases = Vec::new();
     for r in 0..rounds {
         let mut t = [0.0f64; 4];
-        for k in 0..arms {
-            let which = (r + k) % arms;
+        for k in 0..arms.len() {
+            let which = arms[(r + k) % arms.len()];
             t[which] = match which {
                 0 => (c.work)(),
                 1 => {
@@ -1340,8 +1344,10 @@ fn peer_rounds(rounds: usize, first: bool, c: &mut PeerCase) -> Res<PeerRow> {
         }
         bases.push(per(t[0]));
         row.agent.push(per(t[1]) - per(t[0]));
-        row.bpftrace.push(per(t[2]) - per(t[0]));
-        if arms == 4 {
+        if bpftrace {
+            row.bpftrace.push(per(t[2]) - per(t[0]));
+        }
+        if empties.is_some() {
             row.floor.push(per(t[3]) - per(t[0]));
         }
     }
@@ -1353,17 +1359,34 @@ fn peer_rounds(rounds: usize, first: bool, c: &mut PeerCase) -> Res<PeerRow> {
 /// and the empty program (ours and bpftrace's) for the floor.
 /// `probe`: that probe's rows alone (`--only bpftrace --probe NAME`).
 fn bpftrace_peers(quick: bool, probe: Option<&str>) -> Res<Vec<PeerRow>> {
-    use node_agent::ebpf::kernel::Kernel;
     let rounds = if quick { 5 } else { 9 };
+    let mut cases = peer_cases(quick, 1)?;
+    let first = cases[0].probe;
+    cases.retain(|c| probe.is_none_or(|p| c.probe == p));
+    let mut rows = Vec::new();
+    for case in cases.iter_mut() {
+        eprintln!("bench: bpftrace peer: {} ({})", case.probe, case.event);
+        rows.push(peer_rounds(rounds * case.rounds_x, case.probe == first, case, true)?);
+    }
+    Ok(rows)
+}
+
+/// Every probe's workload, the empty program's first; `scale` divides the
+/// events per run (an emulated machine runs the same rounds in a
+/// reasonable time).
+fn peer_cases(quick: bool, scale: usize) -> Res<Vec<PeerCase>> {
+    use node_agent::ebpf::kernel::Kernel;
     let (n, k, m, c) = if quick { (200_000, 5000, 5000, 1000) } else { (1_000_000, 20_000, 20_000, 4000) };
     let (d, r) = if quick { (20_000, 20_000) } else { (100_000, 100_000) };
     let u = if quick { 20_000 } else { 50_000 };
+    let scale = scale.max(1);
+    let (n, k, m, c, d, r, u) = (n / scale, k / scale, m / scale, c / scale, d / scale, r / scale, u / scale);
     let getpid = libc::SYS_getpid;
     let close = libc::SYS_close;
     let syscalls_bt = "tracepoint:raw_syscalls:sys_exit { @calls[args->id] = count(); if (args->ret < 0) { @err[args->id] = count(); } }";
-    let dev = std::rc::Rc::new(loop_dev()?);
-    let dev2 = dev.clone();
-    let mut cases = vec![
+    // The loop device lives as long as the case that reads it.
+    let dev = loop_dev()?;
+    let cases = vec![
         PeerCase {
             probe: "empty program (floor)",
             event: "syscall (getpid)",
@@ -1437,7 +1460,7 @@ fn bpftrace_peers(quick: bool, probe: Option<&str>) -> Res<Vec<PeerRow>> {
             check: None,
             events: m,
             rounds_x: 3,
-            work: Box::new(move || direct_reads(&dev2.path, m)),
+            work: Box::new(move || direct_reads(&dev.path, m)),
         },
         PeerCase {
             probe: "ebpf_tcp_latency",
@@ -1541,16 +1564,220 @@ fn bpftrace_peers(quick: bool, probe: Option<&str>) -> Res<Vec<PeerRow>> {
             work: Box::new(move || ping_pong(r).0),
         },
     ];
+    Ok(cases)
+}
+
+// ---- on older kernels (cargo xtask kernels --bench) --------------------
+
+/// BENCHMARKS.md's section written by `cargo xtask kernels --bench` (the
+/// full bench keeps it as it is).
+const KERNELS_HEADING: &str = "## eBPF on older kernels\n";
+
+/// Rounds per case, and the divisor of the bpftrace section's events per
+/// run: an emulated guest is tens of times slower.
+const KERNEL_ROUNDS: usize = 5;
+const KERNEL_SCALE: usize = 10;
+
+/// Every probe's workload alone, with the probe and with empty programs on
+/// its hooks (the bpftrace section's rounds without bpftrace), then once
+/// with the kernel's statistics on; written to `out` as lines of tab-
+/// separated fields: `release`, then per case `row probe event base_ns
+/// q1 median q3 floor_median kernel_ns` (`-` where there is none) or
+/// `down probe event error` where the probe did not load.
+fn kernel_costs(out: &Path) -> Res<()> {
+    let mut text = String::new();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let _ = writeln!(text, "release\t{}", release.trim());
+    let mut cases = peer_cases(true, KERNEL_SCALE)?;
     let first = cases[0].probe;
-    cases.retain(|c| probe.is_none_or(|p| c.probe == p));
-    let mut rows = Vec::new();
-    for case in cases.iter_mut() {
-        eprintln!("bench: bpftrace peer: {} ({})", case.probe, case.event);
-        rows.push(peer_rounds(rounds * case.rounds_x, case.probe == first, case)?);
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
+    for c in cases.iter_mut() {
+        eprintln!("bench: on this kernel: {} ({})", c.probe, c.event);
+        let row = match peer_rounds(KERNEL_ROUNDS * c.rounds_x, c.probe == first, c, false) {
+            Ok(row) => row,
+            Err(e) => {
+                let _ = writeln!(text, "down\t{}\t{}\t{}", c.probe, c.event, e.replace(['\t', '\n'], " "));
+                continue;
+            }
+        };
+        // The programs' own run time, statistics on (they cost time
+        // themselves, so they were off above).
+        let (shared, _p) = attach_programs(c.programs, false, true)?;
+        (c.work)();
+        let (t, n) = c
+            .programs
+            .iter()
+            .filter_map(|p| shared.program_stats(p.name).and_then(|s| s.run))
+            .fold((0.0, 0u64), |a, s| (a.0 + s.0, a.1 + s.1));
+        let kernel_ns = (n > 0).then(|| t / n as f64 * 1e9);
+        let (q1, med, q3) = quartiles(&row.agent);
+        let floor = (!row.floor.is_empty()).then(|| quartiles(&row.floor).1);
+        let _ = writeln!(
+            text,
+            "row\t{}\t{}\t{:.1}\t{q1:.1}\t{med:.1}\t{q3:.1}\t{}\t{}",
+            c.probe,
+            c.event,
+            row.base_ns,
+            opt(floor),
+            opt(kernel_ns)
+        );
     }
-    drop(cases);
-    drop(dev);
-    Ok(rows)
+    std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))
+}
+
+/// One kernel's figures, as [`kernel_costs`] wrote them.
+struct KernelCosts {
+    /// The column's name (`5.10`, …, `host`) and how it ran (`tcg`, `kvm`,
+    /// `native`).
+    column: String,
+    how: String,
+    release: String,
+    /// (probe, event) and what was measured for it.
+    cases: Vec<((String, String), CaseCost)>,
+}
+
+/// Ok(((q1, median, q3) added ns per event, kernel ns per program run)),
+/// or Err(why the probe did not load).
+type CaseCost = Result<((f64, f64, f64), Option<f64>), String>;
+
+fn parse_kernel_costs(column: &str, how: &str, text: &str) -> KernelCosts {
+    let mut k = KernelCosts { column: column.into(), how: how.into(), release: String::new(), cases: Vec::new() };
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+        match f.first() {
+            Some(&"release") => k.release = f.get(1).unwrap_or(&"").to_string(),
+            Some(&"row") if f.len() >= 9 => {
+                let key = (f[1].to_string(), f[2].to_string());
+                if let (Some(q1), Some(med), Some(q3)) = (num(4), num(5), num(6)) {
+                    k.cases.push((key, Ok(((q1, med, q3), num(8)))));
+                }
+            }
+            Some(&"down") if f.len() >= 4 => k.cases.push(((f[1].to_string(), f[2].to_string()), Err(f[3..].join(" ")))),
+            _ => {}
+        }
+    }
+    k
+}
+
+/// The section from the files `cargo xtask kernels --bench` left in
+/// `dir`: `<column>.<how>.tsv` per kernel, `host.native.tsv` for the host.
+fn kernels_section(dir: &Path) -> Res<String> {
+    let mut kernels = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(stem) = name.strip_suffix(".tsv") else { continue };
+        let Some((column, how)) = stem.rsplit_once('.') else { continue };
+        let text = std::fs::read_to_string(e.path()).map_err(|e| e.to_string())?;
+        kernels.push(parse_kernel_costs(column, how, &text));
+    }
+    // Oldest first, the host last.
+    let order = |c: &str| -> (u32, u32) {
+        let mut v = c.split('.').map(|x| x.parse::<u32>().unwrap_or(u32::MAX));
+        (v.next().unwrap_or(u32::MAX), v.next().unwrap_or(0))
+    };
+    kernels.sort_by_key(|k| order(&k.column));
+    if kernels.is_empty() {
+        return Err(format!("no kernel's figures in {}", dir.display()));
+    }
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for k in &kernels {
+        for (key, _) in &k.cases {
+            if !keys.contains(key) {
+                keys.push(key.clone());
+            }
+        }
+    }
+    let floor_of =
+        |k: &KernelCosts| keys.first().and_then(|f| k.cases.iter().find(|(key, _)| key == f)).and_then(|(_, r)| r.as_ref().ok()).cloned();
+    let mut md = String::from(KERNELS_HEADING);
+    let hows: Vec<String> = kernels.iter().map(|k| format!("{} ({}, {})", k.column, k.release, k.how)).collect();
+    let _ = writeln!(
+        md,
+        "\nWritten by `cargo xtask kernels --bench`, not by `cargo xtask bench` (which keeps this section as it is). In each kernel of the matrix ([docs/kernels.md](docs/kernels.md)), booted under qemu, and on the host's own kernel natively: {}. Each probe's workload from the bpftrace section above, with a tenth of its events per run, {KERNEL_ROUNDS} rounds (three times that for block I/O) rotating the workload alone, with the probe's programs attached and with empty programs on the same hooks; then once with the kernel's BPF statistics on. An emulated CPU (TCG) runs everything tens of times slower and not uniformly, so nanoseconds are not compared across columns: each figure is a multiple of the first row's in the same kernel (an empty program on the syscall exit, whose nanoseconds are given), medians with the rounds' interquartile range. \"down\" where the probe did not load on that kernel (the reason in docs/kernels.md).\n",
+        hows.join("; ")
+    );
+    let header = |md: &mut String| {
+        let _ = writeln!(md, "| probe | event | {} |", kernels.iter().map(|k| k.column.as_str()).collect::<Vec<_>>().join(" | "));
+        let _ = writeln!(md, "|---|---|{}", "---|".repeat(kernels.len()));
+    };
+    let _ = writeln!(md, "The kernel's own run time per program run (kernel.bpf_stats_enabled, summed over the probe's programs), as a multiple of the empty program's: the steadier figure, measured by the kernel itself.\n");
+    header(&mut md);
+    let mut differs = Vec::new();
+    let host = kernels.iter().find(|k| k.how == "native");
+    for (i, key) in keys.iter().enumerate() {
+        let ratio = |k: &KernelCosts| -> Option<f64> {
+            let (_, r) = k.cases.iter().find(|(c, _)| c == key)?;
+            let run = r.as_ref().ok()?.1?;
+            let floor = floor_of(k)?.1?;
+            (floor > 0.0).then(|| run / floor)
+        };
+        let cells: Vec<String> = kernels
+            .iter()
+            .map(|k| match k.cases.iter().find(|(c, _)| c == key).map(|(_, r)| r) {
+                Some(Err(_)) => "down".into(),
+                Some(Ok((_, Some(run)))) if i == 0 => format!("{run:.0} ns"),
+                _ => ratio(k).map_or("-".into(), |r| format!("{r:.1}×")),
+            })
+            .collect();
+        let _ = writeln!(md, "| {} | {} | {} |", key.0, key.1, cells.join(" | "));
+        if let Some(h) = host.and_then(ratio).filter(|_| i > 0) {
+            for k in kernels.iter().filter(|k| k.how != "native") {
+                if let Some(r) = ratio(k).filter(|r| *r > 1.5 * h || *r < h / 1.5) {
+                    differs.push(format!("{} on {} ({}: {r:.1}×, host {h:.1}×)", key.0, k.column, key.1));
+                }
+            }
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nPrograms' own run time more than 1.5 times the host's multiple, or less than two thirds of it: {}.",
+        if differs.is_empty() { "none".to_string() } else { differs.join("; ") }
+    );
+    let _ = writeln!(md, "\nAdded time per event, as a multiple of the empty program's (the workload's own time varies more between rounds, in an emulator most of all):\n");
+    header(&mut md);
+    for (i, key) in keys.iter().enumerate() {
+        let cells: Vec<String> = kernels
+            .iter()
+            .map(|k| {
+                let Some((_, r)) = k.cases.iter().find(|(c, _)| c == key) else { return "-".into() };
+                match (r, floor_of(k)) {
+                    (Err(_), _) => "down".into(),
+                    (Ok(((_, med, _), _)), _) if i == 0 => format!("{med:.0} ns"),
+                    (Ok(((q1, med, q3), _)), Some(((_, f, _), _))) if f > 0.0 => {
+                        format!("{:.1}× ({:.1}–{:.1})", med / f, q1 / f, q3 / f)
+                    }
+                    _ => "-".into(),
+                }
+            })
+            .collect();
+        let _ = writeln!(md, "| {} | {} | {} |", key.0, key.1, cells.join(" | "));
+    }
+    Ok(md)
+}
+
+/// `md` with the section under `heading` (up to the next `## `) replaced
+/// by `section`, or `section` put before the heading `before` (else at the
+/// end) when there is none.
+fn with_section(md: &str, heading: &str, section: &str, before: Option<&str>) -> String {
+    match md.find(heading) {
+        Some(start) => {
+            let rest = &md[start + heading.len()..];
+            let end = rest.find("\n## ").map_or(md.len(), |i| start + heading.len() + i + 1);
+            format!("{}{section}{}", &md[..start], &md[end..])
+        }
+        None => match before.and_then(|b| md.find(b)) {
+            Some(at) => format!("{}{section}\n{}", &md[..at], &md[at..]),
+            None => format!("{md}\n{section}"),
+        },
+    }
+}
+
+/// The section under `heading` in `md`, up to the next `## `.
+fn section_of<'a>(md: &'a str, heading: &str) -> Option<&'a str> {
+    let start = md.find(heading)?;
+    let rest = &md[start + heading.len()..];
+    Some(&md[start..rest.find("\n## ").map_or(md.len(), |i| start + heading.len() + i + 1)])
 }
 
 /// How the bpftrace section is measured, for BENCHMARKS.md.
@@ -2735,15 +2962,21 @@ fn run() -> Res<()> {
         let out_path = PathBuf::from(get("--out").unwrap_or_else(|| "BENCHMARKS.md".into()));
         let md = std::fs::read_to_string(&out_path).map_err(|e| format!("{}: {e}", out_path.display()))?;
         let section = image_section()?;
-        let md = match md.find(IMAGE_HEADING) {
-            Some(start) => {
-                let rest = &md[start + IMAGE_HEADING.len()..];
-                let end = rest.find("\n## ").map_or(md.len(), |i| start + IMAGE_HEADING.len() + i + 1);
-                format!("{}{section}{}", &md[..start], &md[end..])
-            }
-            None => format!("{md}\n{section}"),
-        };
+        let md = with_section(&md, IMAGE_HEADING, &section, None);
         std::fs::write(&out_path, &md).map_err(|e| format!("{}: {e}", out_path.display()))?;
+        print!("{section}");
+        return Ok(());
+    }
+    // In a guest of the kernel matrix (`cargo xtask kernels --bench`).
+    if let Some(out) = get("--kernel-costs") {
+        return kernel_costs(Path::new(&out));
+    }
+    if let Some(dir) = get("--kernels-section") {
+        let out_path = PathBuf::from(get("--out").unwrap_or_else(|| "BENCHMARKS.md".into()));
+        let md = std::fs::read_to_string(&out_path).map_err(|e| format!("{}: {e}", out_path.display()))?;
+        let section = kernels_section(Path::new(&dir))?;
+        std::fs::write(&out_path, with_section(&md, KERNELS_HEADING, &section, Some("## Network devices")))
+            .map_err(|e| format!("{}: {e}", out_path.display()))?;
         print!("{section}");
         return Ok(());
     }
@@ -2971,6 +3204,12 @@ fn run() -> Res<()> {
     md.push_str(&bpftrace_table(&peers));
     md.push('\n');
     md.push_str(&dns_time_section(&dns_times));
+    // Written by `cargo xtask kernels --bench`: kept as it is.
+    if let Some(kept) = std::fs::read_to_string(&out_path).ok().as_deref().and_then(|old| section_of(old, KERNELS_HEADING)) {
+        md.push('\n');
+        md.push_str(kept.trim_end());
+        md.push('\n');
+    }
     let _ = writeln!(md, "\n## Network devices: rtnetlink against /proc and /sys\n");
     let _ = writeln!(md, "The netdev and netclass collectors alone, in a network namespace of {devices} devices (veth pairs and lo), CPU of the collecting thread (getrusage RUSAGE_THREAD) per scrape, median of interleaved rounds; the ratio is the rtnetlink read's CPU over the file read's, lowest and highest round. node_exporter 1.12 reads netdev over rtnetlink by default, netclass from sysfs (`--collector.netclass.netlink` switches).\n");
     let _ = writeln!(md, "| read | user | kernel | CPU vs the file read (min–max) |\n|---|---|---|---|");
@@ -3041,4 +3280,49 @@ fn image_section() -> Res<String> {
         );
     }
     Ok(md)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_section_is_replaced_kept_or_put_before_the_next() {
+        let md = "# B\n\n## A\nold a\n\n## Network devices\nn\n## Image\ni\n";
+        let k = "## eBPF on older kernels\nk1\n";
+        let with = with_section(md, KERNELS_HEADING, k, Some("## Network devices"));
+        assert_eq!(with, "# B\n\n## A\nold a\n\n## eBPF on older kernels\nk1\n\n## Network devices\nn\n## Image\ni\n");
+        assert_eq!(section_of(&with, KERNELS_HEADING), Some("## eBPF on older kernels\nk1\n\n"));
+        let again = with_section(&with, KERNELS_HEADING, "## eBPF on older kernels\nk2\n", None);
+        assert_eq!(again.matches("## eBPF on older kernels").count(), 1);
+        assert!(again.contains("k2\n") && !again.contains("k1"));
+        assert_eq!(with_section(md, IMAGE_HEADING, "## Image\nj\n", None), "# B\n\n## A\nold a\n\n## Network devices\nn\n## Image\nj\n");
+        assert_eq!(with_section("# B\n", IMAGE_HEADING, "## Image\nj\n", None), "# B\n\n## Image\nj\n");
+    }
+
+    #[test]
+    fn the_kernels_section_gives_multiples_of_each_kernels_empty_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let floor = "empty program (floor)\tsyscall (getpid)";
+        std::fs::write(
+            dir.path().join("5.10.tcg.tsv"),
+            format!("release\t5.10.0-32-cloud-amd64\nrow\t{floor}\t9000\t900\t1000\t1100\t-\t800\nrow\tebpf_x\tev\t9000\t1800\t2000\t2200\t1000\t4000\ndown\tebpf_y\tev2\tverifier: no\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("host.native.tsv"),
+            format!("release\t6.18.44\nrow\t{floor}\t560\t45\t46\t47\t-\t46\nrow\tebpf_x\tev\t560\t90\t92\t94\t46\t92\nrow\tebpf_y\tev2\t600\t10\t11\t12\t-\t-\n"),
+        )
+        .unwrap();
+        let md = kernels_section(dir.path()).unwrap();
+        assert!(md.starts_with(KERNELS_HEADING), "{md}");
+        // Oldest first, the host last; the floor in ns, the rest multiples.
+        assert!(md.contains("| probe | event | 5.10 | host |"), "{md}");
+        assert!(md.contains(&format!("| {floor} | 1000 ns | 46 ns |").replace('\t', " | ")), "{md}");
+        assert!(md.contains("| ebpf_x | ev | 2.0× (1.8–2.2) | 2.0× (2.0–2.0) |"), "{md}");
+        assert!(md.contains("| ebpf_y | ev2 | down | 0.2× (0.2–0.3) |"), "{md}");
+        // Run time: 5.0× the empty program's on 5.10 against 2.0× on the host.
+        assert!(md.contains("| ebpf_x | ev | 5.0× | 2.0× |"), "{md}");
+        assert!(md.contains("ebpf_x on 5.10 (ev: 5.0×, host 2.0×)"), "{md}");
+    }
 }
