@@ -186,7 +186,7 @@ fn pod_spec(indent: usize, priority_class: bool) -> String {
         let _ = writeln!(s, "priorityClassName: {DEFAULT_PRIORITY_CLASS}");
     }
     s.push_str("# Every node, whatever its taints.\ntolerations:\n  - operator: Exists\n");
-    s.push_str("securityContext:\n  seccompProfile:\n    # containerd 1.7+ and Docker 23+ allow bpf(2) and perf_event_open(2) under\n    # RuntimeDefault when CAP_BPF / CAP_PERFMON are granted; containerd 1.6,\n    # CRI-O and podman allow them only with CAP_SYS_ADMIN: there, use\n    # overlays/seccomp-profile (or overlays/seccomp-unconfined; see the README).\n    type: RuntimeDefault\n");
+    s.push_str("securityContext:\n  seccompProfile:\n    # containerd 1.7+, 1.6 since PR 7301 (Debian 12's 1.6.20 among them) and\n    # Docker 23+ allow bpf(2) and perf_event_open(2) under RuntimeDefault when\n    # CAP_BPF / CAP_PERFMON are granted; older containerd, CRI-O and podman\n    # allow them only with CAP_SYS_ADMIN: there, use overlays/seccomp-profile\n    # (or overlays/seccomp-unconfined; see the README).\n    type: RuntimeDefault\n");
     s.push_str("containers:\n  - name: node-agent\n");
     let _ = writeln!(s, "    image: {}", image());
     s.push_str("    args:\n");
@@ -455,7 +455,7 @@ fn overlay_gpu_only() -> String {
 
 fn overlay_seccomp_unconfined() -> String {
     kustomization(
-        "For runtimes whose RuntimeDefault seccomp profile refuses bpf(2) and\nperf_event_open(2) without CAP_SYS_ADMIN (containerd 1.6, CRI-O, podman)\nwhere Localhost profiles cannot be installed (prefer\noverlays/seccomp-profile): the agent runs unconfined by seccomp, still\nwith only its capabilities.",
+        "For runtimes whose RuntimeDefault seccomp profile refuses bpf(2) and\nperf_event_open(2) without CAP_SYS_ADMIN (containerd before 1.6's PR 7301, CRI-O, podman)\nwhere Localhost profiles cannot be installed (prefer\noverlays/seccomp-profile): the agent runs unconfined by seccomp, still\nwith only its capabilities.",
         BASE,
         "patches:\n  - target:\n      kind: DaemonSet\n      name: node-agent\n    patch: |-\n      - op: replace\n        path: /spec/template/spec/securityContext/seccompProfile/type\n        value: Unconfined\n",
     )

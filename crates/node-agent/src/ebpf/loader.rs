@@ -127,8 +127,8 @@ pub fn seccomp_remedy(call: Call) -> String {
         "the seccomp profile of the container refuses {}(2) although the capability is held: run the agent under the seccomp profile \
          node-agent ships (`node-agent seccomp-profile`; deploy/overlays/seccomp-profile installs it on each node and sets \
          seccompProfile type Localhost), or with seccompProfile type Unconfined (deploy/overlays/seccomp-unconfined). \
-         RuntimeDefault allows bpf and perf_event_open with CAP_BPF and CAP_PERFMON on containerd 1.7+ and Docker 23+, \
-         not on CRI-O, containerd 1.6 or podman 4",
+         RuntimeDefault allows bpf and perf_event_open with CAP_BPF and CAP_PERFMON on containerd 1.7+, containerd 1.6 since \
+         2022 (1.6.20 as Debian 12 ships it) and Docker 23+, not on CRI-O, podman 4 or older containerd",
         call.name()
     )
 }
