@@ -89,7 +89,9 @@ impl Drop for Daemon {
 
 /// A running etcd + kube-apiserver.
 pub struct ControlPlane {
-    // Dropped in this order: the API server before etcd, then the files.
+    // Dropped in this order: what runs against the API server, the API
+    // server, etcd, then the files.
+    others: Vec<Daemon>,
     _apiserver: Daemon,
     _etcd: Daemon,
     /// The API server's URL (`https://127.0.0.1:PORT`).
@@ -224,7 +226,17 @@ impl ControlPlane {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
-        Ok(ControlPlane { _apiserver: apiserver, _etcd: etcd, url, kubeconfig: admin, bin, ca_pem, log: d.join("apiserver.log"), dir })
+        Ok(ControlPlane {
+            others: Vec::new(),
+            _apiserver: apiserver,
+            _etcd: etcd,
+            url,
+            kubeconfig: admin,
+            bin,
+            ca_pem,
+            log: d.join("apiserver.log"),
+            dir,
+        })
     }
 
     /// [`ControlPlane::start`], or None with a message when the archive is
@@ -256,6 +268,62 @@ impl ControlPlane {
     /// kubectl with another kubeconfig.
     pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Output {
         kubectl(&self.bin, kubeconfig, args)
+    }
+
+    /// Starts kube-scheduler v1.36.2 (cluster-admin's kubeconfig, no leader
+    /// election), which binds pods to the Node objects a test makes; it is
+    /// stopped with the control plane.
+    pub fn start_scheduler(&mut self) -> Result<(), String> {
+        let d = self.dir.path();
+        let log = std::fs::File::create(d.join("scheduler.log")).map_err(|e| format!("scheduler.log: {e}"))?;
+        let child = Command::new(self.bin.join("kube-scheduler"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port", &free_port()?.to_string(), "--v=1"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("kube-scheduler: {e}"))?;
+        self.others.push(Daemon(child));
+        Ok(())
+    }
+
+    /// The scheduler's log, its last 40 lines.
+    pub fn scheduler_log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join("scheduler.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// A Node object `name` with `labels`, Ready and untainted, with room
+    /// for 110 pods (what a kubelet would register and report and the node
+    /// lifecycle controller make of it), no kubelet behind it.
+    pub fn node(&self, name: &str, labels: &[(&str, &str)]) -> Result<(), String> {
+        let labels: String = labels.iter().map(|(k, v)| format!("\n    {k}: \"{v}\"")).collect();
+        let node = format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:{}\n",
+            if labels.is_empty() { " {}".into() } else { labels }
+        );
+        let file = self.dir.path().join(format!("node-{name}.yaml"));
+        std::fs::write(&file, node).map_err(|e| e.to_string())?;
+        let run = |args: &[&str]| -> Result<(), String> {
+            let out = self.kubectl(args);
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!("kubectl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr)))
+            }
+        };
+        run(&["apply", "-f", &file.display().to_string()])?;
+        let room = r#"{"cpu":"4","memory":"8Gi","pods":"110"}"#;
+        let status = format!(
+            r#"{{"status":{{"capacity":{room},"allocatable":{room},"conditions":[{{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":null}}]}}}}"#
+        );
+        run(&["patch", "node", name, "--subresource=status", "--type=merge", "-p", &status])?;
+        // The API server taints a new Node not-ready (NoSchedule);
+        // kube-controller-manager's node lifecycle controller, not run here,
+        // lifts it once the node reports Ready.
+        run(&["taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-"])
     }
 
     /// A kubeconfig authenticating as ServiceAccount `namespace/name`,

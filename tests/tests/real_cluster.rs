@@ -9,7 +9,12 @@
 //!   ServiceAccount may do exactly get/list/watch on pods, services and
 //!   nodes beyond what every authenticated identity may, and the agent,
 //!   authenticating with a token the server issued for that ServiceAccount,
-//!   lists and watches the pods of its node and the Services.
+//!   lists and watches the pods of its node and the Services;
+//! - the NodeAgent controller, two replicas authenticated as its
+//!   ServiceAccount, with kube-scheduler binding its pods to Node objects
+//!   (no kubelet: a loop here plays its part, marking bound pods running
+//!   and confirming deletions): install through the health gate, canary
+//!   first, maxUnavailable kept, failover to the standby.
 //!
 //! The prometheus-operator overlay is left out here: its kinds need the
 //! operator's CRDs, which nothing on this machine ships (deploy.rs checks
@@ -244,4 +249,248 @@ impl Agent {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
+
+// ---- the NodeAgent controller against the real API server ---------------
+
+/// A kube client from a kubeconfig file.
+async fn kube_client(path: &Path) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.expect("config");
+    kube::Client::try_from(cfg).expect("client")
+}
+
+/// What the kubelet does for the agent pods the scheduler bound, every
+/// 100 ms (no kubelet runs here): a bound pod runs at 127.0.0.1, its
+/// containers ready at once, Ready when every readiness gate is True (the
+/// health gate's condition, set by the controller); a pod being deleted is
+/// gone at once (the kubelet confirms with a zero grace period).
+fn kubelet(admin: kube::Client) -> tokio::task::JoinHandle<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+    tokio::spawn(async move {
+        let pods: Api<Pod> = Api::namespaced(admin, "monitoring");
+        loop {
+            for p in pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                if p.metadata.deletion_timestamp.is_some() {
+                    let _ = pods.delete(&name, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await;
+                    continue;
+                }
+                let Some(spec) = &p.spec else { continue };
+                if spec.node_name.is_none() {
+                    continue;
+                }
+                let conds = p.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+                let is_true = |t: &str| conds.iter().any(|c| c.type_ == t && c.status == "True");
+                let ready = spec.readiness_gates.iter().flatten().all(|g| is_true(&g.condition_type));
+                let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                if running && is_true("Ready") == ready {
+                    continue;
+                }
+                let now = node_agent_tests::apiserver::now();
+                let patch = serde_json::json!({"status": {
+                    "phase": "Running", "hostIP": "127.0.0.1", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
+                    "conditions": [
+                        {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                        {"type": "Ready", "status": if ready { "True" } else { "False" }, "lastTransitionTime": now},
+                    ],
+                }});
+                let _ = pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+/// The rollout of `image` is complete on `nodes` nodes: the NodeAgent's
+/// status and the pods agree, one Ready pod of `image` per node.
+async fn complete(admin: &kube::Client, image: &str, nodes: usize) -> bool {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DynamicObject, ListParams};
+    let gvk = kube::api::GroupVersionKind::gvk("nodeagent.io", "v1alpha1", "NodeAgent");
+    let ar = kube::api::ApiResource::from_gvk(&gvk);
+    let nas: Api<DynamicObject> = Api::namespaced_with(admin.clone(), "monitoring", &ar);
+    let Ok(na) = nas.get("e2e").await else { return false };
+    let s = &na.data["status"];
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "monitoring");
+    let items = pods.list(&ListParams::default().labels("nodeagent.io/name=e2e")).await.map(|l| l.items).unwrap_or_default();
+    let ready = |p: &Pod| {
+        p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    };
+    let image_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.containers.first()).and_then(|c| c.image.clone()).unwrap_or_default();
+    let nodes_used: BTreeSet<String> = items.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect();
+    s["numberAvailable"] == nodes
+        && s["updatedNumberScheduled"] == nodes
+        && s["currentRevision"] == s["updateRevision"]
+        && items.iter().filter(|p| image_of(p) == image && ready(p)).count() == nodes
+        && items.len() == nodes
+        && nodes_used.len() == nodes
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.trim().parse().ok())).unwrap_or(0.0)
+}
+
+fn scrape(addr: std::net::SocketAddr) -> String {
+    node_agent_tests::compare::http_get(&format!("http://{addr}/metrics")).unwrap_or_default()
+}
+
+fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port")
+}
+
+async fn wait_for(cp: &ControlPlane, what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}; the cluster:\n{}", state(cp));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The cluster's state for a failure message: the agent pods, the
+/// NodeAgent, the events, the scheduler's log.
+fn state(cp: &ControlPlane) -> String {
+    let show = |args: &[&str]| {
+        let out = cp.kubectl(args);
+        format!("$ kubectl {}\n{}{}", args.join(" "), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    };
+    [
+        show(&["-n", "monitoring", "get", "pods", "-o", "wide"]),
+        show(&["-n", "monitoring", "get", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.conditions}{\"\\n\"}{end}"]),
+        show(&["-n", "monitoring", "get", "nodeagent", "e2e", "-o", "yaml"]),
+        show(&["get", "events", "-A"]),
+        show(&["get", "nodes", "-o", "yaml"]),
+        format!("the scheduler's log:\n{}", cp.scheduler_log_tail()),
+    ]
+    .join("\n")
+}
+
+fn replica(identity: &str, metrics: std::net::SocketAddr) -> controller::Options {
+    controller::Options {
+        namespace: None,
+        metrics_address: metrics,
+        lease_namespace: "monitoring".into(),
+        lease_name: "node-agent-controller".into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(3),
+    }
+}
+
+/// Two controller replicas, each authenticated as the controller's
+/// ServiceAccount with deploy/'s RBAC, against the real API server (with
+/// OwnerReferencesPermissionEnforcement) and the real scheduler binding
+/// the pods to four Node objects: the install passes the health gate
+/// through a real agent's /metrics, a new image goes to the canary node
+/// first and never leaves more than maxUnavailable nodes without a Ready
+/// agent, and when the leader stops the standby takes the lease and rolls
+/// the next image out.
+#[test]
+fn the_controller_rolls_out_canary_first_and_fails_over_on_a_real_api_server() {
+    let Some(mut cp) = ControlPlane::start_or_skip("the controller against a real API server") else { return };
+    cp.start_scheduler().expect("kube-scheduler");
+    ok(&cp, &["apply", "-k", &dir("deploy/crd")]);
+    ok(&cp, &["wait", "--for=condition=Established", "crd/nodeagents.nodeagent.io", "--timeout=60s"]);
+    ok(&cp, &["apply", "-k", &dir("deploy/overlays/controller")]);
+    // The sample NodeAgent goes; the test's own follows. The namespace's
+    // default ServiceAccount is what kube-controller-manager (not run here)
+    // would have made.
+    ok(&cp, &["-n", "monitoring", "delete", "nodeagent", "node-agent"]);
+    ok(&cp, &["-n", "monitoring", "create", "serviceaccount", "default"]);
+    const NODES: usize = 4;
+    for i in 0..NODES {
+        let labels: &[(&str, &str)] = if i == 2 { &[("nodeagent.io/wave", "canary")] } else { &[] };
+        cp.node(&format!("n{i}"), labels).expect("node");
+    }
+    let sa = cp.token_kubeconfig("monitoring", "node-agent-controller").expect("the controller's token");
+
+    // A real agent for the health gate to scrape (every pod's IP is
+    // 127.0.0.1 here, the gate's port this agent's).
+    let m = node_agent::cmd::command()
+        .try_get_matches_from([
+            "node-agent",
+            "--web.listen-address=127.0.0.1:0",
+            "--collector.disable-defaults",
+            "--collector.loadavg",
+            "--collector.meminfo",
+        ])
+        .expect("flags");
+    let agent = node_agent::agent::Agent::start(&m).expect("agent");
+    let port = agent.addrs[0].port();
+    let na = format!(
+        "apiVersion: nodeagent.io/v1alpha1\nkind: NodeAgent\nmetadata:\n  name: e2e\n  namespace: monitoring\nspec:\n  selector:\n    matchLabels: {{app: e2e}}\n  template:\n    metadata:\n      labels: {{app: e2e}}\n    spec:\n      containers:\n      - {{name: agent, image: \"agent:1\"}}\n  updateStrategy:\n    rollingUpdate: {{maxUnavailable: 2}}\n  rollout:\n    waves:\n    - name: canary\n      selector:\n        matchLabels: {{nodeagent.io/wave: canary}}\n    healthGate: {{port: {port}, requiredCollectors: [loadavg, meminfo], deadlineSeconds: 60, minPrograms: 0}}\n"
+    );
+    let file = tempfile::NamedTempFile::new().expect("tempfile");
+    std::fs::write(file.path(), na).expect("write");
+    let patch_image = |image: &str| {
+        let p = format!(r#"{{"spec":{{"template":{{"spec":{{"containers":[{{"name":"agent","image":"{image}"}}]}}}}}}}}"#);
+        ok(&cp, &["-n", "monitoring", "patch", "nodeagent", "e2e", "--type=merge", "-p", &p]);
+    };
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let admin = kube_client(&cp.kubeconfig).await;
+        let kubelet = kubelet(admin.clone());
+        let (ma, mb) = (free_addr(), free_addr());
+        let (stop_a, rx_a) = tokio::sync::oneshot::channel::<()>();
+        let (stop_b, rx_b) = tokio::sync::oneshot::channel::<()>();
+        let a = tokio::spawn(controller::run_until(kube_client(&sa).await, replica("replica-a", ma), async move {
+            let _ = rx_a.await;
+        }));
+        wait_for(&cp, "replica-a to lead", 30, async || metric(&scrape(ma), "node_agent_controller_leader") == 1.0).await;
+        let b = tokio::spawn(controller::run_until(kube_client(&sa).await, replica("replica-b", mb), async move {
+            let _ = rx_b.await;
+        }));
+        ok(&cp, &["apply", "-f", &file.path().display().to_string()]);
+        wait_for(&cp, "the first install", 90, async || complete(&admin, "agent:1", NODES).await).await;
+        let pods = ok(&cp, &["-n", "monitoring", "get", "pods", "-l", "nodeagent.io/name=e2e", "-o", "json"]);
+        let pods: serde_json::Value = serde_json::from_str(&pods).expect("json");
+        for p in pods["items"].as_array().expect("pods") {
+            let conds = p["status"]["conditions"].as_array().expect("conditions");
+            assert!(conds.iter().any(|c| c["type"] == "nodeagent.io/health-gate" && c["status"] == "True"), "{p}");
+        }
+        ok(&cp, &["get", "priorityclass", "node-agent-critical"]);
+        assert_eq!(metric(&scrape(mb), "node_agent_controller_reconciles_total"), 0.0, "the standby never reconciles");
+
+        // agent:2: the canary node (n2) first; never more than
+        // maxUnavailable nodes without a Ready agent (polled).
+        patch_image("agent:2");
+        let mut order: Vec<String> = Vec::new();
+        let mut worst = 0usize;
+        wait_for(&cp, "the agent:2 rollout", 120, async || {
+            let out = cp.kubectl(&["-n", "monitoring", "get", "pods", "-l", "nodeagent.io/name=e2e", "-o", "json"]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            let mut ready_nodes = BTreeSet::new();
+            for p in v["items"].as_array().into_iter().flatten() {
+                let node = p["spec"]["nodeName"].as_str().unwrap_or_default().to_string();
+                let ready =
+                    p["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+                if ready && !node.is_empty() {
+                    ready_nodes.insert(node.clone());
+                }
+                if p["spec"]["containers"][0]["image"] == "agent:2" && !node.is_empty() && !order.contains(&node) {
+                    order.push(node);
+                }
+            }
+            worst = worst.max(NODES - ready_nodes.len().min(NODES));
+            complete(&admin, "agent:2", NODES).await
+        })
+        .await;
+        assert_eq!(order.first().map(String::as_str), Some("n2"), "the canary first: {order:?}");
+        assert!(worst <= 2, "at most maxUnavailable (2) nodes without a Ready agent, saw {worst}");
+
+        // Failover.
+        let _ = stop_a.send(());
+        a.await.expect("join").expect("replica-a stops cleanly");
+        wait_for(&cp, "replica-b to lead", 20, async || metric(&scrape(mb), "node_agent_controller_leader") == 1.0).await;
+        patch_image("agent:3");
+        wait_for(&cp, "the agent:3 rollout by replica-b", 120, async || complete(&admin, "agent:3", NODES).await).await;
+        assert!(metric(&scrape(mb), "node_agent_controller_reconciles_total") > 0.0);
+        let holder = ok(&cp, &["-n", "monitoring", "get", "lease", "node-agent-controller", "-o", "jsonpath={.spec.holderIdentity}"]);
+        assert_eq!(holder, "replica-b");
+        let _ = stop_b.send(());
+        b.await.expect("join").expect("replica-b stops cleanly");
+        kubelet.abort();
+    });
+    drop(agent);
 }
