@@ -68,8 +68,23 @@ fn free_port() -> Result<u16, String> {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(|e| e.to_string())
 }
 
-/// A child killed (SIGTERM, then SIGKILL after 5 s) and reaped when dropped.
+/// A child killed (SIGTERM, then SIGKILL after 5 s) and reaped when dropped,
+/// and killed by the kernel if the thread that started it dies first (a
+/// test killed on a timeout leaves no API server behind).
 struct Daemon(Child);
+
+/// `cmd`, to die with the thread that spawns it.
+fn dies_with_us(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches
+    // only the child's own state, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        })
+    }
+}
 
 impl Drop for Daemon {
     fn drop(&mut self) {
@@ -168,7 +183,7 @@ impl ControlPlane {
         let ca_pem = certificates(d)?;
         let (client, peer, secure) = (free_port()?, free_port()?, free_port()?);
         let log = |name: &str| std::fs::File::create(d.join(name)).map_err(|e| format!("{name}: {e}"));
-        let etcd = Command::new(bin.join("etcd"))
+        let etcd = dies_with_us(&mut Command::new(bin.join("etcd")))
             .arg("--data-dir")
             .arg(d.join("etcd"))
             .args(["--name", "test"])
@@ -184,7 +199,7 @@ impl ControlPlane {
             .map_err(|e| format!("etcd: {e}"))?;
         let etcd = Daemon(etcd);
         let f = |name: &str| d.join(name).display().to_string();
-        let apiserver = Command::new(bin.join("kube-apiserver"))
+        let apiserver = dies_with_us(&mut Command::new(bin.join("kube-apiserver")))
             .args(["--etcd-servers", &format!("http://127.0.0.1:{client}")])
             .args(["--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1"])
             .args(["--secure-port", &secure.to_string()])
@@ -276,7 +291,7 @@ impl ControlPlane {
     pub fn start_scheduler(&mut self) -> Result<(), String> {
         let d = self.dir.path();
         let log = std::fs::File::create(d.join("scheduler.log")).map_err(|e| format!("scheduler.log: {e}"))?;
-        let child = Command::new(self.bin.join("kube-scheduler"))
+        let child = dies_with_us(&mut Command::new(self.bin.join("kube-scheduler")))
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args(["--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port", &free_port()?.to_string(), "--v=1"])
@@ -284,6 +299,25 @@ impl ControlPlane {
             .stderr(log)
             .spawn()
             .map_err(|e| format!("kube-scheduler: {e}"))?;
+        self.others.push(Daemon(child));
+        Ok(())
+    }
+
+    /// Starts kube-controller-manager v1.36.2 running only `controllers`
+    /// (e.g. `daemonset`), with cluster-admin's kubeconfig and no leader
+    /// election; it is stopped with the control plane.
+    pub fn start_controller_manager(&mut self, controllers: &str) -> Result<(), String> {
+        let d = self.dir.path();
+        let log = std::fs::File::create(d.join("controller-manager.log")).map_err(|e| format!("controller-manager.log: {e}"))?;
+        let child = dies_with_us(&mut Command::new(self.bin.join("kube-controller-manager")))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--controllers", controllers, "--leader-elect=false", "--use-service-account-credentials=false"])
+            .args(["--bind-address=127.0.0.1", "--secure-port", &free_port()?.to_string(), "--v=1"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("kube-controller-manager: {e}"))?;
         self.others.push(Daemon(child));
         Ok(())
     }

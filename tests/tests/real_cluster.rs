@@ -14,7 +14,9 @@
 //!   ServiceAccount, with kube-scheduler binding its pods to Node objects
 //!   (no kubelet: a loop here plays its part, marking bound pods running
 //!   and confirming deletions): install through the health gate, canary
-//!   first, maxUnavailable kept, failover to the standby.
+//!   first, maxUnavailable kept, failover to the standby;
+//! - `plan` against kube-controller-manager's DaemonSet controller: for
+//!   five DaemonSets on the fixture cluster's nodes, the same nodes.
 //!
 //! The prometheus-operator overlay is left out here: its kinds need the
 //! operator's CRDs, which nothing on this machine ships (deploy.rs checks
@@ -493,4 +495,124 @@ fn the_controller_rolls_out_canary_first_and_fails_over_on_a_real_api_server() {
         kubelet.abort();
     });
     drop(agent);
+}
+
+// ---- plan against the real DaemonSet controller ----------------------------
+
+/// `plan` decides, node by node, where a DaemonSet runs exactly as the real
+/// DaemonSet controller (kube-controller-manager v1.36.2, `--controllers
+/// daemonset`) places its pods: the fixture cluster's nodes (a tainted
+/// control plane, a NotReady worker, a GPU node, an SSD node in zone a, a
+/// cordoned node, a NoExecute-dedicated node) made on the real server, and
+/// deploy/'s DaemonSet, the GPU-only overlay's, the fixtures' and one with
+/// no tolerations at all. The planner is given the nodes as the server
+/// holds them (with what its admission added).
+#[test]
+fn plan_places_pods_on_the_nodes_the_real_daemonset_controller_does() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::Node;
+    use planner::{input, plan};
+    let Some(mut cp) = ControlPlane::start_or_skip("plan against the real DaemonSet controller") else { return };
+    cp.start_controller_manager("daemonset").expect("kube-controller-manager");
+    ok(&cp, &["apply", "-k", &dir("deploy/namespace")]);
+    ok(&cp, &["-n", "monitoring", "create", "serviceaccount", "default"]);
+    ok(&cp, &["apply", "-k", &dir("deploy/agent-rbac")]);
+    let fixture = root().join("tests/fixtures/daemonset/nodes.yaml");
+    let wanted: Vec<Node> = input::read(&fixture, "Node").expect("nodes");
+    ok(&cp, &["apply", "-f", &fixture.display().to_string()]);
+    for n in &wanted {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        // Status goes through its subresource; the taint the server adds to
+        // every new Node stays only where the fixture has it.
+        if let Some(status) = &n.status {
+            let p = serde_json::json!({"status": status}).to_string();
+            ok(&cp, &["patch", "node", &name, "--subresource=status", "--type=merge", "-p", &p]);
+        }
+        let has = |effect: &str| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key == "node.kubernetes.io/not-ready" && t.effect == effect))
+        };
+        if !has("NoSchedule") {
+            let _ = cp.kubectl(&["taint", "node", &name, "node.kubernetes.io/not-ready:NoSchedule-"]);
+        }
+    }
+    let held = tempfile::NamedTempFile::new().expect("tempfile");
+    std::fs::write(held.path(), ok(&cp, &["get", "nodes", "-o", "yaml"])).expect("write");
+    let nodes: Vec<Node> = input::read(held.path(), "Node").expect("the server's nodes");
+    assert_eq!(nodes.len(), wanted.len());
+
+    let plain = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: plain, namespace: monitoring}\nspec:\n  selector: {matchLabels: {app: plain}}\n  template:\n    metadata: {labels: {app: plain}}\n    spec:\n      containers: [{name: c, image: \"plain:1\"}]\n";
+    let plain_file = tempfile::NamedTempFile::new().expect("tempfile");
+    std::fs::write(plain_file.path(), plain).expect("write");
+    let deploy_ds = tempfile::NamedTempFile::new().expect("tempfile");
+    std::fs::write(deploy_ds.path(), ok(&cp, &["kustomize", &dir("deploy/agent")])).expect("write");
+    let gpu_ds = tempfile::NamedTempFile::new().expect("tempfile");
+    std::fs::write(gpu_ds.path(), ok(&cp, &["kustomize", &dir("deploy/overlays/gpu-only")])).expect("write");
+    let cases: Vec<(&str, PathBuf)> = vec![
+        ("deploy/", deploy_ds.path().to_path_buf()),
+        ("deploy/overlays/gpu-only", gpu_ds.path().to_path_buf()),
+        ("fixture gpu-only", root().join("tests/fixtures/daemonset/gpu-only.yaml")),
+        ("fixture ssd-zone-a", root().join("tests/fixtures/daemonset/ssd-zone-a.yaml")),
+        ("no tolerations", plain_file.path().to_path_buf()),
+    ];
+    for (what, file) in cases {
+        let ds: DaemonSet = input::read::<DaemonSet>(&file, "DaemonSet").expect("daemonset").remove(0);
+        let name = ds.metadata.name.clone().unwrap_or_default();
+        let ns = ds.metadata.namespace.clone().unwrap_or_else(|| "monitoring".into());
+        let planned = plan::plan(&ds, &nodes, &[], planner::builders::at(1_000), None).expect("plan");
+        let want: BTreeSet<String> = planned.nodes.iter().filter(|n| n.should_run).map(|n| n.node.clone()).collect();
+        // Only the DaemonSet: a kustomization's other objects are applied
+        // too (the PriorityClass its pods name).
+        ok(&cp, &["apply", "-f", &file.display().to_string()]);
+        let t = Instant::now();
+        let placed = loop {
+            let out = ok(&cp, &["-n", &ns, "get", "pods", "-o", "json"]);
+            let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+            let placed: BTreeSet<String> = v["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["metadata"]["ownerReferences"][0]["name"] == name.as_str())
+                .filter_map(|p| {
+                    p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+                        ["matchFields"][0]["values"][0]
+                        .as_str()
+                        .map(str::to_string)
+                })
+                .collect();
+            let ds_status = ok(
+                &cp,
+                &["-n", &ns, "get", "daemonset", &name, "-o", "jsonpath={.status.observedGeneration} {.status.desiredNumberScheduled}"],
+            );
+            let settled = ds_status.split_whitespace().nth(1).and_then(|d| d.parse::<usize>().ok()) == Some(placed.len())
+                && ds_status.starts_with('1');
+            if settled && t.elapsed() > Duration::from_secs(2) {
+                break placed;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{what}: the DaemonSet controller did not settle: {ds_status}, pods on {placed:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert_eq!(
+            placed, want,
+            "{what}: the real DaemonSet controller placed pods on {placed:?}, plan says {want:?}: {:#?}",
+            planned.nodes
+        );
+        eprintln!("{what}: plan and the DaemonSet controller agree on {} of {} nodes: {placed:?}", placed.len(), nodes.len());
+        ok(&cp, &["-n", &ns, "delete", "daemonset", &name, "--cascade=background"]);
+        ok(&cp, &["-n", &ns, "delete", "pods", "-l", &label_selector(&ds), "--grace-period=0", "--force"]);
+    }
+}
+
+/// The DaemonSet's selector as a label selector string.
+fn label_selector(ds: &k8s_openapi::api::apps::v1::DaemonSet) -> String {
+    ds.spec
+        .as_ref()
+        .and_then(|s| s.selector.match_labels.as_ref())
+        .map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","))
+        .unwrap_or_default()
 }
