@@ -107,7 +107,9 @@ pub struct ControlPlane {
     // Dropped in this order: what runs against the API server, the API
     // server, etcd, then the files.
     others: Vec<Daemon>,
-    _apiserver: Daemon,
+    apiserver: Option<Daemon>,
+    /// etcd's client port and the API server's.
+    ports: (u16, u16),
     _etcd: Daemon,
     /// The API server's URL (`https://127.0.0.1:PORT`).
     pub url: String,
@@ -173,6 +175,53 @@ fn kubeconfig(path: &Path, url: &str, ca: &Path, user: &str) -> Result<(), Strin
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// Starts kube-apiserver on `secure` against etcd on `client`, with the
+/// certificates in `d`, and waits until `/readyz` answers ok. Its log is
+/// appended to `d/apiserver.log`.
+fn apiserver(bin: &Path, d: &Path, client: u16, secure: u16, admin: &Path) -> Result<Daemon, String> {
+    let f = |name: &str| d.join(name).display().to_string();
+    let log =
+        std::fs::OpenOptions::new().create(true).append(true).open(d.join("apiserver.log")).map_err(|e| format!("apiserver.log: {e}"))?;
+    let child = dies_with_us(&mut Command::new(bin.join("kube-apiserver")))
+        .args(["--etcd-servers", &format!("http://127.0.0.1:{client}")])
+        .args(["--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1"])
+        .args(["--secure-port", &secure.to_string()])
+        .args(["--endpoint-reconciler-type", "none"])
+        .args(["--tls-cert-file", &f("apiserver.crt"), "--tls-private-key-file", &f("apiserver.key")])
+        .args(["--client-ca-file", &f("ca.crt")])
+        .args(["--service-account-issuer", "https://kubernetes.default.svc.cluster.local"])
+        .args(["--service-account-key-file", &f("sa.pub"), "--service-account-signing-key-file", &f("sa.key")])
+        .args(["--service-cluster-ip-range", SERVICE_RANGE])
+        .args(["--authorization-mode", "Node,RBAC"])
+        .args(["--enable-admission-plugins", "OwnerReferencesPermissionEnforcement"])
+        .args(["--cert-dir", &f("certs")])
+        .arg("--v=1")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("kube-apiserver: {e}"))?;
+    let mut apiserver = Daemon(child);
+    let tail = || {
+        let text = std::fs::read_to_string(d.join("apiserver.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    };
+    let t = Instant::now();
+    loop {
+        let out = kubectl(bin, admin, &["get", "--raw", "/readyz"]);
+        if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok" {
+            return Ok(apiserver);
+        }
+        if let Ok(Some(status)) = apiserver.0.try_wait() {
+            return Err(format!("kube-apiserver exited ({status}):\n{}", tail()));
+        }
+        if t.elapsed() > Duration::from_secs(90) {
+            return Err(format!("kube-apiserver not ready in 90 s:\n{}", tail()));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 impl ControlPlane {
     /// Starts etcd and the API server and waits until `/readyz` answers ok
     /// (about 5–15 s here).
@@ -199,51 +248,15 @@ impl ControlPlane {
             .map_err(|e| format!("etcd: {e}"))?;
         let etcd = Daemon(etcd);
         let f = |name: &str| d.join(name).display().to_string();
-        let apiserver = dies_with_us(&mut Command::new(bin.join("kube-apiserver")))
-            .args(["--etcd-servers", &format!("http://127.0.0.1:{client}")])
-            .args(["--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1"])
-            .args(["--secure-port", &secure.to_string()])
-            .args(["--endpoint-reconciler-type", "none"])
-            .args(["--tls-cert-file", &f("apiserver.crt"), "--tls-private-key-file", &f("apiserver.key")])
-            .args(["--client-ca-file", &f("ca.crt")])
-            .args(["--service-account-issuer", "https://kubernetes.default.svc.cluster.local"])
-            .args(["--service-account-key-file", &f("sa.pub"), "--service-account-signing-key-file", &f("sa.key")])
-            .args(["--service-cluster-ip-range", SERVICE_RANGE])
-            .args(["--authorization-mode", "Node,RBAC"])
-            .args(["--enable-admission-plugins", "OwnerReferencesPermissionEnforcement"])
-            .args(["--cert-dir", &f("certs")])
-            .arg("--v=1")
-            .stdout(Stdio::null())
-            .stderr(log("apiserver.log")?)
-            .spawn()
-            .map_err(|e| format!("kube-apiserver: {e}"))?;
-        let mut apiserver = Daemon(apiserver);
         let url = format!("https://127.0.0.1:{secure}");
         let admin = d.join("admin.kubeconfig");
         let user = format!("    client-certificate: {}\n    client-key: {}\n", f("admin.crt"), f("admin.key"));
         kubeconfig(&admin, &url, &d.join("ca.crt"), &user)?;
-        let tail = || {
-            let text = std::fs::read_to_string(d.join("apiserver.log")).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            lines[lines.len().saturating_sub(40)..].join("\n")
-        };
-        let t = Instant::now();
-        loop {
-            let out = kubectl(&bin, &admin, &["get", "--raw", "/readyz"]);
-            if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok" {
-                break;
-            }
-            if let Ok(Some(status)) = apiserver.0.try_wait() {
-                return Err(format!("kube-apiserver exited ({status}):\n{}", tail()));
-            }
-            if t.elapsed() > Duration::from_secs(90) {
-                return Err(format!("kube-apiserver not ready in 90 s:\n{}", tail()));
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        let apiserver = apiserver(&bin, d, client, secure, &admin)?;
         Ok(ControlPlane {
             others: Vec::new(),
-            _apiserver: apiserver,
+            apiserver: Some(apiserver),
+            ports: (client, secure),
             _etcd: etcd,
             url,
             kubeconfig: admin,
@@ -283,6 +296,18 @@ impl ControlPlane {
     /// kubectl with another kubeconfig.
     pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Output {
         kubectl(&self.bin, kubeconfig, args)
+    }
+
+    /// Stops the API server (SIGTERM, as a rolling control-plane upgrade
+    /// does), keeps it down for `down`, and starts it again on the same
+    /// port and etcd; returns once it is ready. Clients' watches break and
+    /// resume against a fresh watch cache.
+    pub fn restart_apiserver(&mut self, down: Duration) -> Result<(), String> {
+        let (client, secure) = self.ports;
+        drop(self.apiserver.take());
+        std::thread::sleep(down);
+        self.apiserver = Some(apiserver(&self.bin, self.dir.path(), client, secure, &self.kubeconfig)?);
+        Ok(())
     }
 
     /// Starts kube-scheduler v1.36.2 (cluster-admin's kubeconfig, no leader

@@ -16,7 +16,10 @@
 //!   and confirming deletions): install through the health gate, canary
 //!   first, maxUnavailable kept, failover to the standby;
 //! - `plan` against kube-controller-manager's DaemonSet controller: for
-//!   five DaemonSets on the fixture cluster's nodes, the same nodes.
+//!   five DaemonSets on the fixture cluster's nodes, the same nodes;
+//! - the agent's pod watch across a restart of the API server (connection
+//!   refused, then 403 while the restarted server's RBAC cache fills, then
+//!   410 Gone for the old resourceVersion: seen here, each handled).
 //!
 //! The prometheus-operator overlay is left out here: its kinds need the
 //! operator's CRDs, which nothing on this machine ships (deploy.rs checks
@@ -213,6 +216,10 @@ struct Agent {
 
 impl Agent {
     fn start(kubeconfig: &Path) -> Agent {
+        Agent::start_with(kubeconfig, &[])
+    }
+
+    fn start_with(kubeconfig: &Path, flags: &[&str]) -> Agent {
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
         let log = tempfile::NamedTempFile::new().expect("log file");
         let child = Command::new(node_agent_tests::agent_binary())
@@ -224,6 +231,7 @@ impl Agent {
                 "--collector.ebpf_pods.node-name=node-a".into(),
                 format!("--collector.ebpf_pods.kubeconfig={}", kubeconfig.display()),
             ])
+            .args(flags)
             .stdout(Stdio::null())
             .stderr(log.reopen().expect("log"))
             .spawn()
@@ -615,4 +623,43 @@ fn label_selector(ds: &k8s_openapi::api::apps::v1::DaemonSet) -> String {
         .and_then(|s| s.selector.match_labels.as_ref())
         .map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","))
         .unwrap_or_default()
+}
+
+/// The agent's pod watch across a restart of the real API server (as a
+/// control-plane upgrade does): the watch breaks, the agent lists again
+/// when the server is back, and the pods of its node it then knows are the
+/// server's: two before, then one after both were deleted and another
+/// made, then three. A 1 s grace period lets deleted pods go at once.
+#[test]
+fn the_pod_watch_follows_the_real_api_server_across_a_restart() {
+    let Some(mut cp) = ControlPlane::start_or_skip("the pod watch across an API server restart") else { return };
+    if !node_agent_tests::host::root_or_skip("the agent's eBPF collectors") {
+        return;
+    }
+    ok(&cp, &["apply", "-k", &dir("deploy")]);
+    ok(&cp, &["-n", "default", "create", "serviceaccount", "default"]);
+    let kubeconfig = cp.token_kubeconfig("monitoring", "node-agent").expect("a token for node-agent");
+    let agent = Agent::start_with(&kubeconfig, &["--collector.ebpf_pods.grace-period=1s"]);
+    let pods = |names: &[&str]| -> PathBuf {
+        let text: String = names
+            .iter()
+            .map(|n| format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {n}\n  namespace: default\nspec:\n  nodeName: node-a\n  containers:\n  - name: c\n    image: example.invalid/none\n---\n"))
+            .collect();
+        let path = std::env::temp_dir().join(format!("real-cluster-pods-{}-{}.yaml", std::process::id(), names.join("-")));
+        std::fs::write(&path, text).expect("write");
+        path
+    };
+    let known = || agent.value("node_ebpf_pod_attribution_pods");
+    ok(&cp, &["apply", "-f", &pods(&["web-0", "web-1"]).display().to_string()]);
+    agent.until("two pods known", &|| known() == Some(2.0));
+
+    cp.restart_apiserver(Duration::from_secs(3)).expect("the API server back");
+    ok(&cp, &["-n", "default", "delete", "pod", "web-0", "web-1", "--grace-period=0", "--force"]);
+    ok(&cp, &["apply", "-f", &pods(&["web-2"]).display().to_string()]);
+    agent.until("one pod known after the restart", &|| known() == Some(1.0));
+    ok(&cp, &["apply", "-f", &pods(&["web-3", "web-4"]).display().to_string()]);
+    agent.until("three pods known", &|| known() == Some(3.0));
+    agent.until("the watch synced", &|| agent.value("node_ebpf_pod_attribution_synced") == Some(1.0));
+    let log = agent.logs();
+    eprintln!("the agent's log across the restart:\n{log}");
 }
