@@ -14,7 +14,9 @@
 //!   ServiceAccount, with kube-scheduler binding its pods to Node objects
 //!   (no kubelet: a loop here plays its part, marking bound pods running
 //!   and confirming deletions): install through the health gate, canary
-//!   first, maxUnavailable kept, failover to the standby;
+//!   first, maxUnavailable kept, failover to the standby; a gate failing
+//!   past its deadline halts and rolls back, the status's counts agreeing
+//!   with the pods after;
 //! - `plan` against kube-controller-manager's DaemonSet controller: for
 //!   five DaemonSets on the fixture cluster's nodes, the same nodes;
 //! - the agent's pod watch across a restart of the API server (connection
@@ -271,10 +273,11 @@ async fn kube_client(path: &Path) -> kube::Client {
 }
 
 /// What the kubelet does for the agent pods the scheduler bound, every
-/// 100 ms (no kubelet runs here): a bound pod runs at 127.0.0.1, its
-/// containers ready at once, Ready when every readiness gate is True (the
-/// health gate's condition, set by the controller); a pod being deleted is
-/// gone at once (the kubelet confirms with a zero grace period).
+/// 100 ms (no kubelet runs here): a bound pod runs at 127.0.0.1 (an image
+/// named `agent:bad` at 127.0.0.2, where no agent answers the health
+/// gate), its containers ready at once, Ready when every readiness gate is
+/// True (the health gate's condition, set by the controller); a pod being
+/// deleted is gone at once (the kubelet confirms with a zero grace period).
 fn kubelet(admin: kube::Client) -> tokio::task::JoinHandle<()> {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -299,8 +302,10 @@ fn kubelet(admin: kube::Client) -> tokio::task::JoinHandle<()> {
                     continue;
                 }
                 let now = node_agent_tests::apiserver::now();
+                let bad = spec.containers.first().and_then(|c| c.image.as_deref()) == Some("agent:bad");
+                let ip = if bad { "127.0.0.2" } else { "127.0.0.1" };
                 let patch = serde_json::json!({"status": {
-                    "phase": "Running", "hostIP": "127.0.0.1", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
+                    "phase": "Running", "hostIP": "127.0.0.1", "podIP": ip, "podIPs": [{"ip": ip}],
                     "conditions": [
                         {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
                         {"type": "Ready", "status": if ready { "True" } else { "False" }, "lastTransitionTime": now},
@@ -387,6 +392,60 @@ fn replica(identity: &str, metrics: std::net::SocketAddr) -> controller::Options
     }
 }
 
+/// What the controller tests run against: the control plane with
+/// kube-scheduler, deploy/'s CRD and controller RBAC, four Ready Node
+/// objects (n2 the canary wave), the controller's token, a real agent for
+/// the health gate (every pod's IP is 127.0.0.1 here, the gate's port this
+/// agent's) and the test's NodeAgent `e2e` (agent:1, maxUnavailable 2, the
+/// canary wave, the gate on loadavg and meminfo) in a file, not applied.
+struct Bed {
+    // The agent goes first, the control plane last.
+    _agent: node_agent::agent::Agent,
+    nodeagent: tempfile::NamedTempFile,
+    sa: PathBuf,
+    cp: ControlPlane,
+}
+
+const NODES: usize = 4;
+
+impl Bed {
+    fn start(what: &str, auto_rollback: bool) -> Option<Bed> {
+        let mut cp = ControlPlane::start_or_skip(what)?;
+        cp.start_scheduler().expect("kube-scheduler");
+        ok(&cp, &["apply", "-k", &dir("deploy/crd")]);
+        ok(&cp, &["wait", "--for=condition=Established", "crd/nodeagents.nodeagent.io", "--timeout=60s"]);
+        ok(&cp, &["apply", "-k", &dir("deploy/overlays/controller")]);
+        // The sample NodeAgent goes; the test's own follows. The namespace's
+        // default ServiceAccount is what kube-controller-manager (not run
+        // here) would have made.
+        ok(&cp, &["-n", "monitoring", "delete", "nodeagent", "node-agent"]);
+        ok(&cp, &["-n", "monitoring", "create", "serviceaccount", "default"]);
+        for i in 0..NODES {
+            let labels: &[(&str, &str)] = if i == 2 { &[("nodeagent.io/wave", "canary")] } else { &[] };
+            cp.node(&format!("n{i}"), labels).expect("node");
+        }
+        let sa = cp.token_kubeconfig("monitoring", "node-agent-controller").expect("the controller's token");
+        let m = node_agent::cmd::command()
+            .try_get_matches_from([
+                "node-agent",
+                "--web.listen-address=127.0.0.1:0",
+                "--collector.disable-defaults",
+                "--collector.loadavg",
+                "--collector.meminfo",
+            ])
+            .expect("flags");
+        let agent = node_agent::agent::Agent::start(&m).expect("agent");
+        let port = agent.addrs[0].port();
+        let na = format!(
+            "apiVersion: nodeagent.io/v1alpha1\nkind: NodeAgent\nmetadata:\n  name: e2e\n  namespace: monitoring\nspec:\n  selector:\n    matchLabels: {{app: e2e}}\n  template:\n    metadata:\n      labels: {{app: e2e}}\n    spec:\n      containers:\n      - {{name: agent, image: \"agent:1\"}}\n  updateStrategy:\n    rollingUpdate: {{maxUnavailable: 2}}\n  rollout:\n    waves:\n    - name: canary\n      selector:\n        matchLabels: {{nodeagent.io/wave: canary}}\n    healthGate: {{port: {port}, requiredCollectors: [loadavg, meminfo], deadlineSeconds: {deadline}, minPrograms: 0, autoRollback: {auto_rollback}}}\n",
+            deadline = if auto_rollback { 8 } else { 60 },
+        );
+        let nodeagent = tempfile::NamedTempFile::new().expect("tempfile");
+        std::fs::write(nodeagent.path(), na).expect("write");
+        Some(Bed { _agent: agent, nodeagent, sa, cp })
+    }
+}
+
 /// Two controller replicas, each authenticated as the controller's
 /// ServiceAccount with deploy/'s RBAC, against the real API server (with
 /// OwnerReferencesPermissionEnforcement) and the real scheduler binding
@@ -397,41 +456,8 @@ fn replica(identity: &str, metrics: std::net::SocketAddr) -> controller::Options
 /// the next image out.
 #[test]
 fn the_controller_rolls_out_canary_first_and_fails_over_on_a_real_api_server() {
-    let Some(mut cp) = ControlPlane::start_or_skip("the controller against a real API server") else { return };
-    cp.start_scheduler().expect("kube-scheduler");
-    ok(&cp, &["apply", "-k", &dir("deploy/crd")]);
-    ok(&cp, &["wait", "--for=condition=Established", "crd/nodeagents.nodeagent.io", "--timeout=60s"]);
-    ok(&cp, &["apply", "-k", &dir("deploy/overlays/controller")]);
-    // The sample NodeAgent goes; the test's own follows. The namespace's
-    // default ServiceAccount is what kube-controller-manager (not run here)
-    // would have made.
-    ok(&cp, &["-n", "monitoring", "delete", "nodeagent", "node-agent"]);
-    ok(&cp, &["-n", "monitoring", "create", "serviceaccount", "default"]);
-    const NODES: usize = 4;
-    for i in 0..NODES {
-        let labels: &[(&str, &str)] = if i == 2 { &[("nodeagent.io/wave", "canary")] } else { &[] };
-        cp.node(&format!("n{i}"), labels).expect("node");
-    }
-    let sa = cp.token_kubeconfig("monitoring", "node-agent-controller").expect("the controller's token");
-
-    // A real agent for the health gate to scrape (every pod's IP is
-    // 127.0.0.1 here, the gate's port this agent's).
-    let m = node_agent::cmd::command()
-        .try_get_matches_from([
-            "node-agent",
-            "--web.listen-address=127.0.0.1:0",
-            "--collector.disable-defaults",
-            "--collector.loadavg",
-            "--collector.meminfo",
-        ])
-        .expect("flags");
-    let agent = node_agent::agent::Agent::start(&m).expect("agent");
-    let port = agent.addrs[0].port();
-    let na = format!(
-        "apiVersion: nodeagent.io/v1alpha1\nkind: NodeAgent\nmetadata:\n  name: e2e\n  namespace: monitoring\nspec:\n  selector:\n    matchLabels: {{app: e2e}}\n  template:\n    metadata:\n      labels: {{app: e2e}}\n    spec:\n      containers:\n      - {{name: agent, image: \"agent:1\"}}\n  updateStrategy:\n    rollingUpdate: {{maxUnavailable: 2}}\n  rollout:\n    waves:\n    - name: canary\n      selector:\n        matchLabels: {{nodeagent.io/wave: canary}}\n    healthGate: {{port: {port}, requiredCollectors: [loadavg, meminfo], deadlineSeconds: 60, minPrograms: 0}}\n"
-    );
-    let file = tempfile::NamedTempFile::new().expect("tempfile");
-    std::fs::write(file.path(), na).expect("write");
+    let Some(bed) = Bed::start("the controller against a real API server", false) else { return };
+    let (cp, sa, file) = (&bed.cp, &bed.sa, &bed.nodeagent);
     let patch_image = |image: &str| {
         let p = format!(r#"{{"spec":{{"template":{{"spec":{{"containers":[{{"name":"agent","image":"{image}"}}]}}}}}}}}"#);
         ok(&cp, &["-n", "monitoring", "patch", "nodeagent", "e2e", "--type=merge", "-p", &p]);
@@ -502,7 +528,6 @@ fn the_controller_rolls_out_canary_first_and_fails_over_on_a_real_api_server() {
         b.await.expect("join").expect("replica-b stops cleanly");
         kubelet.abort();
     });
-    drop(agent);
 }
 
 // ---- plan against the real DaemonSet controller ----------------------------
@@ -662,4 +687,58 @@ fn the_pod_watch_follows_the_real_api_server_across_a_restart() {
     agent.until("the watch synced", &|| agent.value("node_ebpf_pod_attribution_synced") == Some(1.0));
     let log = agent.logs();
     eprintln!("the agent's log across the restart:\n{log}");
+}
+
+/// A new image whose pods fail the health gate (nothing answers at their
+/// IP) on the real API server, with autoRollback: the canary's gate times
+/// out, the rollout halts (RolloutHalted, an event), the template goes
+/// back to the previous image, and the status's counts agree with the pods
+/// once every node runs the previous image again; no node but the canary
+/// ever ran the bad image.
+#[test]
+fn a_failing_gate_halts_and_rolls_back_on_a_real_api_server() {
+    let Some(bed) = Bed::start("the controller's halt and rollback against a real API server", true) else { return };
+    let (cp, sa) = (&bed.cp, &bed.sa);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let admin = kube_client(&cp.kubeconfig).await;
+        let kubelet = kubelet(admin.clone());
+        let m = free_addr();
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let c = tokio::spawn(controller::run_until(kube_client(sa).await, replica("replica-a", m), async move {
+            let _ = rx.await;
+        }));
+        ok(cp, &["apply", "-f", &bed.nodeagent.path().display().to_string()]);
+        wait_for(cp, "the first install", 90, async || complete(&admin, "agent:1", NODES).await).await;
+
+        let p = r#"{"spec":{"template":{"spec":{"containers":[{"name":"agent","image":"agent:bad"}]}}}}"#;
+        ok(cp, &["-n", "monitoring", "patch", "nodeagent", "e2e", "--type=merge", "-p", p]);
+        let mut bad_nodes = BTreeSet::new();
+        let halted = async || {
+            let out = cp.kubectl(&["-n", "monitoring", "get", "nodeagent", "e2e", "-o", "json"]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            v["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "RolloutHalted" && c["status"] == "True"))
+        };
+        wait_for(cp, "the halt and the rollback", 120, async || {
+            let out = cp.kubectl(&["-n", "monitoring", "get", "pods", "-l", "nodeagent.io/name=e2e", "-o", "json"]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            for p in v["items"].as_array().into_iter().flatten() {
+                if p["spec"]["containers"][0]["image"] == "agent:bad" {
+                    bad_nodes.insert(p["spec"]["nodeName"].as_str().unwrap_or("(unbound)").to_string());
+                }
+            }
+            halted().await && complete(&admin, "agent:1", NODES).await
+        })
+        .await;
+        let na: serde_json::Value =
+            serde_json::from_str(&ok(cp, &["-n", "monitoring", "get", "nodeagent", "e2e", "-o", "json"])).expect("json");
+        assert_eq!(na["spec"]["template"]["spec"]["containers"][0]["image"], "agent:1", "the template went back: {na:#}");
+        assert!(bad_nodes.iter().all(|n| n == "n2" || n == "(unbound)"), "only the canary ran the bad image: {bad_nodes:?}");
+        let events = ok(cp, &["-n", "monitoring", "get", "events", "-o", "json"]);
+        assert!(events.contains("RolloutHalted"), "no RolloutHalted event: {events}");
+        assert!(metric(&scrape(m), "node_agent_controller_rollout_halts_total") >= 1.0, "{}", scrape(m));
+        let _ = stop.send(());
+        c.await.expect("join").expect("the controller stops cleanly");
+        kubelet.abort();
+    });
 }
