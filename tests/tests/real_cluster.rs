@@ -460,7 +460,7 @@ fn the_controller_rolls_out_canary_first_and_fails_over_on_a_real_api_server() {
     let (cp, sa, file) = (&bed.cp, &bed.sa, &bed.nodeagent);
     let patch_image = |image: &str| {
         let p = format!(r#"{{"spec":{{"template":{{"spec":{{"containers":[{{"name":"agent","image":"{image}"}}]}}}}}}}}"#);
-        ok(&cp, &["-n", "monitoring", "patch", "nodeagent", "e2e", "--type=merge", "-p", &p]);
+        ok(cp, &["-n", "monitoring", "patch", "nodeagent", "e2e", "--type=merge", "-p", &p]);
     };
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
@@ -470,22 +470,22 @@ fn the_controller_rolls_out_canary_first_and_fails_over_on_a_real_api_server() {
         let (ma, mb) = (free_addr(), free_addr());
         let (stop_a, rx_a) = tokio::sync::oneshot::channel::<()>();
         let (stop_b, rx_b) = tokio::sync::oneshot::channel::<()>();
-        let a = tokio::spawn(controller::run_until(kube_client(&sa).await, replica("replica-a", ma), async move {
+        let a = tokio::spawn(controller::run_until(kube_client(sa).await, replica("replica-a", ma), async move {
             let _ = rx_a.await;
         }));
-        wait_for(&cp, "replica-a to lead", 30, async || metric(&scrape(ma), "node_agent_controller_leader") == 1.0).await;
-        let b = tokio::spawn(controller::run_until(kube_client(&sa).await, replica("replica-b", mb), async move {
+        wait_for(cp, "replica-a to lead", 30, async || metric(&scrape(ma), "node_agent_controller_leader") == 1.0).await;
+        let b = tokio::spawn(controller::run_until(kube_client(sa).await, replica("replica-b", mb), async move {
             let _ = rx_b.await;
         }));
-        ok(&cp, &["apply", "-f", &file.path().display().to_string()]);
-        wait_for(&cp, "the first install", 90, async || complete(&admin, "agent:1", NODES).await).await;
-        let pods = ok(&cp, &["-n", "monitoring", "get", "pods", "-l", "nodeagent.io/name=e2e", "-o", "json"]);
+        ok(cp, &["apply", "-f", &file.path().display().to_string()]);
+        wait_for(cp, "the first install", 90, async || complete(&admin, "agent:1", NODES).await).await;
+        let pods = ok(cp, &["-n", "monitoring", "get", "pods", "-l", "nodeagent.io/name=e2e", "-o", "json"]);
         let pods: serde_json::Value = serde_json::from_str(&pods).expect("json");
         for p in pods["items"].as_array().expect("pods") {
             let conds = p["status"]["conditions"].as_array().expect("conditions");
             assert!(conds.iter().any(|c| c["type"] == "nodeagent.io/health-gate" && c["status"] == "True"), "{p}");
         }
-        ok(&cp, &["get", "priorityclass", "node-agent-critical"]);
+        ok(cp, &["get", "priorityclass", "node-agent-critical"]);
         assert_eq!(metric(&scrape(mb), "node_agent_controller_reconciles_total"), 0.0, "the standby never reconciles");
 
         // agent:2: the canary node (n2) first; never more than
@@ -493,7 +493,7 @@ fn the_controller_rolls_out_canary_first_and_fails_over_on_a_real_api_server() {
         patch_image("agent:2");
         let mut order: Vec<String> = Vec::new();
         let mut worst = 0usize;
-        wait_for(&cp, "the agent:2 rollout", 120, async || {
+        wait_for(cp, "the agent:2 rollout", 120, async || {
             let out = cp.kubectl(&["-n", "monitoring", "get", "pods", "-l", "nodeagent.io/name=e2e", "-o", "json"]);
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
             let mut ready_nodes = BTreeSet::new();
@@ -518,11 +518,11 @@ fn the_controller_rolls_out_canary_first_and_fails_over_on_a_real_api_server() {
         // Failover.
         let _ = stop_a.send(());
         a.await.expect("join").expect("replica-a stops cleanly");
-        wait_for(&cp, "replica-b to lead", 20, async || metric(&scrape(mb), "node_agent_controller_leader") == 1.0).await;
+        wait_for(cp, "replica-b to lead", 20, async || metric(&scrape(mb), "node_agent_controller_leader") == 1.0).await;
         patch_image("agent:3");
-        wait_for(&cp, "the agent:3 rollout by replica-b", 120, async || complete(&admin, "agent:3", NODES).await).await;
+        wait_for(cp, "the agent:3 rollout by replica-b", 120, async || complete(&admin, "agent:3", NODES).await).await;
         assert!(metric(&scrape(mb), "node_agent_controller_reconciles_total") > 0.0);
-        let holder = ok(&cp, &["-n", "monitoring", "get", "lease", "node-agent-controller", "-o", "jsonpath={.spec.holderIdentity}"]);
+        let holder = ok(cp, &["-n", "monitoring", "get", "lease", "node-agent-controller", "-o", "jsonpath={.spec.holderIdentity}"]);
         assert_eq!(holder, "replica-b");
         let _ = stop_b.send(());
         b.await.expect("join").expect("replica-b stops cleanly");
