@@ -314,42 +314,36 @@ impl ControlPlane {
     /// election), which binds pods to the Node objects a test makes; it is
     /// stopped with the control plane.
     pub fn start_scheduler(&mut self) -> Result<(), String> {
-        let d = self.dir.path();
-        let log = std::fs::File::create(d.join("scheduler.log")).map_err(|e| format!("scheduler.log: {e}"))?;
-        let child = dies_with_us(&mut Command::new(self.bin.join("kube-scheduler")))
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port", &free_port()?.to_string(), "--v=1"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("kube-scheduler: {e}"))?;
-        self.others.push(Daemon(child));
-        Ok(())
+        self.start_component("kube-scheduler", &[])
     }
 
     /// Starts kube-controller-manager v1.36.2 running only `controllers`
     /// (e.g. `daemonset`), with cluster-admin's kubeconfig and no leader
     /// election; it is stopped with the control plane.
     pub fn start_controller_manager(&mut self, controllers: &str) -> Result<(), String> {
-        let d = self.dir.path();
-        let log = std::fs::File::create(d.join("controller-manager.log")).map_err(|e| format!("controller-manager.log: {e}"))?;
-        let child = dies_with_us(&mut Command::new(self.bin.join("kube-controller-manager")))
+        self.start_component("kube-controller-manager", &["--controllers", controllers, "--use-service-account-credentials=false"])
+    }
+
+    /// A control-plane component with cluster-admin's kubeconfig, no leader
+    /// election, its health port free on loopback, its log in `<name>.log`.
+    fn start_component(&mut self, name: &str, args: &[&str]) -> Result<(), String> {
+        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).map_err(|e| format!("{name}.log: {e}"))?;
+        let child = dies_with_us(&mut Command::new(self.bin.join(name)))
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            .args(["--controllers", controllers, "--leader-elect=false", "--use-service-account-credentials=false"])
-            .args(["--bind-address=127.0.0.1", "--secure-port", &free_port()?.to_string(), "--v=1"])
+            .args(args)
+            .args(["--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port", &free_port()?.to_string(), "--v=1"])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .map_err(|e| format!("kube-controller-manager: {e}"))?;
+            .map_err(|e| format!("{name}: {e}"))?;
         self.others.push(Daemon(child));
         Ok(())
     }
 
     /// The scheduler's log, its last 40 lines.
     pub fn scheduler_log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.path().join("scheduler.log")).unwrap_or_default();
+        let text = std::fs::read_to_string(self.dir.path().join("kube-scheduler.log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }

@@ -9,6 +9,8 @@ pub mod dbus;
 pub mod disk;
 pub mod fuse;
 pub mod fuzz;
+#[cfg(feature = "agent")]
+pub mod gate;
 pub mod host;
 #[cfg(feature = "agent")]
 pub mod inproc;

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use node_agent_tests::apiserver::{now, serve, Api};
+use node_agent_tests::gate::replica;
 use serde_json::{json, Value};
 
 /// The fake kubelet: pods run on 127.0.0.1, containers ready at once,
@@ -107,16 +108,7 @@ fn two_replicas_one_leader_gated_rollout_over_real_http_and_failover() {
 /// Runs `f(port)` on a runtime of its own, beside a real agent on `port`
 /// for the health gate to scrape (the agent runs its own runtime).
 fn with_agent<F: std::future::Future<Output = ()>>(f: impl FnOnce(u16) -> F) {
-    let m = node_agent::cmd::command()
-        .try_get_matches_from([
-            "node-agent",
-            "--web.listen-address=127.0.0.1:0",
-            "--collector.disable-defaults",
-            "--collector.loadavg",
-            "--collector.meminfo",
-        ])
-        .expect("flags");
-    let agent = node_agent::agent::Agent::start(&m).expect("agent");
+    let agent = node_agent_tests::gate::agent().expect("agent");
     let port = agent.addrs[0].port();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
     rt.block_on(f(port));
@@ -231,18 +223,6 @@ fn kubelet(api: Arc<Api>) -> tokio::task::JoinHandle<()> {
 
 fn client(addr: SocketAddr) -> kube::Client {
     kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().expect("uri"))).expect("client")
-}
-
-/// A controller replica's options: its lease identity and metrics address.
-fn replica(identity: &str, metrics: SocketAddr) -> controller::Options {
-    controller::Options {
-        namespace: None,
-        metrics_address: metrics,
-        lease_namespace: "monitoring".into(),
-        lease_name: "node-agent-controller".into(),
-        identity: identity.into(),
-        lease_duration: Duration::from_secs(3),
-    }
 }
 
 /// The rollout of `image` is complete: status and pods agree.

@@ -36,6 +36,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use node_agent_tests::cluster::ControlPlane;
+use node_agent_tests::gate::replica;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -381,17 +382,6 @@ fn state(cp: &ControlPlane) -> String {
     .join("\n")
 }
 
-fn replica(identity: &str, metrics: std::net::SocketAddr) -> controller::Options {
-    controller::Options {
-        namespace: None,
-        metrics_address: metrics,
-        lease_namespace: "monitoring".into(),
-        lease_name: "node-agent-controller".into(),
-        identity: identity.into(),
-        lease_duration: Duration::from_secs(3),
-    }
-}
-
 /// What the controller tests run against: the control plane with
 /// kube-scheduler, deploy/'s CRD and controller RBAC, four Ready Node
 /// objects (n2 the canary wave), the controller's token, a real agent for
@@ -425,16 +415,7 @@ impl Bed {
             cp.node(&format!("n{i}"), labels).expect("node");
         }
         let sa = cp.token_kubeconfig("monitoring", "node-agent-controller").expect("the controller's token");
-        let m = node_agent::cmd::command()
-            .try_get_matches_from([
-                "node-agent",
-                "--web.listen-address=127.0.0.1:0",
-                "--collector.disable-defaults",
-                "--collector.loadavg",
-                "--collector.meminfo",
-            ])
-            .expect("flags");
-        let agent = node_agent::agent::Agent::start(&m).expect("agent");
+        let agent = node_agent_tests::gate::agent().expect("agent");
         let port = agent.addrs[0].port();
         let na = format!(
             "apiVersion: nodeagent.io/v1alpha1\nkind: NodeAgent\nmetadata:\n  name: e2e\n  namespace: monitoring\nspec:\n  selector:\n    matchLabels: {{app: e2e}}\n  template:\n    metadata:\n      labels: {{app: e2e}}\n    spec:\n      containers:\n      - {{name: agent, image: \"agent:1\"}}\n  updateStrategy:\n    rollingUpdate: {{maxUnavailable: 2}}\n  rollout:\n    waves:\n    - name: canary\n      selector:\n        matchLabels: {{nodeagent.io/wave: canary}}\n    healthGate: {{port: {port}, requiredCollectors: [loadavg, meminfo], deadlineSeconds: {deadline}, minPrograms: 0, autoRollback: {auto_rollback}}}\n",
