@@ -19,6 +19,11 @@
 //! The results are written to `docs/kernels.md`: every program up or down
 //! with its reason, and every truth test passed, skipped (with the test's
 //! reason) or failed, per kernel. The run fails if a test fails.
+//!
+//! `--bench` runs the benchmark's binary in each guest instead of the
+//! suites (every probe's programs, the kernel's own run time per program
+//! run), and natively on the host, and rewrites BENCHMARKS.md's section
+//! "eBPF on older kernels" from what they measured.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
