@@ -6,6 +6,10 @@
 //! kubectl v1.36.2 from the same archive talks to it as cluster-admin
 //! (a client certificate in `system:masters`), or as a ServiceAccount (a
 //! token the API server issued, [`ControlPlane::token_kubeconfig`]).
+//! kube-scheduler and kube-controller-manager (a chosen controller list)
+//! start where a test asks; no kubelet runs, so Node objects are made as a
+//! kubelet and the node lifecycle controller would leave them
+//! ([`ControlPlane::node`]).
 //!
 //! The archive is unpacked once per machine under `target/k8s/`. Where it
 //! is absent, [`ControlPlane::start_or_skip`] skips with a message, except
@@ -55,8 +59,8 @@ pub fn binaries() -> Result<PathBuf, String> {
     if done.exists() {
         return Ok(dir);
     }
-    let script = format!("zstd -q -d --long=30 -c '{}' | tar -x -C '{}'", archive.display(), dir.display());
-    let out = Command::new("sh").args(["-c", &script]).output().map_err(|e| format!("sh: {e}"))?;
+    let script = format!("set -o pipefail; zstd -q -d --long=30 -c '{}' | tar -x -C '{}'", archive.display(), dir.display());
+    let out = Command::new("bash").args(["-c", &script]).output().map_err(|e| format!("bash: {e}"))?;
     if !out.status.success() {
         return Err(format!("unpacking {}: {}", archive.display(), String::from_utf8_lossy(&out.stderr)));
     }
