@@ -646,12 +646,13 @@ fn the_pod_watch_follows_the_real_api_server_across_a_restart() {
     ok(&cp, &["-n", "default", "create", "serviceaccount", "default"]);
     let kubeconfig = cp.token_kubeconfig("monitoring", "node-agent").expect("a token for node-agent");
     let agent = Agent::start_with(&kubeconfig, &["--collector.ebpf_pods.grace-period=1s"]);
+    let files = tempfile::tempdir().expect("tempdir");
     let pods = |names: &[&str]| -> PathBuf {
         let text: String = names
             .iter()
             .map(|n| format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {n}\n  namespace: default\nspec:\n  nodeName: node-a\n  containers:\n  - name: c\n    image: example.invalid/none\n---\n"))
             .collect();
-        let path = std::env::temp_dir().join(format!("real-cluster-pods-{}-{}.yaml", std::process::id(), names.join("-")));
+        let path = files.path().join(format!("{}.yaml", names.join("-")));
         std::fs::write(&path, text).expect("write");
         path
     };
