@@ -139,22 +139,21 @@ fn certificates(dir: &Path) -> Result<String, String> {
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca.distinguished_name.push(DnType::CommonName, "node-agent test cluster CA");
     let ca = ca.self_signed(&ca_key).map_err(e)?;
+    // A key and a certificate the CA signs, as `<file>.crt` and `<file>.key`.
+    let issue = |file: &str, names: &[&str], dn: &[(DnType, &str)], usage: ExtendedKeyUsagePurpose| -> Result<(), String> {
+        let key = KeyPair::generate().map_err(e)?;
+        let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).map_err(e)?;
+        for (t, v) in dn {
+            p.distinguished_name.push(t.clone(), *v);
+        }
+        p.extended_key_usages = vec![usage];
+        write(&format!("{file}.crt"), p.signed_by(&key, &ca, &ca_key).map_err(e)?.pem())?;
+        write(&format!("{file}.key"), key.serialize_pem())
+    };
     let names = ["127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.96.0.1"];
-    let key = KeyPair::generate().map_err(e)?;
-    let mut serving = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).map_err(e)?;
-    serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
-    serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let serving = serving.signed_by(&key, &ca, &ca_key).map_err(e)?;
-    write("apiserver.crt", serving.pem())?;
-    write("apiserver.key", key.serialize_pem())?;
-    let admin_key = KeyPair::generate().map_err(e)?;
-    let mut admin = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
-    admin.distinguished_name.push(DnType::CommonName, "admin");
-    admin.distinguished_name.push(DnType::OrganizationName, "system:masters");
-    admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let admin = admin.signed_by(&admin_key, &ca, &ca_key).map_err(e)?;
-    write("admin.crt", admin.pem())?;
-    write("admin.key", admin_key.serialize_pem())?;
+    issue("apiserver", &names, &[(DnType::CommonName, "kube-apiserver")], ExtendedKeyUsagePurpose::ServerAuth)?;
+    let admin = [(DnType::CommonName, "admin"), (DnType::OrganizationName, "system:masters")];
+    issue("admin", &[], &admin, ExtendedKeyUsagePurpose::ClientAuth)?;
     let sa = KeyPair::generate().map_err(e)?;
     write("sa.key", sa.serialize_pem())?;
     write("sa.pub", sa.public_key_pem())?;

@@ -3,10 +3,11 @@
 //! made under the real hierarchy with kubelet-style paths, in which the
 //! test runs real workloads.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::apiserver::{pod, Api};
 
@@ -184,5 +185,91 @@ impl PodCgroup {
         let mut c = Command::new("/bin/sh");
         c.arg("-c").arg(format!("{join} && exec {cmd}"));
         c
+    }
+}
+
+/// The agent binary watching the pods of `node` through a kubeconfig (with
+/// ebpf_pods and whatever else `flags` turn on), its stderr in a file;
+/// killed when dropped. For the pod-watch tests, against the in-memory API
+/// server or a real one.
+pub struct WatchingAgent {
+    child: crate::Kill,
+    url: String,
+    log: tempfile::NamedTempFile,
+}
+
+impl WatchingAgent {
+    /// Starts it and waits (up to 30 s) until it serves /metrics.
+    pub fn start(kubeconfig: &Path, node: &str, flags: &[&str]) -> WatchingAgent {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        let child = Command::new(crate::agent_binary())
+            .args([
+                format!("--web.listen-address=127.0.0.1:{port}"),
+                "--collector.disable-defaults".into(),
+                "--collector.ebpf_pods".into(),
+                format!("--collector.ebpf_pods.kubeconfig={}", kubeconfig.display()),
+                format!("--collector.ebpf_pods.node-name={node}"),
+            ])
+            .args(flags)
+            .stdout(Stdio::null())
+            .stderr(log.reopen().expect("log"))
+            .spawn()
+            .expect("start node-agent");
+        let a = WatchingAgent { child: crate::Kill(child), url: format!("http://127.0.0.1:{port}/metrics"), log };
+        let t = Instant::now();
+        while crate::compare::http_get(&a.url).is_err() {
+            assert!(t.elapsed() < Duration::from_secs(30), "node-agent did not come up:\n{}", a.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        a
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        let _ = self.log.reopen().and_then(|mut f| f.read_to_string(&mut s));
+        s
+    }
+
+    /// The sample of `name` with `labels` (0 when there is none).
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let text = crate::compare::http_get(&self.url).expect("scrape");
+        crate::samples(&text, name)
+            .into_iter()
+            .find(|(l, _)| labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
+            .map_or(0.0, |(_, v)| v)
+    }
+
+    /// The pod watch's current sync-state reason.
+    pub fn reason(&self) -> String {
+        let text = crate::compare::http_get(&self.url).expect("scrape");
+        crate::samples(&text, "node_ebpf_pod_attribution_sync_state")
+            .into_iter()
+            .find(|(_, v)| *v == 1.0)
+            .map(|(l, _)| l["reason"].clone())
+            .unwrap_or_default()
+    }
+
+    /// Waits until `f` holds (checked every 100 ms), up to `within`.
+    pub fn until(&self, within: Duration, what: &str, mut f: impl FnMut(&WatchingAgent) -> bool) {
+        let t = Instant::now();
+        while !f(self) {
+            assert!(t.elapsed() < within, "{what} did not happen within {within:?}:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A line of /proc/PID/status, in KiB.
+    pub fn status_kib(&self, key: &str) -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.0.id())).expect("status");
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok())
+            .expect("status key")
+    }
+
+    /// Its log lines holding `with`.
+    pub fn lines(&self, with: &str) -> Vec<String> {
+        self.log().lines().filter(|l| l.contains(with)).map(str::to_string).collect()
     }
 }

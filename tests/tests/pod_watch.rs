@@ -9,94 +9,14 @@
 //! root only; outside CI without root these skip with a message), except
 //! the expiry test, which runs the watch in process.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use node_agent_tests::apiserver::Running;
 use node_agent_tests::host::root_or_skip;
-use node_agent_tests::pods::{api, NODE};
+use node_agent_tests::pods::{api, WatchingAgent, NODE};
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// The agent binary with only ebpf_pods, its stderr in a file.
-struct Agent {
-    child: node_agent_tests::Kill,
-    url: String,
-    log: tempfile::NamedTempFile,
-}
-
-impl Agent {
-    fn start(c: &Running, flags: &[&str]) -> Agent {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
-        let log = tempfile::NamedTempFile::new().expect("log file");
-        let child = Command::new(node_agent_tests::agent_binary())
-            .args([
-                format!("--web.listen-address=127.0.0.1:{port}"),
-                "--collector.disable-defaults".into(),
-                "--collector.ebpf_pods".into(),
-                format!("--collector.ebpf_pods.kubeconfig={}", c.kubeconfig.path().display()),
-                format!("--collector.ebpf_pods.node-name={NODE}"),
-            ])
-            .args(flags)
-            .stdout(Stdio::null())
-            .stderr(log.reopen().expect("log"))
-            .spawn()
-            .expect("start node-agent");
-        let a = Agent { child: node_agent_tests::Kill(child), url: format!("http://127.0.0.1:{port}/metrics"), log };
-        let t = Instant::now();
-        while node_agent_tests::compare::http_get(&a.url).is_err() {
-            assert!(t.elapsed() < Duration::from_secs(30), "node-agent did not come up:\n{}", a.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        a
-    }
-
-    fn log(&self) -> String {
-        let mut s = String::new();
-        let _ = self.log.reopen().and_then(|mut f| f.read_to_string(&mut s));
-        s
-    }
-
-    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        let text = node_agent_tests::compare::http_get(&self.url).expect("scrape");
-        node_agent_tests::samples(&text, name)
-            .into_iter()
-            .find(|(l, _)| labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
-            .map_or(0.0, |(_, v)| v)
-    }
-
-    fn reason(&self) -> String {
-        let text = node_agent_tests::compare::http_get(&self.url).expect("scrape");
-        node_agent_tests::samples(&text, "node_ebpf_pod_attribution_sync_state")
-            .into_iter()
-            .find(|(_, v)| *v == 1.0)
-            .map(|(l, _)| l["reason"].clone())
-            .unwrap_or_default()
-    }
-
-    /// Waits until `f` holds (checked every 100 ms), up to `within`.
-    fn until(&self, within: Duration, what: &str, mut f: impl FnMut(&Agent) -> bool) {
-        let t = Instant::now();
-        while !f(self) {
-            assert!(t.elapsed() < within, "{what} did not happen within {within:?}:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// A line of /proc/PID/status, in KiB.
-    fn status_kib(&self, key: &str) -> u64 {
-        let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.0.id())).expect("status");
-        text.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok())
-            .expect("status key")
-    }
-
-    fn lines(&self, with: &str) -> Vec<String> {
-        self.log().lines().filter(|l| l.contains(with)).map(str::to_string).collect()
-    }
-}
 
 fn pod_lists(c: &Running) -> usize {
     c.api.requests.lock().expect("requests").iter().filter(|r| r.starts_with("GET /api/v1/pods?") && !r.contains("watch=true")).count()
@@ -113,7 +33,7 @@ fn an_endless_watch_line_is_cut_at_the_bound_and_memory_stays_bounded() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Running::start(api()).expect("API server");
     c.api.pod_faults.hang_lists.store(true, Ordering::Relaxed);
-    let agent = Agent::start(&c, &[]);
+    let agent = WatchingAgent::start(c.kubeconfig.path(), NODE, &[]);
     let hwm0 = agent.status_kib("VmHWM");
     c.api.pod_faults.endless_line.store(300 << 20, Ordering::Relaxed);
     c.api.pod_faults.hang_lists.store(false, Ordering::Relaxed);
@@ -154,7 +74,7 @@ fn a_list_that_never_answers_times_out_and_recovers() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Running::start(api()).expect("API server");
     c.api.pod_faults.hang_lists.store(true, Ordering::Relaxed);
-    let agent = Agent::start(&c, &["--collector.ebpf_pods.list-timeout=2s"]);
+    let agent = WatchingAgent::start(c.kubeconfig.path(), NODE, &["--collector.ebpf_pods.list-timeout=2s"]);
     assert_eq!(agent.reason(), "listing");
     agent.until(Duration::from_secs(10), "reason list_timeout", |a| a.reason() == "list_timeout");
     assert_eq!(agent.value("node_ebpf_pod_attribution_synced", &[]), 0.0);
@@ -183,7 +103,7 @@ fn a_watch_gone_every_time_relists_with_backoff_and_one_line() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Running::start(api()).expect("API server");
     c.api.pod_faults.gone_watches.store(true, Ordering::Relaxed);
-    let agent = Agent::start(&c, &[]);
+    let agent = WatchingAgent::start(c.kubeconfig.path(), NODE, &[]);
     agent.until(Duration::from_secs(20), "the list", |a| a.value("node_ebpf_pod_attribution_synced", &[]) == 1.0);
     let t = Instant::now();
     let lists0 = pod_lists(&c);

@@ -30,13 +30,15 @@
 //! Without ../shared these tests skip with a message, except in CI.
 
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use node_agent_tests::cluster::ControlPlane;
 use node_agent_tests::gate::replica;
+use node_agent_tests::pods::WatchingAgent;
+
+/// The agent's flags beside ebpf_pods here: the Services watch too.
+const PEERS: &[&str] = &["--collector.ebpf_tcp_peers"];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -186,13 +188,13 @@ fn the_agents_rbac_is_least_privilege_and_enough_as_the_real_authorizer_sees_it(
     }
     // The negative control first: with a ServiceAccount bound to nothing,
     // the agent is refused and says so (so the check below can fail).
-    let nobody = Agent::start(&cp.token_kubeconfig("monitoring", "nobody").expect("a token for nobody"));
-    nobody.until("the refusal logged", &|| nobody.logs().to_lowercase().contains("forbidden"));
-    assert_ne!(nobody.value("node_ebpf_pod_attribution_synced"), Some(1.0), "listed pods without any binding");
+    let nobody = WatchingAgent::start(&cp.token_kubeconfig("monitoring", "nobody").expect("a token for nobody"), "node-a", PEERS);
+    nobody.until(Duration::from_secs(60), "the refusal logged", |a| a.log().to_lowercase().contains("forbidden"));
+    assert_ne!(nobody.value("node_ebpf_pod_attribution_synced", &[]), 1.0, "listed pods without any binding");
     drop(nobody);
 
-    let agent = Agent::start(&cp.token_kubeconfig("monitoring", "node-agent").expect("a token for node-agent"));
-    agent.until("the pods of node-a listed", &|| agent.value("node_ebpf_pod_attribution_synced") == Some(1.0));
+    let agent = WatchingAgent::start(&cp.token_kubeconfig("monitoring", "node-agent").expect("a token for node-agent"), "node-a", PEERS);
+    agent.until(Duration::from_secs(60), "the pods of node-a listed", |a| a.value("node_ebpf_pod_attribution_synced", &[]) == 1.0);
     // ServiceAccount admission wants the namespace's default account,
     // which kube-controller-manager (not run here) would have made.
     ok(&cp, &["-n", "default", "create", "serviceaccount", "default"]);
@@ -200,68 +202,13 @@ fn the_agents_rbac_is_least_privilege_and_enough_as_the_real_authorizer_sees_it(
     let file = tempfile::NamedTempFile::new().expect("tempfile");
     std::fs::write(file.path(), pod).expect("write");
     ok(&cp, &["apply", "-f", &file.path().display().to_string()]);
-    agent.until("the pod bound to node-a seen through the watch", &|| {
-        agent.value("node_ebpf_pod_attribution_pods").is_some_and(|v| v >= 1.0)
+    agent.until(Duration::from_secs(60), "the pod bound to node-a seen through the watch", |a| {
+        a.value("node_ebpf_pod_attribution_pods", &[]) >= 1.0
     });
     // Both watches (pods, Services) have run a while by now.
     std::thread::sleep(Duration::from_secs(2));
-    let text = agent.logs();
+    let text = agent.log();
     assert!(!text.to_lowercase().contains("forbidden"), "the agent was refused something:\n{text}");
-}
-
-/// The agent binary with ebpf_pods and ebpf_tcp_peers, authenticating with
-/// `kubeconfig`, its stderr in a file.
-struct Agent {
-    _child: node_agent_tests::Kill,
-    url: String,
-    log: tempfile::NamedTempFile,
-}
-
-impl Agent {
-    fn start(kubeconfig: &Path) -> Agent {
-        Agent::start_with(kubeconfig, &[])
-    }
-
-    fn start_with(kubeconfig: &Path, flags: &[&str]) -> Agent {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
-        let log = tempfile::NamedTempFile::new().expect("log file");
-        let child = Command::new(node_agent_tests::agent_binary())
-            .args([
-                format!("--web.listen-address=127.0.0.1:{port}"),
-                "--collector.disable-defaults".into(),
-                "--collector.ebpf_pods".into(),
-                "--collector.ebpf_tcp_peers".into(),
-                "--collector.ebpf_pods.node-name=node-a".into(),
-                format!("--collector.ebpf_pods.kubeconfig={}", kubeconfig.display()),
-            ])
-            .args(flags)
-            .stdout(Stdio::null())
-            .stderr(log.reopen().expect("log"))
-            .spawn()
-            .expect("start node-agent");
-        Agent { _child: node_agent_tests::Kill(child), url: format!("http://127.0.0.1:{port}/metrics"), log }
-    }
-
-    fn logs(&self) -> String {
-        let mut s = String::new();
-        let _ = self.log.reopen().and_then(|mut f| f.read_to_string(&mut s));
-        s
-    }
-
-    fn value(&self, name: &str) -> Option<f64> {
-        let body = node_agent_tests::compare::http_get(&self.url).ok()?;
-        body.lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-    }
-
-    fn until(&self, what: &str, f: &dyn Fn() -> bool) {
-        let t = Instant::now();
-        while !f() {
-            assert!(t.elapsed() < Duration::from_secs(60), "{what} within 60 s:\n{}", self.logs());
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
 }
 
 // ---- the NodeAgent controller against the real API server ---------------
@@ -645,7 +592,7 @@ fn the_pod_watch_follows_the_real_api_server_across_a_restart() {
     ok(&cp, &["apply", "-k", &dir("deploy")]);
     ok(&cp, &["-n", "default", "create", "serviceaccount", "default"]);
     let kubeconfig = cp.token_kubeconfig("monitoring", "node-agent").expect("a token for node-agent");
-    let agent = Agent::start_with(&kubeconfig, &["--collector.ebpf_pods.grace-period=1s"]);
+    let agent = WatchingAgent::start(&kubeconfig, "node-a", &["--collector.ebpf_tcp_peers", "--collector.ebpf_pods.grace-period=1s"]);
     let files = tempfile::tempdir().expect("tempdir");
     let pods = |names: &[&str]| -> PathBuf {
         let text: String = names
@@ -656,18 +603,18 @@ fn the_pod_watch_follows_the_real_api_server_across_a_restart() {
         std::fs::write(&path, text).expect("write");
         path
     };
-    let known = || agent.value("node_ebpf_pod_attribution_pods");
+    let known = |a: &WatchingAgent| a.value("node_ebpf_pod_attribution_pods", &[]);
     ok(&cp, &["apply", "-f", &pods(&["web-0", "web-1"]).display().to_string()]);
-    agent.until("two pods known", &|| known() == Some(2.0));
+    agent.until(Duration::from_secs(60), "two pods known", |a| known(a) == 2.0);
 
     cp.restart_apiserver(Duration::from_secs(3)).expect("the API server back");
     ok(&cp, &["-n", "default", "delete", "pod", "web-0", "web-1", "--grace-period=0", "--force"]);
     ok(&cp, &["apply", "-f", &pods(&["web-2"]).display().to_string()]);
-    agent.until("one pod known after the restart", &|| known() == Some(1.0));
+    agent.until(Duration::from_secs(60), "one pod known after the restart", |a| known(a) == 1.0);
     ok(&cp, &["apply", "-f", &pods(&["web-3", "web-4"]).display().to_string()]);
-    agent.until("three pods known", &|| known() == Some(3.0));
-    agent.until("the watch synced", &|| agent.value("node_ebpf_pod_attribution_synced") == Some(1.0));
-    let log = agent.logs();
+    agent.until(Duration::from_secs(60), "three pods known", |a| known(a) == 3.0);
+    agent.until(Duration::from_secs(60), "the watch synced", |a| a.value("node_ebpf_pod_attribution_synced", &[]) == 1.0);
+    let log = agent.log();
     eprintln!("the agent's log across the restart:\n{log}");
 }
 
