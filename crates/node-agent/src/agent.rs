@@ -68,12 +68,27 @@ impl Agent {
         let nofile = host::sys::raise_nofile_limit();
         // The flags first: a bad one fails here, before anything is loaded.
         let mut cfg = config::parse(m)?;
+        // Then the runtime and the listeners, before anything slow is
+        // loaded: a kubelet probes readiness as soon as the container runs,
+        // and a probe that finds the port bound waits in its backlog for
+        // the answer instead of failing (an `Unhealthy` event, and Ready
+        // only a probe period later). A port in use fails here, at once.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cfg.worker_threads)
+            .max_blocking_threads(8)
+            .enable_all()
+            .build()
+            .map_err(Error::Runtime)?;
+        let listeners = if cfg.systemd_socket {
+            rt.block_on(async { crate::server::systemd_listeners() })?
+        } else {
+            rt.block_on(crate::server::bind(&cfg.listen))?
+        };
         // Then the collectors: this loads and attaches the eBPF programs and
         // starts the pod watch, which need the capabilities the drop below
         // removes. The eBPF object takes only what the limit leaves beyond
         // a reserve and the fewest connections (crate::descriptors).
-        cfg.collectors =
-            config::build_collectors(m, &cfg.paths, nofile.map(|n| crate::descriptors::Ceiling::for_limit(n, listen_sockets(&cfg))))?;
+        cfg.collectors = config::build_collectors(m, &cfg.paths, nofile.map(crate::descriptors::Ceiling::bound))?;
         let names: Vec<&str> = cfg.collectors.iter().map(|(n, _)| *n).collect();
         tracing::info!(collectors = %names.join(","), procfs = %cfg.paths.procfs.display(), sysfs = %cfg.paths.sysfs.display(), rootfs = %cfg.paths.rootfs.display(), "starting node-agent");
         crate::caps::log_report(crate::caps::effective());
@@ -88,17 +103,6 @@ impl Agent {
         let web = match &cfg.web_config {
             Some(p) => crate::webconfig::Handle::open(p)?,
             None => crate::webconfig::Handle::none(),
-        };
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(cfg.worker_threads)
-            .max_blocking_threads(8)
-            .enable_all()
-            .build()
-            .map_err(Error::Runtime)?;
-        let listeners = if cfg.systemd_socket {
-            rt.block_on(async { crate::server::systemd_listeners() })?
-        } else {
-            rt.block_on(crate::server::bind(&cfg.listen))?
         };
         let addrs: Vec<_> = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
         for a in &addrs {
@@ -154,16 +158,6 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-/// The listening sockets start-up will open once the collectors are built
-/// (systemd's are open already).
-fn listen_sockets(cfg: &config::ServeConfig) -> usize {
-    if cfg.systemd_socket {
-        0
-    } else {
-        cfg.listen.len()
     }
 }
 

@@ -15,8 +15,9 @@
 //!    (`node_ebpf_program_down_reason`). Whatever the host collectors
 //!    opened at build (perf's events, say) counts too: the ceiling is
 //!    checked against the descriptors open at the time.
-//! 3. Once the listeners are bound, what the process holds is counted and
-//!    the rest beyond the reserve shared ([`shares`]): two thirds to
+//! 3. Once the collectors are built (the runtime and the listeners are
+//!    open before, counted in the ceiling's check), what the process holds
+//!    is counted and the rest beyond the reserve shared ([`shares`]): two thirds to
 //!    connections (`--web.max-connections` lowered to it, at least
 //!    [`MIN_CONNECTIONS`]), the rest to proc and sys files kept open
 //!    between scrapes (`host::io`, at most `host::io::MAX_KEPT`).
@@ -49,8 +50,9 @@ pub const PER_PROGRAM: usize = 3;
 /// (kept), and aya's feature probes (a map or program at a time, closed).
 pub const OBJECT_EXTRA: usize = 4;
 
-/// What start-up opens once the collectors are built, beside a descriptor
-/// per listen address: the async runtime's epoll and waker.
+/// What the serving runtime opens, beside a descriptor per listen address:
+/// its epoll and waker (before the collectors are built in `serve`, after
+/// them where a command builds collectors and binds later).
 pub const RUNTIME: usize = 2;
 
 /// The most descriptors the process may hold while its eBPF object is
@@ -70,6 +72,14 @@ impl Ceiling {
     pub fn for_limit(nofile: u64, listeners: usize) -> Ceiling {
         let later = RESERVE + MIN_CONNECTIONS + RUNTIME + listeners;
         Ceiling { max: usize::try_from(nofile).unwrap_or(usize::MAX).saturating_sub(later), nofile }
+    }
+
+    /// The ceiling under a limit of `nofile`, for an agent whose runtime
+    /// and listeners are open already (counted with the open descriptors
+    /// when the object is checked): the agent binds before it loads, so
+    /// that the kubelet's first probe finds the port.
+    pub fn bound(nofile: u64) -> Ceiling {
+        Ceiling { max: usize::try_from(nofile).unwrap_or(usize::MAX).saturating_sub(RESERVE + MIN_CONNECTIONS), nofile }
     }
 
     /// Whether `need` more descriptors fit beside the `open` ones; why not
@@ -176,6 +186,8 @@ mod tests {
         assert!(e.contains("open-file limit (256) leaves 25") && e.contains("nofile"), "{e}");
         assert!(Ceiling::for_limit(64, 1).fits(12, 34 + OBJECT_EXTRA, "the object").is_err(), "at 64 the object does not fit");
         assert_eq!(Ceiling::for_limit(10, 1).max, 0);
+        // Bound first: the runtime and the listeners are among the open.
+        assert_eq!(Ceiling::bound(256).max, Ceiling::for_limit(256, 1).max + RUNTIME + 1);
         assert!(Ceiling::for_limit(1 << 20, 2).fits_now(1000, "x").is_ok());
         // Whatever the object takes under its ceiling, the runtime and the
         // listeners that come after it leave the reserve and the fewest

@@ -196,7 +196,9 @@ fn pod_spec(indent: usize, priority_class: bool) -> String {
     s.push_str("    env:\n      - name: NODE_NAME\n        valueFrom:\n          fieldRef:\n            fieldPath: spec.nodeName\n");
     let _ =
         writeln!(s, "    ports:\n      - name: metrics\n        containerPort: {PORT}\n        hostPort: {PORT}\n        protocol: TCP");
-    s.push_str("    readinessProbe:\n      httpGet: {path: /readyz, port: metrics}\n      periodSeconds: 10\n");
+    s.push_str(
+        "    # The agent binds its port before it loads its eBPF programs: the\n    # kubelet's first readiness probe, sent as the container starts, waits\n    # for the answer (up to the timeout) instead of failing.\n    readinessProbe:\n      httpGet: {path: /readyz, port: metrics}\n      periodSeconds: 10\n      timeoutSeconds: 10\n",
+    );
     s.push_str("    livenessProbe:\n      httpGet: {path: /healthz, port: metrics}\n      periodSeconds: 20\n      failureThreshold: 3\n");
     s.push_str(
         "    # Memory derived by `cargo xtask bench` (BENCHMARKS.md, \"Sizing the\n    # DaemonSet\"): the request from the working set at 250 pods with every\n    # probe, the limit from the cgroup peak at 250 pods and 2,000 devices,\n    # both on 192 CPUs, headroom stated there; eBPF maps (per-CPU ones\n    # among them) are charged to this cgroup too. No CPU limit: throttling\n    # would stretch scrapes.\n    resources:\n      requests: {cpu: 10m, memory: 48Mi}\n      limits: {memory: 192Mi}\n",
