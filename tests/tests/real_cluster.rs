@@ -17,6 +17,11 @@
 //!   first, maxUnavailable kept, failover to the standby; a gate failing
 //!   past its deadline halts and rolls back, the status's counts agreeing
 //!   with the pods after;
+//! - the rollout's controls with a new controller leader before every
+//!   step: a partition holds, a pause replaces nothing, `rollout resume`
+//!   and `rollout undo` (the CLI) complete, the history is pruned to
+//!   `revisionHistoryLimit`, and kube-controller-manager's garbage
+//!   collector deletes a deleted NodeAgent's pods and revisions;
 //! - `plan` against kube-controller-manager's DaemonSet controller: for
 //!   five DaemonSets on the fixture cluster's nodes, the same nodes;
 //! - the agent's pod watch across a restart of the API server (connection
@@ -668,6 +673,170 @@ fn a_failing_gate_halts_and_rolls_back_on_a_real_api_server() {
         assert!(metric(&scrape(m), "node_agent_controller_rollout_halts_total") >= 1.0, "{}", scrape(m));
         let _ = stop.send(());
         c.await.expect("join").expect("the controller stops cleanly");
+        kubelet.abort();
+    });
+}
+
+/// A running replica: how to stop it, and its task.
+type Replica = (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Result<(), controller::Error>>);
+
+/// Controller replicas taking turns: each step of a test starts a new one
+/// and stops the one before (it gives its lease up, as on SIGTERM), so a
+/// new leader decides every step from the real API server's state alone.
+struct Leaders {
+    sa: PathBuf,
+    n: usize,
+    current: Option<Replica>,
+}
+
+impl Leaders {
+    /// A new leader: the next replica started, the previous one stopped,
+    /// the new one leading (its metric and the Lease's holder).
+    async fn next(&mut self, cp: &ControlPlane) {
+        let metrics = free_addr();
+        let identity = format!("replica-{}", self.n);
+        self.n += 1;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(controller::run_until(kube_client(&self.sa).await, replica(&identity, metrics), async move {
+            let _ = rx.await;
+        }));
+        if let Some((stop, old)) = self.current.replace((tx, task)) {
+            let _ = stop.send(());
+            old.await.expect("join").expect("the previous replica stops cleanly");
+        }
+        wait_for(cp, &format!("{identity} to lead"), 30, async || metric(&scrape(metrics), "node_agent_controller_leader") == 1.0).await;
+        let holder = ok(cp, &["-n", "monitoring", "get", "lease", "node-agent-controller", "-o", "jsonpath={.spec.holderIdentity}"]);
+        assert_eq!(holder, identity);
+    }
+
+    async fn stop(&mut self) {
+        if let Some((stop, old)) = self.current.take() {
+            let _ = stop.send(());
+            old.await.expect("join").expect("the replica stops cleanly");
+        }
+    }
+}
+
+/// The NodeAgent `e2e`'s pods by node: (image, Ready), pods being deleted
+/// left out.
+fn images_by_node(cp: &ControlPlane) -> std::collections::BTreeMap<String, (String, bool)> {
+    let out = cp.kubectl(&["-n", "monitoring", "get", "pods", "-l", "nodeagent.io/name=e2e", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let mut by = std::collections::BTreeMap::new();
+    for p in v["items"].as_array().into_iter().flatten() {
+        if !p["metadata"]["deletionTimestamp"].is_null() {
+            continue;
+        }
+        let node = p["spec"]["nodeName"].as_str().unwrap_or_default().to_string();
+        let image = p["spec"]["containers"][0]["image"].as_str().unwrap_or_default().to_string();
+        let ready = p["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        if !node.is_empty() {
+            by.insert(node, (image, ready));
+        }
+    }
+    by
+}
+
+fn expect_images(cp: &ControlPlane, want: &[(&str, &str)]) -> bool {
+    let by = images_by_node(cp);
+    by.len() == want.len() && want.iter().all(|(node, image)| by.get(*node).is_some_and(|(i, ready)| i == image && *ready))
+}
+
+/// `node-agent rollout SUB e2e -n monitoring` as cluster-admin.
+fn rollout(cp: &ControlPlane, sub: &str) -> String {
+    let out = std::process::Command::new(node_agent_tests::agent_binary())
+        .args(["rollout", sub, "e2e", "-n", "monitoring"])
+        .env("KUBECONFIG", &cp.kubeconfig)
+        .output()
+        .expect("node-agent runs");
+    assert!(out.status.success(), "node-agent rollout {sub}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The rollout's controls on the real API server, with a new controller
+/// leader before every step (the previous one stopped): a partition keeps
+/// the last nodes in rollout order (the canary wave's n2, then n0, n1, n3)
+/// on the old revision and holds across the change; a pause replaces
+/// nothing; `rollout resume` completes it; `rollout undo` puts the
+/// previous template back and rolls it out; the revision history keeps
+/// `revisionHistoryLimit` old revisions; deleting the NodeAgent lets
+/// kube-controller-manager's garbage collector delete its pods and
+/// revisions (the controller's owner references, as the real collector
+/// reads them).
+#[test]
+fn partition_pause_undo_history_and_garbage_collection_hold_across_leader_changes_on_a_real_api_server() {
+    let Some(mut bed) = Bed::start("the rollout controls against a real API server", false) else { return };
+    bed.cp.start_controller_manager("garbage-collector-controller").expect("kube-controller-manager");
+    let (cp, file) = (&bed.cp, &bed.nodeagent);
+    let patch = |p: &str| {
+        ok(cp, &["-n", "monitoring", "patch", "nodeagent", "e2e", "--type=merge", "-p", p]);
+    };
+    let image = |i: &str| format!(r#"{{"spec":{{"template":{{"spec":{{"containers":[{{"name":"agent","image":"{i}"}}]}}}}}}}}"#);
+    let all = |i: &'static str| -> Vec<(&'static str, &'static str)> { vec![("n0", i), ("n1", i), ("n2", i), ("n3", i)] };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let admin = kube_client(&cp.kubeconfig).await;
+        let kubelet = kubelet(admin.clone());
+        let mut leaders = Leaders { sa: bed.sa.clone(), n: 0, current: None };
+        leaders.next(cp).await;
+        ok(cp, &["apply", "-f", &file.path().display().to_string()]);
+        patch(r#"{"spec":{"revisionHistoryLimit":2}}"#);
+        wait_for(cp, "the install", 90, async || complete(&admin, "agent:1", NODES).await).await;
+
+        // A partition of 2 with agent:2: n2 (canary) and n0 move, n1 and n3 stay.
+        leaders.next(cp).await;
+        patch(r#"{"spec":{"rollout":{"partition":2},"template":{"spec":{"containers":[{"name":"agent","image":"agent:2"}]}}}}"#);
+        let split = [("n0", "agent:2"), ("n1", "agent:1"), ("n2", "agent:2"), ("n3", "agent:1")];
+        wait_for(cp, "the partitioned rollout", 90, async || expect_images(cp, &split)).await;
+        leaders.next(cp).await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert!(expect_images(cp, &split), "a new leader kept the partition: {:?}", images_by_node(cp));
+        let updated = ok(cp, &["-n", "monitoring", "get", "nodeagent", "e2e", "-o", "jsonpath={.status.updatedNumberScheduled}"]);
+        assert_eq!(updated, "2", "the status counts the partitioned rollout");
+
+        // Paused, with the partition lifted: nothing is replaced.
+        leaders.next(cp).await;
+        assert!(rollout(cp, "pause").contains("paused"));
+        patch(r#"{"spec":{"rollout":{"partition":0}}}"#);
+        leaders.next(cp).await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert!(expect_images(cp, &split), "a paused rollout replaced a pod: {:?}", images_by_node(cp));
+        let reason = ok(
+            cp,
+            &["-n", "monitoring", "get", "nodeagent", "e2e", "-o", "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}"],
+        );
+        assert_eq!(reason, "RolloutPaused");
+
+        // Resumed: complete.
+        leaders.next(cp).await;
+        assert!(rollout(cp, "resume").contains("resumed"));
+        wait_for(cp, "the resumed rollout", 90, async || complete(&admin, "agent:2", NODES).await).await;
+
+        // Undo: agent:1's template back, rolled out.
+        leaders.next(cp).await;
+        assert!(rollout(cp, "undo").contains("rolled back to revision"));
+        wait_for(cp, "the undo", 90, async || complete(&admin, "agent:1", NODES).await && expect_images(cp, &all("agent:1"))).await;
+
+        // Two more images: the history keeps the limit's 2 old revisions
+        // beside the current one.
+        for i in ["agent:3", "agent:4"] {
+            leaders.next(cp).await;
+            patch(&image(i));
+            wait_for(cp, &format!("the {i} rollout"), 90, async || complete(&admin, i, NODES).await).await;
+        }
+        let revisions = |cp: &ControlPlane| -> usize {
+            let names = ok(cp, &["-n", "monitoring", "get", "controllerrevisions", "-l", "nodeagent.io/name=e2e", "-o", "name"]);
+            names.lines().count()
+        };
+        wait_for(cp, "the history pruned to the limit", 30, async || revisions(cp) == 3).await;
+
+        // The NodeAgent deleted: the garbage collector deletes what it owned.
+        leaders.stop().await;
+        ok(cp, &["-n", "monitoring", "delete", "nodeagent", "e2e", "--wait=false"]);
+        wait_for(cp, "the garbage collector to delete the pods and revisions", 60, async || {
+            images_by_node(cp).is_empty() && revisions(cp) == 0
+        })
+        .await;
         kubelet.abort();
     });
 }
