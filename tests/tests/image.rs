@@ -106,7 +106,7 @@ struct Run {
     args: Vec<String>,
     memory_limit: Option<u64>,
     grace: u64,
-    /// (probe, path, timeout in seconds): liveness and readiness.
+    /// (probe, path, timeout in seconds): startup, liveness and readiness.
     probes: Vec<(&'static str, String, u64)>,
 }
 
@@ -227,7 +227,7 @@ fn container(spec: &PodSpec, c: &Container, node: &Node) -> Run {
         *a = format!("--web.listen-address=:{to}");
     }
     let mut probes = Vec::new();
-    for (kind, p) in [("liveness", &c.liveness_probe), ("readiness", &c.readiness_probe)] {
+    for (kind, p) in [("startup", &c.startup_probe), ("liveness", &c.liveness_probe), ("readiness", &c.readiness_probe)] {
         if let Some(p) = p {
             let g = p.http_get.as_ref().expect("httpGet probe");
             probes.push((kind, g.path.clone().unwrap_or_else(|| "/".into()), p.timeout_seconds.unwrap_or(1) as u64));
@@ -380,7 +380,7 @@ fn flags_follow_the_manifest() {
     assert!(run.args.contains(&"--web.listen-address=:19100".to_string()), "{:?}", run.args);
     assert_eq!(run.memory_limit, Some(192 << 20));
     assert_eq!(run.grace, 30);
-    assert_eq!(run.probes.iter().map(|p| p.1.as_str()).collect::<Vec<_>>(), ["/healthz", "/readyz"]);
+    assert_eq!(run.probes.iter().map(|p| p.1.as_str()).collect::<Vec<_>>(), ["/healthz", "/healthz", "/readyz"]);
     let (spec, c) = agent_pod("deploy/overlays/seccomp-profile");
     let dir = PathBuf::from("/tmp/kubelet-seccomp");
     let run = container(&spec, &c, &Node { host_paths: vec![("/var/lib/kubelet/seccomp".into(), dir)], ..Node::default() });

@@ -197,7 +197,7 @@ fn pod_spec(indent: usize, priority_class: bool) -> String {
     let _ =
         writeln!(s, "    ports:\n      - name: metrics\n        containerPort: {PORT}\n        hostPort: {PORT}\n        protocol: TCP");
     s.push_str(
-        "    # The agent binds its port before it loads its eBPF programs: the\n    # kubelet's first readiness probe, sent as the container starts, waits\n    # for the answer (up to the timeout) instead of failing.\n    readinessProbe:\n      httpGet: {path: /readyz, port: metrics}\n      periodSeconds: 10\n      timeoutSeconds: 10\n",
+        "    # The kubelet probes readiness the moment it sees the container run,\n    # milliseconds before the agent has bound its port (a refused probe: an\n    # Unhealthy event, and Ready a period later). A startup probe holds the\n    # other two back: it starts a second in, when the port is bound (the\n    # agent binds before it loads its eBPF programs; a probe waits for the\n    # answer meanwhile), and once it passes, readiness is probed at once.\n    startupProbe:\n      httpGet: {path: /healthz, port: metrics}\n      initialDelaySeconds: 1\n      periodSeconds: 1\n      timeoutSeconds: 10\n      failureThreshold: 60\n    readinessProbe:\n      httpGet: {path: /readyz, port: metrics}\n      periodSeconds: 10\n",
     );
     s.push_str("    livenessProbe:\n      httpGet: {path: /healthz, port: metrics}\n      periodSeconds: 20\n      failureThreshold: 3\n");
     s.push_str(
