@@ -759,12 +759,14 @@ fn rollout(cp: &ControlPlane, sub: &str) -> String {
 /// on the old revision and holds across the change; a pause replaces
 /// nothing; `rollout resume` completes it; `rollout undo` puts the
 /// previous template back and rolls it out; the revision history keeps
-/// `revisionHistoryLimit` old revisions; deleting the NodeAgent lets
+/// `revisionHistoryLimit` old revisions; a gate failing without
+/// autoRollback halts the canary alone, visibly (`rollout status` exits 1),
+/// and `rollout undo` recovers; deleting the NodeAgent lets
 /// kube-controller-manager's garbage collector delete its pods and
 /// revisions (the controller's owner references, as the real collector
 /// reads them).
 #[test]
-fn partition_pause_undo_history_and_garbage_collection_hold_across_leader_changes_on_a_real_api_server() {
+fn partition_pause_undo_history_halt_and_garbage_collection_hold_across_leader_changes_on_a_real_api_server() {
     let Some(mut bed) = Bed::start("the rollout controls against a real API server", false) else { return };
     bed.cp.start_controller_manager("garbage-collector-controller").expect("kube-controller-manager");
     let (cp, file) = (&bed.cp, &bed.nodeagent);
@@ -829,6 +831,38 @@ fn partition_pause_undo_history_and_garbage_collection_hold_across_leader_change
             names.lines().count()
         };
         wait_for(cp, "the history pruned to the limit", 30, async || revisions(cp) == 3).await;
+
+        // A bad image, the gate without autoRollback: the canary (n2)
+        // halts within the deadline and nothing else moves, across a new
+        // leader; `rollout status` exits 1; `rollout undo` rolls agent:4
+        // back to the canary, which lifts the halt.
+        leaders.next(cp).await;
+        patch(r#"{"spec":{"rollout":{"healthGate":{"deadlineSeconds":8}},"template":{"spec":{"containers":[{"name":"agent","image":"agent:bad"}]}}}}"#);
+        let halted = || {
+            let out = cp.kubectl(&["-n", "monitoring", "get", "nodeagent", "e2e", "-o", "json"]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            v["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "RolloutHalted" && c["status"] == "True"))
+        };
+        wait_for(cp, "the halt", 60, async || halted()).await;
+        leaders.next(cp).await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let by = images_by_node(cp);
+        assert_eq!(by.get("n2").map(|(i, _)| i.as_str()), Some("agent:bad"), "the canary ran the bad image: {by:?}");
+        for n in ["n0", "n1", "n3"] {
+            assert_eq!(by.get(n), Some(&("agent:4".to_string(), true)), "a halted rollout moved {n}: {by:?}");
+        }
+        assert!(halted(), "the halt stays reported under a new leader");
+        let status = std::process::Command::new(node_agent_tests::agent_binary())
+            .args(["rollout", "status", "e2e", "-n", "monitoring", "--watch=false"])
+            .env("KUBECONFIG", &cp.kubeconfig)
+            .output()
+            .expect("node-agent runs");
+        assert_eq!(status.status.code(), Some(1), "rollout status of a halted rollout: {}", String::from_utf8_lossy(&status.stdout));
+        assert!(rollout(cp, "undo").contains("rolled back to revision"));
+        wait_for(cp, "agent:4 back on the canary, the halt lifted", 90, async || {
+            complete(&admin, "agent:4", NODES).await && !halted()
+        })
+        .await;
 
         // The NodeAgent deleted: the garbage collector deletes what it owned.
         leaders.stop().await;
