@@ -24,6 +24,10 @@ use std::time::{Duration, Instant};
 /// The Kubernetes release in `../shared/k8s/`.
 pub const VERSION: &str = "v1.36.2";
 
+/// The name of the node a kubelet registers ([`crate::kubelet`]): its
+/// client certificate is made with the control plane's.
+pub const KUBELET_NODE: &str = "node-1";
+
 /// The ClusterIP range the API server allocates Services from.
 pub const SERVICE_RANGE: &str = "10.96.0.0/24";
 
@@ -68,17 +72,17 @@ pub fn binaries() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-fn free_port() -> Result<u16, String> {
+pub(crate) fn free_port() -> Result<u16, String> {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(|e| e.to_string())
 }
 
 /// A child killed (SIGTERM, then SIGKILL after 5 s) and reaped when dropped,
 /// and killed by the kernel if the thread that started it dies first (a
 /// test killed on a timeout leaves no API server behind).
-struct Daemon(Child);
+pub(crate) struct Daemon(pub(crate) Child);
 
 /// `cmd`, to die with the thread that spawns it.
-fn dies_with_us(cmd: &mut Command) -> &mut Command {
+pub(crate) fn dies_with_us(cmd: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;
     // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches
     // only the child's own state, between fork and exec.
@@ -154,6 +158,18 @@ fn certificates(dir: &Path) -> Result<String, String> {
     issue("apiserver", &names, &[(DnType::CommonName, "kube-apiserver")], ExtendedKeyUsagePurpose::ServerAuth)?;
     let admin = [(DnType::CommonName, "admin"), (DnType::OrganizationName, "system:masters")];
     issue("admin", &[], &admin, ExtendedKeyUsagePurpose::ClientAuth)?;
+    // The API server's identity towards kubelets (logs, exec, the stats
+    // proxy), which kubelets authorize through it (webhook mode).
+    let kubelet_client = [(DnType::CommonName, "kube-apiserver-kubelet-client"), (DnType::OrganizationName, "system:masters")];
+    issue("apiserver-kubelet-client", &[], &kubelet_client, ExtendedKeyUsagePurpose::ClientAuth)?;
+    // The kubelet's client identity, as the Node authorizer expects it.
+    let node = format!("system:node:{KUBELET_NODE}");
+    issue(
+        "kubelet",
+        &[],
+        &[(DnType::CommonName, node.as_str()), (DnType::OrganizationName, "system:nodes")],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    )?;
     let sa = KeyPair::generate().map_err(e)?;
     write("sa.key", sa.serialize_pem())?;
     write("sa.pub", sa.public_key_pem())?;
@@ -170,7 +186,7 @@ fn kubectl(bin: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
     })
 }
 
-fn kubeconfig(path: &Path, url: &str, ca: &Path, user: &str) -> Result<(), String> {
+pub(crate) fn kubeconfig(path: &Path, url: &str, ca: &Path, user: &str) -> Result<(), String> {
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\n    certificate-authority: {}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: user\ncurrent-context: test\nusers:\n- name: user\n  user:\n{user}",
         ca.display()
@@ -198,6 +214,9 @@ fn apiserver(bin: &Path, d: &Path, client: u16, secure: u16, admin: &Path) -> Re
         .args(["--authorization-mode", "Node,RBAC"])
         .args(["--enable-admission-plugins", "OwnerReferencesPermissionEnforcement"])
         .args(["--cert-dir", &f("certs")])
+        .args(["--kubelet-client-certificate", &f("apiserver-kubelet-client.crt")])
+        .args(["--kubelet-client-key", &f("apiserver-kubelet-client.key")])
+        .args(["--kubelet-preferred-address-types", "InternalIP"])
         .arg("--v=1")
         .stdout(Stdio::null())
         .stderr(log)
@@ -324,7 +343,11 @@ impl ControlPlane {
     /// (e.g. `daemonset`), with cluster-admin's kubeconfig and no leader
     /// election; it is stopped with the control plane.
     pub fn start_controller_manager(&mut self, controllers: &str) -> Result<(), String> {
-        self.start_component("kube-controller-manager", &["--controllers", controllers, "--use-service-account-credentials=false"])
+        let ca = self.dir.path().join("ca.crt").display().to_string();
+        self.start_component(
+            "kube-controller-manager",
+            &["--controllers", controllers, "--use-service-account-credentials=false", "--root-ca-file", &ca],
+        )
     }
 
     /// A control-plane component with cluster-admin's kubeconfig, no leader
@@ -342,6 +365,11 @@ impl ControlPlane {
             .map_err(|e| format!("{name}: {e}"))?;
         self.others.push(Daemon(child));
         Ok(())
+    }
+
+    /// The directory of the certificates, kubeconfigs and logs.
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// The scheduler's log, its last 40 lines.

@@ -14,6 +14,8 @@ pub mod gate;
 pub mod host;
 #[cfg(feature = "agent")]
 pub mod inproc;
+#[cfg(feature = "agent")]
+pub mod kubelet;
 pub mod memcg;
 pub mod netns;
 #[cfg(feature = "agent")]

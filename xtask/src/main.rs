@@ -83,6 +83,11 @@ enum Cmd {
         /// rather than written to BENCHMARKS.md.
         #[arg(long)]
         growth: bool,
+        /// Only BENCHMARKS.md's "Under a real kubelet" section: deploy/ on a
+        /// one-node cluster (kubelet, containerd) with the image built from
+        /// this tree.
+        #[arg(long)]
+        kubelet: bool,
     },
     /// Mutation-fuzz every collector's parser for N seconds (stable Rust:
     /// cargo-fuzz needs nightly); with --afl, coverage-guided with AFL++.
@@ -182,6 +187,10 @@ const TEST_PACKAGES: &[&str] = &[
     "podman",
     "runc",
     "mmdebstrap",
+    // The node of the real-kubelet test (tests/src/kubelet.rs): Debian's
+    // containerd 1.6 beside runc, and the CNI plugins (podman wants them too).
+    "containerd",
+    "containernetworking-plugins",
 ];
 
 /// The offline eBPF toolchain (docs/development.md, "The offline eBPF toolchain"):
@@ -608,7 +617,13 @@ fn main() -> ExitCode {
             c.args(["--image-only", "--out"]).arg(root().join("BENCHMARKS.md"));
             run(&mut c).map(|_| true)
         }
-        Cmd::Bench { quick, image_only: false, growth } => setup().and_then(|_| build_release()).and_then(|agent| {
+        Cmd::Bench { kubelet: true, .. } => setup().and_then(|_| {
+            let built = image::build(&root(), &image::Options { tag: image::default_tag(), twice: false, refresh: false })?;
+            let mut c = tool("node-agent-bench");
+            c.args(["--kubelet", &built.tag, "--out"]).arg(root().join("BENCHMARKS.md"));
+            run(&mut c).map(|_| true)
+        }),
+        Cmd::Bench { quick, image_only: false, growth, kubelet: false } => setup().and_then(|_| build_release()).and_then(|agent| {
             let mut c = tool("node-agent-bench");
             c.arg("--agent").arg(&agent);
             if growth {

@@ -2955,6 +2955,15 @@ fn run() -> Res<()> {
         print!("{section}");
         return Ok(());
     }
+    if let Some(image) = get("--kubelet") {
+        let out_path = PathBuf::from(get("--out").unwrap_or_else(|| "BENCHMARKS.md".into()));
+        let md = std::fs::read_to_string(&out_path).map_err(|e| format!("{}: {e}", out_path.display()))?;
+        let section = kubelet_section(&image, &md)?;
+        std::fs::write(&out_path, with_section(&md, KUBELET_HEADING, &section, Some("## Where a scrape's CPU goes")))
+            .map_err(|e| format!("{}: {e}", out_path.display()))?;
+        print!("{section}");
+        return Ok(());
+    }
     // In a guest of the kernel matrix (`cargo xtask kernels --bench`).
     if let Some(out) = get("--kernel-costs") {
         return kernel_costs(Path::new(&out));
@@ -3164,6 +3173,12 @@ fn run() -> Res<()> {
     let _ = writeln!(md, "\nTargets (issue #34): total CPU per scrape ≤ 0.15× node_exporter's without eBPF: {cpu:.2}× ({}); ≤ 0.20× with every probe and pod attribution: {cpu_e:.2}× ({}). The part node-agent controls, its user time (everything but the kernel generating the files), against node_exporter's total: {user:.2}× without eBPF, {user_e:.2}× with every probe. Memory targets are the kubelet's, in the next section.", verdict(cpu, 0.15), verdict(cpu_e, 0.20));
     let _ = writeln!(md, "\nFamilies differ where only one side has them (node-agent's `node_ebpf_*`, `node_filesystem_mount_info` and newer netstat/softnet fields; node_exporter's `go_*`): see `cargo xtask compare-node-exporter`.\n");
     md.push_str(&kubelet_memory_section(quick, [&a, &n, &ae, &ne2]));
+    // Written by `cargo xtask bench --kubelet`: kept as it is.
+    if let Some(kept) = std::fs::read_to_string(&out_path).ok().as_deref().and_then(|old| section_of(old, KUBELET_HEADING)) {
+        md.push('\n');
+        md.push_str(kept.trim_end());
+        md.push('\n');
+    }
     md.push('\n');
     md.push_str(&tricks_section(quick, &tricks));
     md.push('\n');
@@ -3225,6 +3240,97 @@ fn run() -> Res<()> {
     std::fs::write(&out_path, &md).map_err(|e| format!("{}: {e}", out_path.display()))?;
     print!("{md}");
     Ok(())
+}
+
+const KUBELET_HEADING: &str = "## Under a real kubelet\n";
+
+/// How many times the kubelet section starts the agent's pod.
+const KUBELET_STARTS: usize = 5;
+
+/// deploy/ applied to a one-node cluster of this machine (kubelet v1.36.2
+/// over containerd and runc, `node_agent_tests::kubelet`), the pod started
+/// [`KUBELET_STARTS`] times (the apply, then a deletion each): how soon
+/// it is Ready, its probe failures, and its memory as the kubelet's
+/// `/stats/summary` reports it after 20 scrapes and 8 s idle.
+fn kubelet_section(image: &str, md_now: &str) -> Res<String> {
+    use node_agent_tests::cluster::ControlPlane;
+    use node_agent_tests::kubelet::{self, Node};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let daemonset = std::fs::read_to_string(root.join("deploy/agent/daemonset.yaml")).map_err(|e| e.to_string())?;
+    let wanted = daemonset
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("image:"))
+        .map(|i| i.trim().to_string())
+        .ok_or("no image in deploy/agent/daemonset.yaml")?;
+    let mut cp = ControlPlane::start()?;
+    cp.start_scheduler()?;
+    cp.start_controller_manager("daemonset,serviceaccount,root-ca-cert-publisher")?;
+    let node = Node::start(&cp, &[image], &[(image, &wanted)])?;
+    let kubectl = |args: &[&str]| -> Res<()> {
+        let out = cp.kubectl(args);
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("kubectl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr)))
+        }
+    };
+    let deploy = root.join("deploy").display().to_string();
+    let mut asked = Instant::now();
+    kubectl(&["apply", "-k", &deploy])?;
+    let (mut ready, mut failures, mut ws, mut usage, mut rss) = (Vec::new(), 0, Vec::new(), Vec::new(), Vec::new());
+    let mut previous: Option<String> = None;
+    for _ in 0..KUBELET_STARTS {
+        let pod = node.ready_agent(&cp, previous.as_deref(), Duration::from_secs(120))?;
+        ready.push(asked.elapsed().as_secs_f64());
+        for _ in 0..20 {
+            kubelet::agent_metrics().ok_or("the agent did not answer on :9100")?;
+        }
+        std::thread::sleep(Duration::from_secs(8));
+        let m = node.memory(&cp, &pod.name, "node-agent")?;
+        ws.push(m.working_set / 1e6);
+        usage.push(m.usage / 1e6);
+        rss.push(m.rss / 1e6);
+        failures += kubelet::unhealthy(&cp, &pod.name)?.len();
+        kubectl(&["-n", "monitoring", "delete", "pod", &pod.name, "--wait=true", "--timeout=120s"])?;
+        asked = Instant::now();
+        previous = Some(pod.uid);
+    }
+    let range = |v: &[f64], unit: &str| {
+        let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+        let mut sorted = v.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        format!("{:.1}{unit} ({lo:.1}–{hi:.1})", sorted[sorted.len() / 2])
+    };
+    // The bench's own figure for the same thing, from this file's memory
+    // section (every probe, 110 pods from an in-memory API server).
+    let own = md_now
+        .lines()
+        .find(|l| l.starts_with("| working set, after idle |"))
+        .and_then(|l| l.split('|').nth(5))
+        .map(|c| c.trim().to_string())
+        .unwrap_or_else(|| "-".into());
+    // The revision `cargo xtask image` recorded for this image.
+    let record = std::fs::read_to_string(root.join("target/image/build.json")).unwrap_or_default();
+    let record: serde_json::Value = serde_json::from_str(&record).unwrap_or_default();
+    let revision = match record["tag"].as_str() {
+        Some(t) if t == image => format!(" (revision {})", record["revision"].as_str().unwrap_or("?")),
+        _ => String::new(),
+    };
+    let mut md = String::from(KUBELET_HEADING);
+    let _ = writeln!(
+        md,
+        "\n`cargo xtask bench --kubelet`: `kubectl apply -k deploy/` on a one-node cluster of this machine (kubelet v1.36.2 from ../shared/k8s, Debian 12's containerd 1.6.20 and runc 1.1.5, cgroupfs driver, a CNI bridge; `tests/src/kubelet.rs`), image `{image}`{revision} imported into containerd, as deploy/ ships it (default collectors, every probe; the node runs the agent and a few control-plane processes, no other pods). The pod started {KUBELET_STARTS} times: the apply, then a deletion each time. Ready: from the apply, or from the previous pod gone, to the pod's Ready condition as the API server reports it. Memory: the kubelet's `/stats/summary` for the agent's container after 20 scrapes and 8 s idle (the working set is what the kubelet evicts by and compares with the limit). Median (least–most).\n"
+    );
+    let _ = writeln!(md, "| measure | value |\n|---|---|");
+    let _ = writeln!(md, "| Ready after the pod was asked for | {} |", range(&ready, " s"));
+    let _ = writeln!(md, "| probe failures (`Unhealthy` events: startup, readiness, liveness), all starts | {failures} |");
+    let _ = writeln!(md, "| working set (`workingSetBytes`) | {} |", range(&ws, " MB"));
+    let _ = writeln!(md, "| cgroup usage (`usageBytes`) | {} |", range(&usage, " MB"));
+    let _ = writeln!(md, "| RSS (`rssBytes`) | {} |", range(&rss, " MB"));
+    let _ = writeln!(md, "| deploy/'s request and limit | 48Mi (50.3 MB), 192Mi (201.3 MB) |");
+    let _ = writeln!(md, "| the bench's own working set after idle, every probe, 110 pods (\"Memory the kubelet's way\") | {own} |");
+    drop(node);
+    Ok(md)
 }
 
 const IMAGE_HEADING: &str = "## Image\n";
