@@ -26,14 +26,15 @@
 //!   ([`Node::start_kube_proxy`]) makes the Services' ClusterIPs real DNAT
 //!   rules.
 //!
-//! Everything is undone when the [`Node`] is dropped: the containers are
+//! Everything is undone when the [`Node`] is dropped, in this order:
+//! kube-proxy stopped and its rules removed (`--cleanup`); the containers
 //! killed through containerd, then any process left in the `kubepods`
-//! cgroups, kube-proxy stopped and its rules removed, the kubelet,
-//! containerd and its shims stopped by PID, the `KUBE-` chains the
-//! kubelet made removed, the
-//! bridge and the rules removed, the empty `kubepods` cgroups removed, and
-//! /var/lib/kubelet (where deploy/'s seccomp-profile overlay writes its
-//! profile) removed if this node made it.
+//! cgroups; the kubelet, containerd and its shims stopped by PID; the
+//! `KUBE-` chains the kubelet made, the test's own rules and the bridge
+//! removed; the empty `kubepods` cgroups removed; /var/lib/kubelet (where
+//! deploy/'s seccomp-profile overlay writes its profile) removed if this
+//! node made it. The images live in containerd's root under the node's
+//! temporary directory and go with it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -202,9 +203,7 @@ impl Node {
         let num = |k: &str| m[k].as_f64().ok_or_else(|| format!("no {k} for {pod}/{container}: {m}"));
         Ok(ContainerMemory { working_set: num("workingSetBytes")?, usage: num("usageBytes")?, rss: num("rssBytes")? })
     }
-}
 
-impl Node {
     /// Starts containerd and a kubelet against `cp`, with `images` (held
     /// by podman) in containerd's store under their own names and under
     /// the names in `aliases` (`(held, alias)`), and waits until the node

@@ -2,7 +2,8 @@
 //! Debian's containerd 1.6 and runc with a CNI bridge
 //! (`node_agent_tests::kubelet`), registered with a real control plane
 //! (etcd, kube-apiserver, kube-scheduler, and kube-controller-manager's
-//! DaemonSet, ServiceAccount and root-CA publisher controllers), the image
+//! DaemonSet, ServiceAccount, root-CA publisher and EndpointSlice
+//! controllers), the image
 //! `cargo xtask image` built imported into containerd. What a cluster
 //! admin sees after `kubectl apply -k deploy/`:
 //! - the pod becomes Ready through its real probes, with no `Unhealthy`
@@ -70,6 +71,13 @@ fn ok(cp: &ControlPlane, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `kubectl apply` of `yaml`.
+fn apply(cp: &ControlPlane, yaml: &str) {
+    let file = tempfile::NamedTempFile::new().expect("a file");
+    std::fs::write(file.path(), yaml).expect("written");
+    ok(cp, &["apply", "-f", &file.path().display().to_string()]);
+}
+
 fn ready(cp: &ControlPlane, node: &Node, not: Option<&str>) -> AgentPod {
     node.ready_agent(cp, not, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -77,10 +85,6 @@ fn ready(cp: &ControlPlane, node: &Node, not: Option<&str>) -> AgentPod {
 fn no_probe_failures(cp: &ControlPlane, pod: &str, when: &str) {
     let events = unhealthy(cp, pod).unwrap_or_else(|e| panic!("{e}"));
     assert!(events.is_empty(), "probe failures {when}: {events:?}");
-}
-
-fn metrics() -> Option<String> {
-    agent_metrics()
 }
 
 /// Every eBPF program's `node_ebpf_program_up`, by program.
@@ -109,6 +113,54 @@ spec:
       # A system call that fails (ENOENT) a few times a second.
       command: [/busybox, sh, -c, 'while true; do /busybox cat /nonexistent 2>/dev/null; /busybox sleep 0.2; done']
 ";
+
+/// Waits until the host's nat table has, for each group of `lines`, a
+/// line holding all of that group (kube-proxy's rules for a Service: its
+/// ClusterIP's jump, its endpoint's DNAT).
+fn dnat_rules(node: &Node, lines: &[&[&str]]) {
+    let t = Instant::now();
+    loop {
+        let rules = Command::new("iptables").args(["-w", "-t", "nat", "-S"]).output().expect("iptables");
+        let rules = String::from_utf8_lossy(&rules.stdout);
+        if lines.iter().all(|group| rules.lines().any(|l| group.iter().all(|n| l.contains(n)))) {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(90),
+            "no rules with {lines:?} in 90 s:\n{rules}\nkube-proxy:\n{}",
+            node.kube_proxy_log(30)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The sum of `family`'s samples whose labels include `want`.
+fn count(body: &str, family: &str, want: &[(&str, &str)]) -> f64 {
+    samples(body, family).iter().filter(|(l, _)| want.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))).map(|(_, v)| v).sum()
+}
+
+/// Waits (60 s at most) until both counts reach `want`, then, 3 s later
+/// (nothing more may arrive), asserts both are exactly `want`.
+fn exactly(what: &str, counts: [(&str, &[(&str, &str)]); 2], want: f64) -> (f64, f64) {
+    let both = |body: &str| (count(body, counts[0].0, counts[0].1), count(body, counts[1].0, counts[1].1));
+    let t = Instant::now();
+    loop {
+        let (a, b) = both(&agent_metrics().unwrap_or_default());
+        if a >= want && b >= want {
+            std::thread::sleep(Duration::from_secs(3));
+            let settled = both(&agent_metrics().unwrap_or_default());
+            assert_eq!(settled, (want, want), "{what}");
+            return settled;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let body = agent_metrics().unwrap_or_default();
+            let lines: Vec<&str> =
+                body.lines().filter(|l| l.starts_with("node_ebpf_pod_") && l.contains("namespace=\"default\"")).collect();
+            panic!("{what}: not counted in 60 s ({a}, {b}):\n{}", lines.join("\n"));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
 
 /// The connections the client makes to the Service.
 const CONNECTIONS: f64 = 5.0;
@@ -230,9 +282,7 @@ fn deploy_runs_under_a_real_kubelet() {
         assert!(t.elapsed() < Duration::from_secs(60), "no default ServiceAccount in 60 s");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let worker = tempfile::NamedTempFile::new().expect("a file");
-    std::fs::write(worker.path(), WORKER.replace("IMAGE", BUSYBOX_IMAGE)).expect("written");
-    ok(&cp, &["apply", "-f", &worker.path().display().to_string()]);
+    apply(&cp, &WORKER.replace("IMAGE", BUSYBOX_IMAGE));
 
     let deploy = root().join("deploy").display().to_string();
     let applied = Instant::now();
@@ -242,7 +292,7 @@ fn deploy_runs_under_a_real_kubelet() {
     eprintln!("agent pod {pod} Ready {:.1}s after the apply", applied.elapsed().as_secs_f64());
     no_probe_failures(&cp, &pod, "at a normal start");
 
-    let body = metrics().expect("the agent answers on hostPort 9100 at the node's address");
+    let body = agent_metrics().expect("the agent answers on hostPort 9100 at the node's address");
     for family in
         ["node_cpu_seconds_total", "node_memory_MemAvailable_bytes", "node_network_receive_bytes_total", "node_filesystem_avail_bytes"]
     {
@@ -253,7 +303,7 @@ fn deploy_runs_under_a_real_kubelet() {
     // The user's pod, named: its failing system calls counted for it.
     let t = Instant::now();
     loop {
-        let body = metrics().unwrap_or_default();
+        let body = agent_metrics().unwrap_or_default();
         let errors: f64 = samples(&body, "node_ebpf_pod_syscall_errors_total")
             .iter()
             .filter(|(l, _)| {
@@ -275,34 +325,10 @@ fn deploy_runs_under_a_real_kubelet() {
     // A Service through real kube-proxy rules: the client's connections
     // to the ClusterIP are the Service's, the server's the client pod's.
     node.start_kube_proxy(&cp).unwrap_or_else(|e| panic!("{e}"));
-    let server = tempfile::NamedTempFile::new().expect("a file");
-    std::fs::write(server.path(), SERVER.replace("IMAGE", BUSYBOX_IMAGE)).expect("written");
-    ok(&cp, &["apply", "-f", &server.path().display().to_string()]);
+    apply(&cp, &SERVER.replace("IMAGE", BUSYBOX_IMAGE));
     let ip = ok(&cp, &["get", "service", "echo", "-o", "jsonpath={.spec.clusterIP}"]);
-    let t = Instant::now();
-    loop {
-        let rules = Command::new("iptables").args(["-w", "-t", "nat", "-S"]).output().expect("iptables");
-        let rules = String::from_utf8_lossy(&rules.stdout);
-        // The Service's chain jumps to an endpoint chain once its pod is ready.
-        if rules.lines().any(|l| l.contains(&format!("-d {ip}/32")) && l.contains("KUBE-SVC-"))
-            && rules.contains("default/echo:http")
-            && rules.contains("-j DNAT")
-        {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(90), "no DNAT rule for {ip} in 90 s:\n{rules}\nkube-proxy:\n{}", node.kube_proxy_log(30));
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let client = tempfile::NamedTempFile::new().expect("a file");
-    std::fs::write(client.path(), CLIENT.replace("IMAGE", BUSYBOX_IMAGE).replace("CLUSTERIP", &ip)).expect("written");
-    ok(&cp, &["apply", "-f", &client.path().display().to_string()]);
-    let count = |body: &str, family: &str, want: &[(&str, &str)]| -> f64 {
-        samples(body, family)
-            .iter()
-            .filter(|(l, _)| want.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
-            .map(|(_, v)| v)
-            .sum()
-    };
+    dnat_rules(&node, &[&[&format!("-d {ip}/32"), "KUBE-SVC-"], &["default/echo:http", "-j DNAT"]]);
+    apply(&cp, &CLIENT.replace("IMAGE", BUSYBOX_IMAGE).replace("CLUSTERIP", &ip));
     let out: &[(&str, &str)] = &[
         ("namespace", "default"),
         ("pod", "client"),
@@ -313,77 +339,29 @@ fn deploy_runs_under_a_real_kubelet() {
     ];
     let accepted: &[(&str, &str)] =
         &[("namespace", "default"), ("pod", "echo"), ("peer_kind", "pod"), ("peer", "default/client"), ("port", "8080")];
-    let t = Instant::now();
-    loop {
-        let body = metrics().unwrap_or_default();
-        let (o, a) =
-            (count(&body, "node_ebpf_pod_tcp_peer_connects_total", out), count(&body, "node_ebpf_pod_tcp_peer_accepted_total", accepted));
-        if o >= CONNECTIONS && a >= CONNECTIONS {
-            // Settled: nothing more arrives.
-            std::thread::sleep(Duration::from_secs(3));
-            let body = metrics().unwrap_or_default();
-            let (o, a) = (
-                count(&body, "node_ebpf_pod_tcp_peer_connects_total", out),
-                count(&body, "node_ebpf_pod_tcp_peer_accepted_total", accepted),
-            );
-            assert_eq!((o, a), (CONNECTIONS, CONNECTIONS), "the client's connections to the Service, and the server's from the client");
-            eprintln!("through kube-proxy's DNAT: {o} connections of default/client to service default/echo, {a} accepted by default/echo from it");
-            break;
-        }
-        if t.elapsed() > Duration::from_secs(60) {
-            let peers: Vec<&str> =
-                body.lines().filter(|l| l.starts_with("node_ebpf_pod_tcp_peer_") && l.contains("namespace=\"default\"")).collect();
-            panic!("the Service's connections not counted in 60 s ({o}, {a}):\n{}", peers.join("\n"));
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    let (o, a) = exactly(
+        "the client's connections to the Service, and the server's from the client",
+        [("node_ebpf_pod_tcp_peer_connects_total", out), ("node_ebpf_pod_tcp_peer_accepted_total", accepted)],
+        CONNECTIONS,
+    );
+    eprintln!("through kube-proxy's DNAT: {o} connections of default/client to service default/echo, {a} accepted by default/echo from it");
 
     // A DNS Service through kube-proxy's rules: a resolver on the node
     // behind it, a pod querying its ClusterIP; the queries are the pod's,
     // to the Service.
     let _resolver = resolver();
-    let dns = tempfile::NamedTempFile::new().expect("a file");
-    std::fs::write(dns.path(), DNS.replace("NODE_IP", NODE_IP)).expect("written");
-    ok(&cp, &["apply", "-f", &dns.path().display().to_string()]);
+    apply(&cp, &DNS.replace("NODE_IP", NODE_IP));
     let dns_ip = ok(&cp, &["get", "service", "dns", "-o", "jsonpath={.spec.clusterIP}"]);
-    let t = Instant::now();
-    loop {
-        let rules = Command::new("iptables").args(["-w", "-t", "nat", "-S"]).output().expect("iptables");
-        let rules = String::from_utf8_lossy(&rules.stdout);
-        if rules.contains("default/dns:dns") && rules.contains(&format!("{NODE_IP}:5353")) {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(90),
-            "no DNAT rule for {dns_ip} in 90 s:\n{rules}\nkube-proxy:\n{}",
-            node.kube_proxy_log(30)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let asker = tempfile::NamedTempFile::new().expect("a file");
-    std::fs::write(asker.path(), ASKER.replace("IMAGE", BUSYBOX_IMAGE).replace("CLUSTERIP", &dns_ip)).expect("written");
-    ok(&cp, &["apply", "-f", &asker.path().display().to_string()]);
+    dnat_rules(&node, &[&[&format!("-d {dns_ip}/32"), "KUBE-SVC-"], &["default/dns:dns", "-j DNAT", &format!("{NODE_IP}:5353")]]);
+    apply(&cp, &ASKER.replace("IMAGE", BUSYBOX_IMAGE).replace("CLUSTERIP", &dns_ip));
     let asked: &[(&str, &str)] =
         &[("namespace", "default"), ("pod", "asker"), ("server_kind", "service"), ("server", "default/dns"), ("transport", "udp")];
-    let t = Instant::now();
-    loop {
-        let body = metrics().unwrap_or_default();
-        let (q, r) = (count(&body, "node_ebpf_pod_dns_queries_total", asked), count(&body, "node_ebpf_pod_dns_responses_total", asked));
-        if q >= QUERIES && r >= QUERIES {
-            std::thread::sleep(Duration::from_secs(3));
-            let body = metrics().unwrap_or_default();
-            let (q, r) = (count(&body, "node_ebpf_pod_dns_queries_total", asked), count(&body, "node_ebpf_pod_dns_responses_total", asked));
-            assert_eq!((q, r), (QUERIES, QUERIES), "the pod's queries to the DNS Service, and their answers");
-            eprintln!("through kube-proxy's DNAT: {q} queries of default/asker to service default/dns, {r} answered");
-            break;
-        }
-        if t.elapsed() > Duration::from_secs(60) {
-            let dns: Vec<&str> =
-                body.lines().filter(|l| l.starts_with("node_ebpf_pod_dns_") && l.contains("namespace=\"default\"")).collect();
-            panic!("the DNS Service's queries not counted in 60 s ({q}, {r}):\n{}", dns.join("\n"));
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    let (q, r) = exactly(
+        "the pod's queries to the DNS Service, and their answers",
+        [("node_ebpf_pod_dns_queries_total", asked), ("node_ebpf_pod_dns_responses_total", asked)],
+        QUERIES,
+    );
+    eprintln!("through kube-proxy's DNAT: {q} queries of default/asker to service default/dns, {r} answered");
 
     // The kubelet's view of the agent's memory, within deploy/'s request.
     let ws = node.memory(&cp, &pod, "node-agent").unwrap_or_else(|e| panic!("{e}\nkubelet:\n{}", node.kubelet_log(30))).working_set;
@@ -406,7 +384,7 @@ fn deploy_runs_under_a_real_kubelet() {
     assert!(gone.as_secs_f64() < grace, "the pod took {gone:?} to end, beyond its {grace}s grace period");
     let next = ready(&cp, &node, Some(&first.uid));
     eprintln!("replacement {} Ready {:.1}s after the deletion", next.name, t.elapsed().as_secs_f64());
-    assert!(metrics().is_some(), "the replacement serves on :9100");
+    assert!(agent_metrics().is_some(), "the replacement serves on :9100");
     no_probe_failures(&cp, &next.name, "at the replacement's start");
 
     // The shipped seccomp profile: overlays/seccomp-profile rolls the pod.
@@ -418,7 +396,7 @@ fn deploy_runs_under_a_real_kubelet() {
     let spec: serde_json::Value =
         serde_json::from_str(&ok(&cp, &["-n", "monitoring", "get", "pod", &profiled, "-o", "json"])).expect("JSON");
     assert_eq!(spec["spec"]["containers"][0]["securityContext"]["seccompProfile"]["type"], "Localhost", "{spec}");
-    all_up(&metrics().expect("the agent under the profile answers"), "the shipped profile (Localhost)");
+    all_up(&agent_metrics().expect("the agent under the profile answers"), "the shipped profile (Localhost)");
     no_probe_failures(&cp, &profiled, "under the profile");
 
     // The node's Drop kills its pods and undoes its network.

@@ -1,4 +1,4 @@
-//! The agent runtime: resolve the serve flags, build the collectors, bind,
+//! The agent runtime: resolve the serve flags, bind, build the collectors,
 //! and serve on a runtime of its own until stopped.
 
 use std::sync::Arc;
