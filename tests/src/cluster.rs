@@ -7,9 +7,12 @@
 //! (a client certificate in `system:masters`), or as a ServiceAccount (a
 //! token the API server issued, [`ControlPlane::token_kubeconfig`]).
 //! kube-scheduler and kube-controller-manager (a chosen controller list)
-//! start where a test asks; no kubelet runs, so Node objects are made as a
+//! start where a test asks. Without a kubelet, Node objects are made as a
 //! kubelet and the node lifecycle controller would leave them
-//! ([`ControlPlane::node`]).
+//! ([`ControlPlane::node`]); a real kubelet over containerd registers
+//! [`KUBELET_NODE`] where a test starts one ([`crate::kubelet`]: the API
+//! server has a client certificate for kubelets, the kubelet one for that
+//! node).
 //!
 //! The archive is unpacked once per machine under `target/k8s/`. Where it
 //! is absent, [`ControlPlane::start_or_skip`] skips with a message, except
@@ -374,7 +377,13 @@ impl ControlPlane {
 
     /// The scheduler's log, its last 40 lines.
     pub fn scheduler_log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.path().join("kube-scheduler.log")).unwrap_or_default();
+        self.component_log_tail("kube-scheduler")
+    }
+
+    /// The log of a component [`ControlPlane`] started (`kube-scheduler`,
+    /// `kube-controller-manager`), its last 40 lines.
+    pub fn component_log_tail(&self, name: &str) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }

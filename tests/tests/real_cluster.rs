@@ -29,7 +29,11 @@
 //!   410 Gone for the old resourceVersion: seen here, each handled);
 //! - the prometheus-operator overlay against the operator's CRDs as its
 //!   published models describe them (`tests/operator_crds.py`): strict
-//!   server-side and client-side apply, specs kept whole.
+//!   server-side and client-side apply, specs kept whole;
+//! - what taking nodes over from a node_exporter DaemonSet relies on in
+//!   the real DaemonSet controller: an `OnDelete` DaemonSet given an
+//!   exclusion term keeps its pods, gives up one labelled node alone,
+//!   adopts no pod another controller owns, and takes the node back.
 //!
 //! Without ../shared these tests skip with a message, except in CI.
 
@@ -937,4 +941,140 @@ fn partition_pause_undo_history_halt_and_garbage_collection_hold_across_leader_c
         .await;
         kubelet.abort();
     });
+}
+
+/// Pods by node: node → (pod UID, its controller's name).
+type ByNode = std::collections::BTreeMap<String, (String, String)>;
+
+/// The pods `selector` selects in `monitoring` by the node their affinity
+/// pins them to (else the node they are bound to).
+fn daemon_pods(cp: &ControlPlane, selector: &str) -> ByNode {
+    let out = ok(cp, &["-n", "monitoring", "get", "pods", "-l", selector, "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let mut by = std::collections::BTreeMap::new();
+    for p in v["items"].as_array().into_iter().flatten() {
+        if !p["metadata"]["deletionTimestamp"].is_null() {
+            continue;
+        }
+        let node = p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+            ["matchFields"][0]["values"][0]
+            .as_str()
+            .or(p["spec"]["nodeName"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let owner = p["metadata"]["ownerReferences"][0]["name"].as_str().unwrap_or_default().to_string();
+        by.insert(node, (p["metadata"]["uid"].as_str().unwrap_or_default().to_string(), owner));
+    }
+    by
+}
+
+/// What taking a node over from a node_exporter DaemonSet (issue #50)
+/// relies on, as kube-controller-manager's DaemonSet controller does it:
+/// a DaemonSet switched to `OnDelete` and given a required node-affinity
+/// term excluding a label keeps every pod it has (the same UIDs: no
+/// rolling restart of the fleet for the template change); labelling one
+/// node removes that node's pod alone and the controller does not make it
+/// again; a pod with the DaemonSet's labels that another controller owns
+/// is neither adopted nor counted there; removing the label brings the
+/// DaemonSet's pod back on that node.
+#[test]
+fn the_daemonset_controller_gives_up_one_node_of_an_on_delete_daemonset_and_adopts_no_owned_pod() {
+    let Some(mut cp) = ControlPlane::start_or_skip("the DaemonSet controller's semantics for a takeover") else { return };
+    cp.start_controller_manager("daemonset").expect("kube-controller-manager");
+    // Bound pods, as on a real cluster: the controller finds a node's
+    // daemon pods by the node they are bound to when a node changes.
+    cp.start_scheduler().expect("kube-scheduler");
+    ok(&cp, &["apply", "-k", &dir("deploy/namespace")]);
+    ok(&cp, &["-n", "monitoring", "create", "serviceaccount", "default"]);
+    for n in ["n0", "n1", "n2"] {
+        cp.node(n, &[]).expect("node");
+    }
+    // node_exporter as the Helm chart renders it, in short: a RollingUpdate
+    // DaemonSet on the host network and port 9100.
+    let ds = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: node-exporter, namespace: monitoring}\nspec:\n  selector: {matchLabels: {app.kubernetes.io/name: prometheus-node-exporter}}\n  updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 1}}\n  template:\n    metadata: {labels: {app.kubernetes.io/name: prometheus-node-exporter}}\n    spec:\n      hostNetwork: true\n      containers: [{name: node-exporter, image: \"quay.io/prometheus/node-exporter:v1.12.1\", ports: [{name: metrics, containerPort: 9100, hostPort: 9100}]}]\n";
+    let file = tempfile::NamedTempFile::new().expect("tempfile");
+    std::fs::write(file.path(), ds).expect("write");
+    ok(&cp, &["apply", "-f", &file.path().display().to_string()]);
+    let selector = "app.kubernetes.io/name=prometheus-node-exporter";
+    let settle = |what: &str, f: &dyn Fn(&ByNode) -> bool| {
+        let t = Instant::now();
+        loop {
+            // No kubelet runs: a deleted pod's end is confirmed here, as a
+            // kubelet would once its containers stopped.
+            let terminating = ok(
+                &cp,
+                &[
+                    "-n",
+                    "monitoring",
+                    "get",
+                    "pods",
+                    "-l",
+                    selector,
+                    "-o",
+                    "jsonpath={range .items[?(@.metadata.deletionTimestamp)]}{.metadata.name} {end}",
+                ],
+            );
+            for name in terminating.split_whitespace() {
+                let _ = cp.kubectl(&["-n", "monitoring", "delete", "pod", name, "--grace-period=0", "--force"]);
+            }
+            let pods = daemon_pods(&cp, selector);
+            if f(&pods) {
+                return pods;
+            }
+            if t.elapsed() > Duration::from_secs(60) {
+                let ds = cp.kubectl(&["-n", "monitoring", "get", "daemonset", "node-exporter", "-o", "yaml"]);
+                let nodes = cp.kubectl(&["get", "nodes", "--show-labels"]);
+                panic!(
+                    "{what}: {pods:?}\n{}\n{}\n{}",
+                    String::from_utf8_lossy(&ds.stdout),
+                    String::from_utf8_lossy(&nodes.stdout),
+                    cp.component_log_tail("kube-controller-manager")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let before = settle("a pod per node", &|p| p.len() == 3);
+
+    // OnDelete, then the exclusion term: nothing restarts.
+    let strategy = r#"{"spec":{"updateStrategy":{"type":"OnDelete","rollingUpdate":null}}}"#;
+    ok(&cp, &["-n", "monitoring", "patch", "daemonset", "node-exporter", "--type=merge", "-p", strategy]);
+    let exclude = r#"[{"op":"add","path":"/spec/template/spec/affinity","value":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"nodeagent.io/exporter","operator":"NotIn","values":["node-agent"]}]}]}}}}]"#;
+    ok(&cp, &["-n", "monitoring", "patch", "daemonset", "node-exporter", "--type=json", "-p", exclude]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(daemon_pods(&cp, selector), before, "the template change restarted pods of an OnDelete DaemonSet");
+
+    // One node taken over: its pod alone goes, and stays gone.
+    ok(&cp, &["label", "node", "n1", "nodeagent.io/exporter=node-agent"]);
+    let after = settle("n1's pod gone", &|p| !p.contains_key("n1"));
+    std::thread::sleep(Duration::from_secs(3));
+    let after_wait = daemon_pods(&cp, selector);
+    assert_eq!(after_wait, after, "the controller made a pod again on the excluded node");
+    for n in ["n0", "n2"] {
+        assert_eq!(after.get(n), before.get(n), "{n}'s pod was replaced");
+    }
+
+    // A pod with the DaemonSet's labels, owned by another controller, on n1:
+    // not adopted, not deleted, and no pod of the DaemonSet's beside it.
+    ok(&cp, &["-n", "monitoring", "create", "configmap", "owner"]);
+    let owner_uid = ok(&cp, &["-n", "monitoring", "get", "configmap", "owner", "-o", "jsonpath={.metadata.uid}"]);
+    let owned = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: agent-n1\n  namespace: monitoring\n  labels: {{app.kubernetes.io/name: prometheus-node-exporter}}\n  ownerReferences: [{{apiVersion: v1, kind: ConfigMap, name: owner, uid: {owner_uid}, controller: true}}]\nspec:\n  nodeName: n1\n  containers: [{{name: agent, image: \"agent:1\"}}]\n"
+    );
+    std::fs::write(file.path(), owned).expect("write");
+    ok(&cp, &["apply", "-f", &file.path().display().to_string()]);
+    std::thread::sleep(Duration::from_secs(3));
+    let with_owned = daemon_pods(&cp, selector);
+    assert_eq!(with_owned.get("n1").map(|(_, o)| o.as_str()), Some("owner"), "the owned pod was adopted or deleted: {with_owned:?}");
+    assert_eq!(with_owned.len(), 3, "the DaemonSet made a pod beside the owned one: {with_owned:?}");
+    let status = ok(&cp, &["-n", "monitoring", "get", "daemonset", "node-exporter", "-o", "jsonpath={.status.desiredNumberScheduled}"]);
+    assert_eq!(status, "2", "the excluded node is not the DaemonSet's");
+
+    // Given back: the DaemonSet's pod returns to n1.
+    ok(&cp, &["-n", "monitoring", "delete", "pod", "agent-n1", "--grace-period=0", "--force"]);
+    ok(&cp, &["label", "node", "n1", "nodeagent.io/exporter-"]);
+    let back = settle("n1's pod back", &|p| p.get("n1").is_some_and(|(_, o)| o == "node-exporter"));
+    for n in ["n0", "n2"] {
+        assert_eq!(back.get(n), before.get(n), "{n}'s pod was replaced when n1 was given back");
+    }
 }
