@@ -131,8 +131,8 @@ fn build_base_name() -> String {
 
 /// After a build on a machine that will not build again (CI): drops what
 /// only another build would reuse — the build base, the build stage's
-/// layers, the release build's cargo target — several GB the test suite's
-/// own build needs more. The image itself stays.
+/// layers, the release build's cargo target — several GB, freed before
+/// the test suite runs. The image itself stays.
 pub fn free_build_space(root: &Path) {
     let _ = std::fs::remove_dir_all(root.join("target/image/cargo-target"));
     let quiet = |args: &[&str]| {
