@@ -289,6 +289,7 @@ impl Cluster {
             gate: &results,
             backoff: &|_| false,
             now: self.ts(),
+            replaced: None,
         })
         .expect("decide");
         let (mut created, mut deleted) = (Vec::new(), Vec::new());

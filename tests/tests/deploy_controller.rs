@@ -29,6 +29,7 @@ fn example_nodeagent_plans_one_pinned_pod_per_node_and_matches_the_daemonset() {
         gate: &Default::default(),
         backoff: &|_| false,
         now: at(1_000),
+        replaced: None,
     })
     .expect("decide");
     assert_eq!(d.creates.len(), nodes.len(), "one pod per node: {:?}", d.creates.iter().map(|c| &c.node).collect::<Vec<_>>());

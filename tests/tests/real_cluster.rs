@@ -296,7 +296,8 @@ async fn kube_client(path: &Path) -> kube::Client {
 /// What the kubelet does for the agent pods the scheduler bound, every
 /// 100 ms (no kubelet runs here): a bound pod runs at 127.0.0.1 (an image
 /// named `agent:bad` at 127.0.0.2, where no agent answers the health
-/// gate), its containers ready at once, Ready when every readiness gate is
+/// gate; a DaemonSet's pod on n3 at 127.0.0.3, the takeover test's other
+/// node_exporter), its containers ready at once, Ready when every readiness gate is
 /// True (the health gate's condition, set by the controller); a pod being
 /// deleted is gone at once (the kubelet confirms with a zero grace period).
 fn kubelet(admin: kube::Client) -> tokio::task::JoinHandle<()> {
@@ -324,7 +325,15 @@ fn kubelet(admin: kube::Client) -> tokio::task::JoinHandle<()> {
                 }
                 let now = node_agent_tests::apiserver::now();
                 let bad = spec.containers.first().and_then(|c| c.image.as_deref()) == Some("agent:bad");
-                let ip = if bad { "127.0.0.2" } else { "127.0.0.1" };
+                let daemon_on_n3 = spec.node_name.as_deref() == Some("n3")
+                    && p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+                let ip = if bad {
+                    "127.0.0.2"
+                } else if daemon_on_n3 {
+                    "127.0.0.3"
+                } else {
+                    "127.0.0.1"
+                };
                 let patch = serde_json::json!({"status": {
                     "phase": "Running", "hostIP": "127.0.0.1", "podIP": ip, "podIPs": [{"ip": ip}],
                     "conditions": [
@@ -1077,4 +1086,287 @@ fn the_daemonset_controller_gives_up_one_node_of_an_on_delete_daemonset_and_adop
     for n in ["n0", "n2"] {
         assert_eq!(back.get(n), before.get(n), "{n}'s pod was replaced when n1 was given back");
     }
+}
+
+// ---- taking over node_exporter's DaemonSet (#50) ----------------------------
+
+/// A node_exporter (Debian's) on `ip:port` with `collectors`, stopped on drop.
+struct NodeExporter(std::process::Child);
+
+impl NodeExporter {
+    fn start(ip: &str, port: u16, collectors: &[&str]) -> NodeExporter {
+        let mut args = vec!["--collector.disable-defaults".to_string(), format!("--web.listen-address={ip}:{port}")];
+        args.extend(collectors.iter().map(|c| format!("--collector.{c}")));
+        let child = std::process::Command::new("prometheus-node-exporter")
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("prometheus-node-exporter (Debian's package; cargo xtask test installs it)");
+        let t = Instant::now();
+        while std::net::TcpStream::connect((ip, port)).is_err() {
+            assert!(t.elapsed() < Duration::from_secs(10), "node_exporter on {ip}:{port} did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        NodeExporter(child)
+    }
+}
+
+impl Drop for NodeExporter {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Every exporter pod (the replaced DaemonSet's and the NodeAgent's) by
+/// the node it is bound to, terminating ones included: (owner kind, Ready).
+fn exporters_by_node(pods: &[k8s_openapi::api::core::v1::Pod]) -> std::collections::BTreeMap<String, Vec<(String, bool)>> {
+    let mut by: std::collections::BTreeMap<String, Vec<(String, bool)>> = std::collections::BTreeMap::new();
+    for p in pods {
+        let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else { continue };
+        let kind = p.metadata.owner_references.iter().flatten().next().map(|o| o.kind.clone()).unwrap_or_default();
+        let ready = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        by.entry(node).or_default().push((kind, ready));
+    }
+    by
+}
+
+async fn monitoring_pods(admin: &kube::Client) -> Option<Vec<k8s_openapi::api::core::v1::Pod>> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(admin.clone(), "monitoring");
+    api.list(&Default::default()).await.ok().map(|l| l.items)
+}
+
+/// What a migration is judged by, polled every 100 ms for the whole test
+/// (a task of its own): no node ever has two exporter pods (bound,
+/// terminating included: both use hostPort 9100), the longest time each
+/// node had no Ready exporter (a Service's endpoints, and so Prometheus,
+/// see Ready pods only), and the order in which nodes got the agent.
+#[derive(Default)]
+struct Watch {
+    worst_pods: usize,
+    gap_since: std::collections::BTreeMap<String, Instant>,
+    longest_gap: std::collections::BTreeMap<String, Duration>,
+    agent_order: Vec<String>,
+}
+
+impl Watch {
+    fn spawn(admin: kube::Client, nodes: usize) -> (std::sync::Arc<std::sync::Mutex<Watch>>, tokio::task::JoinHandle<()>) {
+        let watch = std::sync::Arc::new(std::sync::Mutex::new(Watch::default()));
+        let w = watch.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Some(pods) = monitoring_pods(&admin).await {
+                    let by = exporters_by_node(&pods);
+                    if let Ok(mut w) = w.lock() {
+                        w.look(&by, nodes);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        (watch, task)
+    }
+
+    fn look(&mut self, by: &std::collections::BTreeMap<String, Vec<(String, bool)>>, nodes: usize) {
+        for n in 0..nodes {
+            let node = format!("n{n}");
+            let pods = by.get(&node).cloned().unwrap_or_default();
+            self.worst_pods = self.worst_pods.max(pods.len());
+            if pods.iter().any(|(kind, _)| kind == "NodeAgent") && !self.agent_order.contains(&node) {
+                self.agent_order.push(node.clone());
+            }
+            if pods.iter().any(|(_, ready)| *ready) {
+                if let Some(since) = self.gap_since.remove(&node) {
+                    let longest = self.longest_gap.entry(node).or_default();
+                    *longest = (*longest).max(since.elapsed());
+                }
+            } else {
+                self.gap_since.entry(node).or_insert_with(Instant::now);
+            }
+        }
+    }
+}
+
+/// `node-agent rollout status e2e --watch=false` as cluster-admin: (exit code, output).
+fn rollout_status(cp: &ControlPlane) -> (i32, String) {
+    let out = std::process::Command::new(node_agent_tests::agent_binary())
+        .args(["rollout", "status", "e2e", "-n", "monitoring", "--watch=false"])
+        .env("KUBECONFIG", &cp.kubeconfig)
+        .output()
+        .expect("node-agent runs");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Issue #50 on the real API server, kube-scheduler and
+/// kube-controller-manager's DaemonSet controller, with deploy/'s
+/// takeover RBAC (overlays/takeover) and a new controller leader for each
+/// phase: the Helm chart's node_exporter DaemonSet (its shape, on five
+/// nodes) is taken over node by node — the canary wave first, one node at
+/// a time, the partition's last node (n4) kept — each node's old exporter
+/// read first (a real node_exporter, Debian's) and the agent's gate
+/// requiring its families there; no node ever has two exporter pods, no
+/// node that moves is without a Ready exporter for a scrape interval, and
+/// the agent's pods carry the old pods' labels without being adopted. On
+/// n3 the old exporter serves a family the agent does not (uname): n3's
+/// gate fails past its deadline, n3 goes back to node_exporter alone, and
+/// the takeover halts visibly (status, event, `rollout status` exit 1).
+/// `giveBack` then returns every node, and the DaemonSet's spec is put
+/// back exactly as it was; n4's pod, never moved, is never restarted.
+#[test]
+fn a_node_exporter_daemonset_is_taken_over_node_by_node_and_given_back_on_a_real_cluster() {
+    let Some(mut cp) = ControlPlane::start_or_skip("the takeover of node_exporter against a real control plane") else { return };
+    cp.start_scheduler().expect("kube-scheduler");
+    cp.start_controller_manager("daemonset").expect("kube-controller-manager");
+    ok(&cp, &["apply", "-k", &dir("deploy/crd")]);
+    ok(&cp, &["wait", "--for=condition=Established", "crd/nodeagents.nodeagent.io", "--timeout=60s"]);
+    ok(&cp, &["apply", "-k", &dir("deploy/overlays/takeover")]);
+    ok(&cp, &["-n", "monitoring", "delete", "nodeagent", "node-agent"]);
+    ok(&cp, &["-n", "monitoring", "create", "serviceaccount", "default"]);
+    const TAKEOVER_NODES: usize = 5;
+    for i in 0..TAKEOVER_NODES {
+        let labels: &[(&str, &str)] = if i == 2 { &[("nodeagent.io/wave", "canary")] } else { &[] };
+        cp.node(&format!("n{i}"), labels).expect("node");
+    }
+    let sa = cp.token_kubeconfig("monitoring", "node-agent-controller").expect("the controller's token");
+    // The old exporter: node_exporter on 127.0.0.1 for n0..n2; on n3
+    // (127.0.0.3, see `kubelet`) it serves uname too.
+    let port = free_addr().port();
+    let _ne = NodeExporter::start("127.0.0.1", port, &["loadavg", "meminfo"]);
+    let _ne3 = NodeExporter::start("127.0.0.3", port, &["loadavg", "meminfo", "uname"]);
+    let agent = node_agent_tests::gate::agent().expect("agent");
+    let gate_port = agent.addrs[0].port();
+
+    // node_exporter as the prometheus-community chart renders it, in short.
+    let ds = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: prometheus-node-exporter, namespace: monitoring}\nspec:\n  selector: {matchLabels: {app.kubernetes.io/name: prometheus-node-exporter, app.kubernetes.io/instance: prometheus-node-exporter}}\n  updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 1}}\n  template:\n    metadata: {labels: {app.kubernetes.io/name: prometheus-node-exporter, app.kubernetes.io/instance: prometheus-node-exporter, jobLabel: node-exporter}}\n    spec:\n      hostNetwork: true\n      containers: [{name: node-exporter, image: \"quay.io/prometheus/node-exporter:v1.12.1\", ports: [{name: metrics, containerPort: 9100, hostPort: 9100}]}]\n";
+    let file = tempfile::NamedTempFile::new().expect("tempfile");
+    std::fs::write(file.path(), ds).expect("write");
+    ok(&cp, &["apply", "-f", &file.path().display().to_string()]);
+    let spec_before = ok(&cp, &["-n", "monitoring", "get", "daemonset", "prometheus-node-exporter", "-o", "jsonpath={.spec}"]);
+    let selector = "app.kubernetes.io/name=prometheus-node-exporter";
+    let na = format!(
+        "apiVersion: nodeagent.io/v1alpha1\nkind: NodeAgent\nmetadata:\n  name: e2e\n  namespace: monitoring\nspec:\n  selector:\n    matchLabels: {{app: e2e}}\n  template:\n    metadata:\n      labels: {{app: e2e}}\n    spec:\n      hostNetwork: true\n      containers:\n      - {{name: agent, image: \"agent:1\", ports: [{{name: metrics, containerPort: 9100, hostPort: 9100}}]}}\n  updateStrategy:\n    rollingUpdate: {{maxUnavailable: 1}}\n  replaces: {{namespace: monitoring, name: prometheus-node-exporter, port: {port}}}\n  rollout:\n    partition: 1\n    waves:\n    - name: canary\n      selector:\n        matchLabels: {{nodeagent.io/wave: canary}}\n    healthGate: {{port: {gate_port}, requiredCollectors: [loadavg, meminfo], deadlineSeconds: 8, minPrograms: 0}}\n"
+    );
+    let na_file = tempfile::NamedTempFile::new().expect("tempfile");
+    std::fs::write(na_file.path(), na).expect("write");
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let admin = kube_client(&cp.kubeconfig).await;
+        let kubelet = kubelet(admin.clone());
+        let cp = &cp;
+        let ready_old = async || {
+            let by = exporters_by_node(&monitoring_pods(&admin).await.unwrap_or_default());
+            (0..TAKEOVER_NODES).all(|n| by.get(&format!("n{n}")).is_some_and(|p| p.len() == 1 && p[0].0 == "DaemonSet" && p[0].1))
+        };
+        wait_for(cp, "node_exporter on every node", 60, ready_old).await;
+        let before = daemon_pods(cp, selector);
+
+        let mut leaders = Leaders { sa: sa.clone(), n: 0, current: None };
+        leaders.next(cp).await;
+        ok(cp, &["apply", "-f", &na_file.path().display().to_string()]);
+        let (watch, watcher) = Watch::spawn(admin.clone(), TAKEOVER_NODES);
+        let agent_order = || watch.lock().map(|w| w.agent_order.clone()).unwrap_or_default();
+        let status = |cp: &ControlPlane| -> serde_json::Value {
+            serde_json::from_str(&ok(cp, &["-n", "monitoring", "get", "nodeagent", "e2e", "-o", "json"])).unwrap_or_default()
+        };
+        // The canary node first; then a new leader carries on.
+        wait_for(cp, "the canary node taken over", 60, async || {
+            status(cp)["status"]["migration"]["nodeAgentNodes"] == 1
+        })
+        .await;
+        assert_eq!(agent_order(), vec!["n2".to_string()], "the canary wave first");
+        leaders.next(cp).await;
+        let halted = async |cp: &ControlPlane| {
+            status(cp)["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "RolloutHalted" && c["status"] == "True" && c["reason"] == "MigrationGateFailed"))
+        };
+        wait_for(cp, "n0 and n1 taken over, n3's gate failed and n3 given back, n4 kept", 120, async || {
+            let s = status(cp);
+            let n3 = exporters_by_node(&monitoring_pods(&admin).await.unwrap_or_default()).get("n3").cloned();
+            let n3_old = n3.is_some_and(|p| p.len() == 1 && p[0].0 == "DaemonSet" && p[0].1);
+            halted(cp).await && s["status"]["migration"]["nodeAgentNodes"] == 3 && s["status"]["migration"]["movingNodes"] == 0 && n3_old
+        })
+        .await;
+        assert_eq!(agent_order(), ["n2", "n0", "n1", "n3"].map(String::from).to_vec(), "one node at a time in rollout order");
+        {
+            let w = watch.lock().expect("watch");
+            assert_eq!(w.worst_pods, 1, "a node had two exporter pods at once");
+            for n in ["n0", "n1", "n2"] {
+                let gap = w.longest_gap.get(n).copied().unwrap_or_default();
+                assert!(gap <= Duration::from_secs(15), "{n} had no Ready exporter for {gap:?}, longer than a 15 s scrape interval");
+            }
+            eprintln!("takeover: the longest time without a Ready exporter, by node: {:?}", w.longest_gap);
+        }
+        let s = status(cp);
+        let message = s["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "RolloutHalted")).cloned();
+        let message = message.map(|c| c["message"].to_string()).unwrap_or_default();
+        assert!(message.contains("node n3") && message.contains("node_uname_info"), "{message}");
+        assert_eq!(s["status"]["migration"]["haltedNode"], "n3");
+        let (code, out) = rollout_status(cp);
+        assert_eq!(code, 1, "rollout status exits 1 on a halted takeover: {out}");
+        assert!(out.contains("takeover halted: node n3"), "{out}");
+        let events = ok(cp, &["-n", "monitoring", "get", "events", "-o", "json"]);
+        assert!(events.contains("MigrationNodeTaken") && events.contains("RolloutHalted"), "{events}");
+
+        // What the migrated nodes hold: the old exporter's families (not its
+        // own), the agent's pods with the old pods' labels, owned by the
+        // NodeAgent; the DaemonSet's pods on n3 alone.
+        let families = ok(cp, &["get", "node", "n0", "-o", "jsonpath={.metadata.annotations.nodeagent\\.io/exporter-families}"]);
+        assert!(families.contains("node_load1") && families.contains("node_memory_MemTotal_bytes"), "{families}");
+        assert!(!families.contains("go_") && !families.contains("process_"), "{families}");
+        let agent_pods: serde_json::Value =
+            serde_json::from_str(&ok(cp, &["-n", "monitoring", "get", "pods", "-l", "nodeagent.io/name=e2e", "-o", "json"])).expect("json");
+        for p in agent_pods["items"].as_array().expect("pods") {
+            assert_eq!(p["metadata"]["labels"]["app.kubernetes.io/instance"], "prometheus-node-exporter", "{p}");
+            assert_eq!(p["metadata"]["ownerReferences"][0]["kind"], "NodeAgent", "{p}");
+        }
+        let desired = ok(cp, &["-n", "monitoring", "get", "daemonset", "prometheus-node-exporter", "-o", "jsonpath={.status.desiredNumberScheduled}"]);
+        assert_eq!(desired, "2", "the DaemonSet keeps n3 and n4 alone");
+        assert_eq!(s["status"]["migration"]["oldExporterNodes"], 2, "{s:#}");
+
+        // Give every node back.
+        if let Ok(mut w) = watch.lock() {
+            w.longest_gap.clear();
+        }
+        leaders.next(cp).await;
+        ok(cp, &["-n", "monitoring", "patch", "nodeagent", "e2e", "--type=merge", "-p", r#"{"spec":{"replaces":{"giveBack":true}}}"#]);
+        // Done when every node runs node_exporter again and the DaemonSet
+        // reports every pod from its own template.
+        wait_for(cp, "every node given back, the DaemonSet put back and its pods rolled", 120, async || {
+            let ds = ok(cp, &["-n", "monitoring", "get", "daemonset", "prometheus-node-exporter", "-o", "jsonpath={.status.updatedNumberScheduled}/{.status.numberReady}"]);
+            status(cp)["status"]["migration"]["phase"] == "GivenBack" && ready_old().await && ds == format!("{TAKEOVER_NODES}/{TAKEOVER_NODES}")
+        })
+        .await;
+        watcher.abort();
+        let w = watch.lock().expect("watch");
+        assert_eq!(w.worst_pods, 1, "a node had two exporter pods at once while given back");
+        // n3 came back to node_exporter at the halt, while the DaemonSet
+        // excluded taken nodes: its pod is from the changed template, and the
+        // DaemonSet's own rolling update replaces it once its spec is back.
+        for (node, gap) in &w.longest_gap {
+            assert!(
+                *gap <= Duration::from_secs(15),
+                "{node} had no Ready exporter for {gap:?} while given back:\n{}",
+                ok(cp, &["-n", "monitoring", "get", "events", "--sort-by=.lastTimestamp", "-o", "custom-columns=T:.lastTimestamp,R:.reason,O:.involvedObject.name,N:.note,M:.message"])
+            );
+        }
+        assert_eq!(daemon_pods(cp, selector).get("n4"), before.get("n4"), "n4's pod, never moved, was restarted");
+        assert_eq!(
+            ok(cp, &["-n", "monitoring", "get", "daemonset", "prometheus-node-exporter", "-o", "jsonpath={.spec}"]),
+            spec_before,
+            "the DaemonSet's spec is put back exactly"
+        );
+        let labels = ok(cp, &["get", "nodes", "-o", "jsonpath={.items[*].metadata.labels}"]);
+        assert!(!labels.contains("nodeagent.io/exporter"), "{labels}");
+        eprintln!("give-back: the longest time without a Ready exporter, by node: {:?}", w.longest_gap);
+        leaders.stop().await;
+        kubelet.abort();
+    });
+    drop(agent);
 }

@@ -60,6 +60,29 @@ pub struct NodeAgentSpec {
     pub rollout: Rollout,
     #[serde(default)]
     pub priority: Priority,
+    /// A DaemonSet this NodeAgent takes over node by node (node_exporter's):
+    /// see docs/controller.md, "Taking over from node_exporter".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<Replaces>,
+}
+
+/// The DaemonSet a NodeAgent takes over, one node at a time in the
+/// rollout's order (waves, maxUnavailable, partition, pause), each node
+/// gated on serving every family the old exporter served there.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Replaces {
+    pub namespace: String,
+    pub name: String,
+    /// The port the replaced exporter serves /metrics on (read once per
+    /// node, just before the node moves).
+    #[serde(default = "default_port")]
+    #[schemars(schema_with = "port_schema")]
+    pub port: u16,
+    /// Give every moved node back to the replaced DaemonSet and put its
+    /// spec back as it was.
+    #[serde(default)]
+    pub give_back: bool,
 }
 
 /// As apps/v1 DaemonSetUpdateStrategy.
@@ -235,6 +258,43 @@ pub struct NodeAgentStatus {
     pub resumed_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Where the takeover of `spec.replaces` stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<MigrationStatus>,
+}
+
+/// The takeover of a DaemonSet: how many nodes run which exporter, which
+/// moves next and why nothing moves.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationStatus {
+    /// `namespace/name` of the replaced DaemonSet.
+    pub replaced: String,
+    /// Preparing, Migrating, Paused, Halted, Complete, GivingBack, GivenBack
+    /// or Replaced (the replaced DaemonSet is gone).
+    pub phase: String,
+    /// Nodes (of those the agent should run on) still on the old exporter.
+    #[serde(default)]
+    pub old_exporter_nodes: i32,
+    /// Nodes between the two: the old pod going, or the agent not yet
+    /// through its gate, or on the way back.
+    #[serde(default)]
+    pub moving_nodes: i32,
+    /// Nodes moved: the agent ready and through its gate.
+    #[serde(default)]
+    pub node_agent_nodes: i32,
+    /// The moving nodes (the first ten).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moving: Vec<String>,
+    /// The node that moves next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    /// Why no node moves now, when none does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+    /// The node whose gate failed and that went back to the old exporter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halted_node: Option<String>,
 }
 
 fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 
 use super::crd::HealthGate;
+use super::migration;
 use super::rollout::{GateResult, GateTarget};
 use expo::text::{self as expfmt, Line};
 
@@ -31,6 +32,11 @@ pub const TIMEOUT: Duration = Duration::from_secs(5);
 /// short (they go into conditions and events).
 pub struct Scan<'g> {
     gate: &'g HealthGate,
+    /// On a taken node: what the old exporter served there, and of it what
+    /// this scrape served (bounded by the expectation).
+    expect: Option<&'g migration::Expected>,
+    families: BTreeSet<String>,
+    succeeded: BTreeSet<String>,
     line: usize,
     error: Option<String>,
     programs: usize,
@@ -41,7 +47,23 @@ pub struct Scan<'g> {
 
 impl<'g> Scan<'g> {
     pub fn new(gate: &'g HealthGate) -> Scan<'g> {
-        Scan { gate, line: 0, error: None, programs: 0, down: 0, down_named: BTreeSet::new(), collectors: BTreeMap::new() }
+        Scan::expecting(gate, None)
+    }
+
+    /// A scan that also requires the old exporter's families and collectors.
+    pub fn expecting(gate: &'g HealthGate, expect: Option<&'g migration::Expected>) -> Scan<'g> {
+        Scan {
+            gate,
+            expect,
+            families: BTreeSet::new(),
+            succeeded: BTreeSet::new(),
+            line: 0,
+            error: None,
+            programs: 0,
+            down: 0,
+            down_named: BTreeSet::new(),
+            collectors: BTreeMap::new(),
+        }
     }
 
     /// Takes one line of the exposition (without its newline).
@@ -52,6 +74,12 @@ impl<'g> Scan<'g> {
         }
         let s = match expfmt::parse_line(raw, self.line) {
             Ok(Line::Sample(s)) => s,
+            Ok(Line::Type { name, .. }) => {
+                if self.expect.is_some_and(|e| e.families.contains(name)) {
+                    self.families.insert(name.to_string());
+                }
+                return;
+            }
             Ok(_) => return,
             Err(e) => {
                 self.error = Some(format!("unparsable /metrics (line {}: {})", e.line, e.msg));
@@ -72,6 +100,9 @@ impl<'g> Scan<'g> {
             }
             "node_scrape_collector_success" => {
                 let c = get("collector");
+                if s.value == 1.0 && self.expect.is_some_and(|e| e.collectors.contains(&c)) {
+                    self.succeeded.insert(c.clone());
+                }
                 if self.gate.required_collectors.contains(&c) {
                     self.collectors.insert(c, s.value);
                 }
@@ -109,7 +140,88 @@ impl<'g> Scan<'g> {
                 Some(_) => {}
             }
         }
+        if let Some(e) = self.expect {
+            let missing = |want: &BTreeSet<String>, got: &BTreeSet<String>| -> Option<String> {
+                let m: Vec<&String> = want.difference(got).collect();
+                let shown: Vec<&str> = m.iter().take(NAMED).map(|s| s.as_str()).collect();
+                (!m.is_empty()).then(|| {
+                    let more = if m.len() > NAMED { format!(" and {} more", m.len() - NAMED) } else { String::new() };
+                    format!("{}{more}", shown.join(", "))
+                })
+            };
+            if let Some(m) = missing(&e.families, &self.families) {
+                return GateResult::Fail(format!("families the replaced exporter served on this node are not served: {m}"));
+            }
+            if let Some(m) = missing(&e.collectors, &self.succeeded) {
+                return GateResult::Fail(format!("collectors that succeeded in the replaced exporter on this node do not: {m}"));
+            }
+        }
         GateResult::Pass
+    }
+}
+
+/// What a replaced exporter served: its families (from `# TYPE` lines) and
+/// the collectors that succeeded, at most `MAX_FAMILIES` families.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub families: BTreeSet<String>,
+    pub collectors: BTreeSet<String>,
+    line: usize,
+    error: Option<String>,
+}
+
+/// Families a snapshot keeps (node_exporter serves a few hundred).
+pub const MAX_FAMILIES: usize = 4096;
+
+impl Sink for Snapshot {
+    fn line(&mut self, raw: &str) {
+        self.line += 1;
+        if self.error.is_some() {
+            return;
+        }
+        match expfmt::parse_line(raw, self.line) {
+            Ok(Line::Type { name, .. }) => {
+                if self.families.len() >= MAX_FAMILIES {
+                    self.error = Some(format!("more than {MAX_FAMILIES} families"));
+                } else {
+                    self.families.insert(name.to_string());
+                }
+            }
+            Ok(Line::Sample(s)) if s.name == "node_scrape_collector_success" && s.value == 1.0 => {
+                if let Some((_, c)) = s.labels.iter().find(|(k, _)| *k == "collector") {
+                    self.collectors.insert(c.to_string());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => self.error = Some(format!("unparsable /metrics (line {}: {})", e.line, e.msg)),
+        }
+    }
+    fn fail(&mut self, why: String) {
+        self.error.get_or_insert(why);
+    }
+}
+
+impl Snapshot {
+    pub fn finish(self) -> Result<Snapshot, String> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(self),
+        }
+    }
+}
+
+/// Where scraped lines go.
+pub trait Sink {
+    fn line(&mut self, raw: &str);
+    fn fail(&mut self, why: String);
+}
+
+impl Sink for Scan<'_> {
+    fn line(&mut self, raw: &str) {
+        Scan::line(self, raw)
+    }
+    fn fail(&mut self, why: String) {
+        Scan::fail(self, why)
     }
 }
 
@@ -129,7 +241,7 @@ struct Lines {
 }
 
 impl Lines {
-    fn feed(&mut self, chunk: &[u8], scan: &mut Scan) -> Result<(), String> {
+    fn feed(&mut self, chunk: &[u8], scan: &mut dyn Sink) -> Result<(), String> {
         self.total += chunk.len();
         if self.total > MAX_BODY {
             return Err(format!("/metrics is larger than {} MiB", MAX_BODY >> 20));
@@ -151,7 +263,7 @@ impl Lines {
         Ok(())
     }
 
-    fn emit(&mut self, scan: &mut Scan) -> Result<(), String> {
+    fn emit(&mut self, scan: &mut dyn Sink) -> Result<(), String> {
         let line = std::str::from_utf8(&self.pending).map_err(|_| "body is not UTF-8".to_string())?;
         scan.line(line);
         self.pending.clear();
@@ -159,39 +271,57 @@ impl Lines {
     }
 }
 
-/// Scrapes a gate target; a trait so tests and the simulation can serve
-/// fake agents.
+/// Scrapes a gate target, and a replaced exporter before its node moves;
+/// a trait so tests and the simulation can serve fake agents.
 pub trait Probe: Send + Sync {
     fn probe<'a>(&'a self, target: &'a GateTarget, gate: &'a HealthGate) -> Pin<Box<dyn Future<Output = GateResult> + Send + 'a>>;
+
+    /// What the exporter at `ip:port` serves (GET /metrics).
+    fn read_exporter<'a>(&'a self, ip: &'a str, port: u16) -> Pin<Box<dyn Future<Output = Result<Snapshot, String>> + Send + 'a>> {
+        Box::pin(async move {
+            let mut snap = Snapshot::default();
+            match tokio::time::timeout(TIMEOUT, fetch_into(ip, port, "/metrics", &mut snap)).await {
+                Err(_) => Err(format!("no answer from {ip}:{port}/metrics within {}s", TIMEOUT.as_secs())),
+                Ok(Err(e)) => Err(e),
+                Ok(Ok(())) => snap.finish(),
+            }
+        })
+    }
 }
 
 /// Scrapes `http://POD_IP:PORT/PATH` over HTTP/1.1 with a timeout.
 pub struct HttpProbe;
 
 async fn fetch(target: &GateTarget, gate: &HealthGate) -> Result<GateResult, String> {
-    let addr = if target.ip.contains(':') { format!("[{}]:{}", target.ip, gate.port) } else { format!("{}:{}", target.ip, gate.port) };
+    let mut scan = Scan::expecting(gate, target.expect.as_ref());
+    fetch_into(&target.ip, gate.port, &gate.path, &mut scan).await?;
+    Ok(scan.finish())
+}
+
+/// GET `http://ip:port/path`, each line of the body into `sink`.
+async fn fetch_into(ip: &str, port: u16, path: &str, sink: &mut (dyn Sink + Send)) -> Result<(), String> {
+    let addr = if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
     let stream = tokio::net::TcpStream::connect(&addr).await.map_err(|e| format!("connect {addr}: {}", e.kind()))?;
     let (mut send, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| format!("http: {e}"))?;
     tokio::spawn(conn);
-    let req = hyper::Request::get(&gate.path).header("host", &addr).body(Empty::<Bytes>::new()).map_err(|e| format!("request: {e}"))?;
+    let req = hyper::Request::get(path).header("host", &addr).body(Empty::<Bytes>::new()).map_err(|e| format!("request: {e}"))?;
     let resp = send.send_request(req).await.map_err(|e| format!("http: {e}"))?;
     if !resp.status().is_success() {
-        return Err(format!("{} answered {}", gate.path, resp.status().as_u16()));
+        return Err(format!("{path} answered {}", resp.status().as_u16()));
     }
     let mut body = resp.into_body();
-    let mut scan = Scan::new(gate);
     let mut lines = Lines { pending: Vec::new(), total: 0 };
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| format!("body: {e}"))?;
         if let Some(chunk) = frame.data_ref() {
-            lines.feed(chunk, &mut scan)?;
+            lines.feed(chunk, sink)?;
         }
     }
     if !lines.pending.is_empty() {
-        lines.emit(&mut scan)?;
+        lines.emit(sink)?;
     }
-    Ok(scan.finish())
+    Ok(())
 }
 
 impl Probe for HttpProbe {
@@ -273,6 +403,35 @@ mod tests {
         let mut lines = Lines { pending: Vec::new(), total: 0 };
         let long = vec![b'a'; MAX_LINE + 1];
         assert!(lines.feed(&long, &mut scan).unwrap_err().contains("longer than 64 KiB"));
+    }
+
+    #[test]
+    fn on_a_taken_node_every_family_and_collector_of_the_old_exporter_is_required() {
+        let e = migration::Expected {
+            families: ["node_ebpf_program_up".to_string(), "node_uname_info".to_string()].into(),
+            collectors: ["cpu".to_string(), "uname".to_string()].into(),
+        };
+        let g = gate(&[]);
+        let run = |text: &str| {
+            let mut scan = Scan::expecting(&g, Some(&e));
+            for l in text.lines() {
+                scan.line(l);
+            }
+            scan.finish()
+        };
+        assert_eq!(run(HEALTHY), GateResult::Fail("families the replaced exporter served on this node are not served: node_uname_info".into()));
+        let with_uname = format!("{HEALTHY}# TYPE node_uname_info gauge\nnode_uname_info{{sysname=\"Linux\"}} 1\n");
+        assert_eq!(run(&with_uname), GateResult::Fail("collectors that succeeded in the replaced exporter on this node do not: uname".into()));
+        let all = format!("{with_uname}node_scrape_collector_success{{collector=\"uname\"}} 1\n");
+        assert_eq!(run(&all), GateResult::Pass);
+        // The old exporter's snapshot: its TYPE lines and the collectors that succeeded.
+        let mut snap = Snapshot::default();
+        for l in all.lines().chain(["node_scrape_collector_success{collector=\"bad\"} 0"]) {
+            Sink::line(&mut snap, l);
+        }
+        let snap = snap.finish().expect("snapshot");
+        assert_eq!(snap.collectors, ["cpu".to_string(), "meminfo".to_string(), "uname".to_string()].into());
+        assert!(snap.families.contains("node_uname_info") && snap.families.contains("node_scrape_collector_success"));
     }
 
     #[test]

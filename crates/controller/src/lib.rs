@@ -7,6 +7,7 @@ pub mod events;
 pub mod gate;
 pub mod lease;
 pub mod metrics;
+pub mod migration;
 pub mod reconcile;
 pub mod report;
 pub mod rollout;

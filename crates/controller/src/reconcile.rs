@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -22,7 +22,8 @@ use super::crd::{NodeAgent, NodeAgentStatus, FIELD_MANAGER, GATE_CONDITION};
 use super::events::{Event, EventType, Recorder};
 use super::gate::Probe;
 use super::metrics::Metrics;
-use super::rollout::{self, Decision, Expectations, GateResult, Observed};
+use super::migration;
+use super::rollout::{self, Decision, Expectations, GateResult, Observed, Replaced};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -52,6 +53,8 @@ impl Error {
 /// Requeue while a rollout moves, and otherwise now and then.
 pub const ACTIVE_REQUEUE: Duration = Duration::from_secs(5);
 pub const IDLE_REQUEUE: Duration = Duration::from_secs(300);
+/// Requeue while a taken node's old exporter pod is going.
+pub const MIGRATION_REQUEUE: Duration = Duration::from_secs(1);
 /// Health gates scraped at once.
 const GATE_CONCURRENCY: usize = 16;
 /// Failed-pod deletion backoff per node: 1s doubling to 15 min, as upstream.
@@ -266,8 +269,21 @@ async fn sync(agent: &NodeAgent, ctx: &Context, ns: &str, name: &str) -> Result<
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
 
-    // Health gates, scraped concurrently.
-    let targets = rollout::gate_targets(agent, &pods);
+    // A takeover: the replaced DaemonSet and its pods, read at the source
+    // (they are the user's objects: no informer holds them).
+    let (replaced, old_pods) = match &agent.spec.replaces {
+        Some(r) => replaced(ctx, r).await?,
+        None => (None, Vec::new()),
+    };
+
+    // Health gates, scraped concurrently; on a node taken from a replaced
+    // exporter, the gate also requires what that exporter served there.
+    let mut targets = rollout::gate_targets(agent, &pods);
+    if agent.spec.replaces.is_some() {
+        for t in &mut targets {
+            t.expect = nodes.iter().find(|n| n.metadata.name.as_deref() == Some(t.node.as_str())).and_then(migration::expected);
+        }
+    }
     let mut gate = BTreeMap::new();
     if let Some(g) = &agent.spec.rollout.health_gate {
         let results: Vec<(String, GateResult)> = futures::stream::iter(targets)
@@ -292,7 +308,17 @@ async fn sync(agent: &NodeAgent, ctx: &Context, ns: &str, name: &str) -> Result<
     let now = (ctx.clock)();
     let backoff_key = |node: &str| format!("{ns}/{name}/{node}");
     let backoff = |node: &str| ctx.backed_off(&backoff_key(node));
-    let d = rollout::decide(&Observed { agent, nodes: &nodes, pods: &pods, revisions: &revisions, gate: &gate, backoff: &backoff, now })
+    let seen = agent.spec.replaces.as_ref().map(|_| Replaced { daemonset: replaced.as_ref(), pods: &old_pods });
+    let d = rollout::decide(&Observed {
+        agent,
+        nodes: &nodes,
+        pods: &pods,
+        revisions: &revisions,
+        gate: &gate,
+        backoff: &backoff,
+        now,
+        replaced: seen,
+    })
         .map_err(|e| Error::Invalid(format!("{ns}/{name}"), e.to_string()))?;
     let outcome = act(agent, ctx, ns, &d, now).await;
     let (created, deleted) = match &outcome {
@@ -309,7 +335,113 @@ async fn sync(agent: &NodeAgent, ctx: &Context, ns: &str, name: &str) -> Result<
         d.status.desired_number_scheduled,
         d.status.halted_revision.is_some(),
     );
-    Ok(if d.progressing { Action::requeue(ACTIVE_REQUEUE) } else { Action::requeue(IDLE_REQUEUE) })
+    // A node waiting for the replaced exporter's pod to go (whose deletion
+    // no informer here sees) is looked at again within a second.
+    let waiting_on_old = d.migration.as_ref().is_some_and(|m| m.waiting_on_old);
+    Ok(if waiting_on_old {
+        Action::requeue(MIGRATION_REQUEUE)
+    } else if d.progressing {
+        Action::requeue(ACTIVE_REQUEUE)
+    } else {
+        Action::requeue(IDLE_REQUEUE)
+    })
+}
+
+/// The replaced DaemonSet (None once deleted) and the pods it controls.
+async fn replaced(ctx: &Context, r: &super::crd::Replaces) -> Result<(Option<DaemonSet>, Vec<Pod>), Error> {
+    let ds = Api::<DaemonSet>::namespaced(ctx.client.clone(), &r.namespace).get_opt(&r.name).await?;
+    let Some(ds) = ds else { return Ok((None, Vec::new())) };
+    let selector = ds.spec.as_ref().and_then(|s| s.selector.match_labels.clone()).unwrap_or_default();
+    let selector: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let uid = ds.metadata.uid.clone();
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &r.namespace).list(&ListParams::default().labels(&selector.join(","))).await?;
+    let owned = pods
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.owner_references.iter().flatten().any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref()))
+        .collect();
+    Ok((Some(ds), owned))
+}
+
+/// The takeover's steps, before the pods': the replaced DaemonSet prepared
+/// or put back, nodes sent back (before their agent pods are deleted, so a
+/// new leader sees why), nodes released, then the nodes taken, each after
+/// its old exporter is read.
+async fn migrate(agent: &NodeAgent, ctx: &Context, m: &migration::Plan) -> Result<(), Error> {
+    let Some(r) = &agent.spec.replaces else { return Ok(()) };
+    let recorder = &ctx.recorder;
+    let replaced = format!("{}/{}", r.namespace, r.name);
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let merge = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    if let Some(patch) = &m.daemonset_patch {
+        let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &r.namespace);
+        let (what, result) = if patch.is_array() {
+            let p: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| Error::Invalid(replaced.clone(), e.to_string()))?;
+            ("put back as it was", api.patch(&r.name, &merge, &Patch::Json::<()>(p)).await)
+        } else {
+            ("set to OnDelete and to exclude the nodes taken", api.patch(&r.name, &merge, &Patch::Merge(patch)).await)
+        };
+        match result {
+            Ok(_) => publish(recorder, agent, EventType::Normal, "ReplacedDaemonSetChanged", "Migrate", format!("{replaced} {what}")).await,
+            // Changed since it was read: the next sync reads it again.
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some((node, message)) = &m.halt {
+        ctx.metrics.halts.inc();
+        tracing::warn!(nodeagent = %agent.name_any(), node = %node, "takeover halted by the health gate");
+        publish(recorder, agent, EventType::Warning, "RolloutHalted", "Halt", message.clone()).await;
+    }
+    for n in &m.give_back {
+        nodes.patch(n, &merge, &Patch::Merge(migration::give_back_patch())).await?;
+    }
+    if !m.give_back.is_empty() {
+        publish(recorder, agent, EventType::Normal, "MigrationGivingBack", "Migrate", format!("giving back to {replaced}: {}", names(m.give_back.iter().cloned()))).await;
+    }
+    for n in &m.release {
+        nodes.patch(n, &merge, &Patch::Merge(migration::release_patch())).await?;
+    }
+    if !m.release.is_empty() {
+        publish(recorder, agent, EventType::Normal, "MigrationGivenBack", "Migrate", format!("given back to {replaced}: {}", names(m.release.iter().cloned()))).await;
+    }
+    for t in &m.take {
+        let snapshot = match &t.read {
+            Some(ip) => match ctx.probe.read_exporter(ip, r.port).await {
+                Ok(s) => Some(s),
+                Err(why) => {
+                    // The node waits; the next sync reads it again.
+                    publish(
+                        recorder,
+                        agent,
+                        EventType::Warning,
+                        "MigrationWaiting",
+                        "Migrate",
+                        format!("node {}: {replaced}'s pod could not be read ({why}); the node moves once it can be", t.node),
+                    )
+                    .await;
+                    continue;
+                }
+            },
+            None => None,
+        };
+        let patch = migration::take_patch(snapshot.as_ref().map(|s| (&s.families, &s.collectors)));
+        nodes.patch(&t.node, &merge, &Patch::Merge(patch)).await?;
+        let compared = snapshot.as_ref().map(|s| s.families.iter().filter(|f| migration::compared(f)).count());
+        publish(
+            recorder,
+            agent,
+            EventType::Normal,
+            "MigrationNodeTaken",
+            "Migrate",
+            match compared {
+                Some(n) => format!("node {} taken from {replaced}; the agent must serve its {n} families", t.node),
+                None => format!("node {} taken from {replaced} (no ready pod of it there: nothing to compare)", t.node),
+            },
+        )
+        .await;
+    }
+    Ok(())
 }
 
 /// Pods created and deleted (by name), also when a later step failed.
@@ -331,6 +463,10 @@ async fn act_steps(agent: &NodeAgent, ctx: &Context, ns: &str, d: &Decision, now
     let revs: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
     let agents: Api<NodeAgent> = Api::namespaced(ctx.client.clone(), ns);
     let name = agent.name_any();
+
+    if let Some(m) = &d.migration {
+        migrate(agent, ctx, m).await?;
+    }
 
     if let Some(rev) = &d.revision {
         let rname = rev.name_any();

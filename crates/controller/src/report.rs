@@ -62,7 +62,44 @@ pub fn status_table(agents: &[NodeAgent], now: Timestamp, with_namespace: bool) 
         }
         rows.push(row);
     }
-    table(&rows)
+    let mut out = table(&rows);
+    for a in agents {
+        if let Some(line) = migration_line(a) {
+            let _ = writeln!(out, "{}: {line}", a.name_any());
+        }
+    }
+    out
+}
+
+/// Where a takeover stands, in one line (and why it waits, on a second):
+/// `taking over monitoring/node-exporter: 3 node(s) on node-agent, 1 moving (n4), 6 on the old exporter; next n5`.
+pub fn migration_line(a: &NodeAgent) -> Option<String> {
+    let m = a.status.as_ref()?.migration.as_ref()?;
+    let verb = match m.phase.as_str() {
+        "Complete" => "took over",
+        "GivenBack" => "gave back",
+        "GivingBack" => "giving back",
+        "Replaced" => "replaced",
+        _ => "taking over",
+    };
+    let mut line = format!(
+        "{verb} {} ({}): {} node(s) on node-agent, {} moving",
+        m.replaced,
+        m.phase,
+        m.node_agent_nodes,
+        m.moving_nodes
+    );
+    if !m.moving.is_empty() {
+        let _ = write!(line, " ({})", m.moving.join(", "));
+    }
+    let _ = write!(line, ", {} on the old exporter", m.old_exporter_nodes);
+    if let Some(n) = &m.next {
+        let _ = write!(line, "; next {n}");
+    }
+    if let Some(w) = &m.waiting {
+        let _ = write!(line, "\n  {w}");
+    }
+    Some(line)
 }
 
 fn table(rows: &[Vec<String>]) -> String {
@@ -98,14 +135,22 @@ pub fn progress(a: &NodeAgent) -> (String, Outcome) {
         let _ = write!(line, ", wave {w}");
     }
     let halted = s.conditions.iter().find(|c| c.type_ == "RolloutHalted" && c.status == "True");
+    let migrating = s.migration.as_ref().is_some_and(|m| !matches!(m.phase.as_str(), "Complete" | "GivenBack" | "Replaced"));
+    if let Some(m) = migration_line(a) {
+        let _ = write!(line, "\n{m}");
+    }
     let outcome = if !observed {
         line.push_str(" (waiting for the controller to observe the change)");
         Outcome::Waiting
     } else if let Some(h) = halted {
-        let what = if h.reason == crate::rollout::REASON_ROLLED_BACK { "halted and rolled back" } else { "halted" };
-        let _ = write!(line, "\nrollout {what}: revision {}: {}", s.halted_revision.as_deref().unwrap_or("?"), h.message);
+        if h.reason == crate::migration::REASON_HALTED {
+            let _ = write!(line, "\ntakeover halted: {}", h.message);
+        } else {
+            let what = if h.reason == crate::rollout::REASON_ROLLED_BACK { "halted and rolled back" } else { "halted" };
+            let _ = write!(line, "\nrollout {what}: revision {}: {}", s.halted_revision.as_deref().unwrap_or("?"), h.message);
+        }
         Outcome::Halted
-    } else if s.update_revision.is_some() && s.current_revision == s.update_revision && s.number_available as usize >= desired {
+    } else if !migrating && s.update_revision.is_some() && s.current_revision == s.update_revision && s.number_available as usize >= desired {
         line.push_str("\nrollout complete");
         Outcome::Complete
     } else {
@@ -248,6 +293,47 @@ mod tests {
         let mut s = status(20, 20, "new", "new");
         s.observed_generation = Some(1);
         assert_eq!(progress(&agent(s)).1, Outcome::Waiting);
+    }
+
+    #[test]
+    fn a_takeover_is_complete_only_when_every_node_moved_and_its_halt_exits_1() {
+        use crate::crd::MigrationStatus;
+        let mut s = status(2, 2, "new", "new");
+        s.migration = Some(MigrationStatus {
+            replaced: "monitoring/node-exporter".into(),
+            phase: "Migrating".into(),
+            old_exporter_nodes: 3,
+            moving_nodes: 1,
+            node_agent_nodes: 1,
+            moving: vec!["n1".into()],
+            next: Some("n2".into()),
+            waiting: None,
+            halted_node: None,
+        });
+        let (line, o) = progress(&agent(s.clone()));
+        assert_eq!(o, Outcome::Waiting, "every agent pod is up, but three nodes are still on the old exporter: {line}");
+        assert!(
+            line.ends_with(
+                "taking over monitoring/node-exporter (Migrating): 1 node(s) on node-agent, 1 moving (n1), 3 on the old exporter; next n2"
+            ),
+            "{line}"
+        );
+        let mut done = s.clone();
+        done.migration.as_mut().unwrap().phase = "Complete".into();
+        assert_eq!(progress(&agent(done)).1, Outcome::Complete);
+        s.conditions = vec![Condition {
+            type_: "RolloutHalted".into(),
+            status: "True".into(),
+            message: "node n1: node_uname_info is not served; the node went back to monitoring/node-exporter".into(),
+            reason: crate::migration::REASON_HALTED.into(),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        }];
+        let (line, o) = progress(&agent(s.clone()));
+        assert_eq!(o, Outcome::Halted);
+        assert!(line.ends_with("takeover halted: node n1: node_uname_info is not served; the node went back to monitoring/node-exporter"));
+        let t = status_table(&[agent(s)], Timestamp::from_second(1_000).unwrap(), false);
+        assert!(t.contains("\nnode-agent: taking over monitoring/node-exporter (Migrating)"), "{t}");
     }
 
     #[test]

@@ -9,12 +9,14 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetSpec, D
 use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodReadinessGate, PodTemplateSpec,
 };
+use super::crd::HealthGate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
 use super::crd::{NodeAgent, NodeAgentStatus, GATE_CONDITION};
+use super::migration;
 use planner::plan::{self, Action, Invalid, Options, REVISION_LABEL};
 use planner::scheduling::daemon_tolerations;
 
@@ -44,6 +46,8 @@ pub struct GateTarget {
     pub pod: String,
     pub node: String,
     pub ip: String,
+    /// On a node taken from a replaced exporter: what that exporter served.
+    pub expect: Option<migration::Expected>,
 }
 
 /// What the controller sees in one sync.
@@ -58,6 +62,17 @@ pub struct Observed<'a> {
     /// Nodes whose failed pods are not to be deleted yet (per-node backoff).
     pub backoff: &'a dyn Fn(&str) -> bool,
     pub now: Timestamp,
+    /// With `spec.replaces`: the replaced DaemonSet and its pods.
+    pub replaced: Option<Replaced<'a>>,
+}
+
+/// The DaemonSet a takeover replaces, as read this sync.
+#[derive(Clone, Copy)]
+pub struct Replaced<'a> {
+    /// None once it is deleted.
+    pub daemonset: Option<&'a DaemonSet>,
+    /// The pods it controls.
+    pub pods: &'a [Pod],
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -105,6 +120,8 @@ pub struct Decision {
     pub status: NodeAgentStatus,
     /// Work remains that a later sync must do (rolling, gating, backoff).
     pub progressing: bool,
+    /// The takeover's decision, with `spec.replaces`.
+    pub migration: Option<migration::Plan>,
 }
 
 /// The DaemonSet the planner sees for a NodeAgent and a template.
@@ -238,6 +255,15 @@ pub fn pod_for(agent: &NodeAgent, node: &str, hash: &str, template: &PodTemplate
     }
 }
 
+/// Adds the replaced DaemonSet's template labels to a pod, its own
+/// labels winning.
+fn inherit(pod: &mut Pod, labels: &BTreeMap<String, String>) {
+    let own = pod.metadata.labels.get_or_insert_with(Default::default);
+    for (k, v) in labels {
+        own.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+}
+
 /// The ControllerRevision recording `template` as revision `number`.
 pub fn revision_object(agent: &NodeAgent, hash: &str, number: i64, template: &PodTemplateSpec) -> ControllerRevision {
     let mut labels = agent.spec.selector.match_labels.clone().unwrap_or_default();
@@ -278,7 +304,7 @@ pub fn gate_targets(agent: &NodeAgent, pods: &[Pod]) -> Vec<GateTarget> {
         .filter(|p| gated(p) && !gate_passed(p) && condition_since(p, "ContainersReady").is_some())
         .filter_map(|p| {
             let ip = p.status.as_ref()?.pod_ip.clone().filter(|ip| !ip.is_empty())?;
-            Some(GateTarget { pod: p.name_any(), node: plan::target_node(p)?, ip })
+            Some(GateTarget { pod: p.name_any(), node: plan::target_node(p)?, ip, expect: None })
         })
         .collect()
 }
@@ -346,6 +372,127 @@ pub fn failed_status(agent: &NodeAgent, reason: &str, message: String, now: Time
     status
 }
 
+/// Why a pod that has not passed its health gate is past the deadline
+/// (None: not yet), which counts from the last resume at the earliest.
+fn overdue(p: &Pod, g: &HealthGate, o: &Observed) -> Option<String> {
+    let node = plan::target_node(p).unwrap_or_default();
+    let resumed = o.agent.status.as_ref().and_then(|s| s.resumed_at.as_ref()).map(|t| t.0.as_second());
+    let late =
+        |t: Option<Timestamp>| t.is_some_and(|t| o.now.as_second() - t.as_second().max(resumed.unwrap_or(i64::MIN)) > g.deadline_seconds);
+    match condition_since(p, "ContainersReady") {
+        Some(since) if late(since) => Some(match o.gate.get(&p.name_any()) {
+            Some(GateResult::Fail(why)) => {
+                format!("pod {} on node {node} failed the health gate for {}s: {why}", p.name_any(), g.deadline_seconds)
+            }
+            _ => format!("pod {} on node {node} has not passed the health gate within {}s", p.name_any(), g.deadline_seconds),
+        }),
+        Some(_) => None,
+        None if late(p.metadata.creation_timestamp.as_ref().map(|t| t.0)) => {
+            Some(format!("pod {} on node {node} has not become ready within {}s", p.name_any(), g.deadline_seconds))
+        }
+        None => None,
+    }
+}
+
+/// The nodes with the synthetic label the planner's template requires
+/// where the takeover allows the agent.
+fn allow(nodes: &[Node], allowed: &BTreeSet<String>) -> Vec<Node> {
+    nodes
+        .iter()
+        .map(|n| {
+            let mut n = n.clone();
+            if n.metadata.name.as_ref().is_some_and(|name| allowed.contains(name)) {
+                n.metadata.labels.get_or_insert_with(Default::default).insert(ALLOWED_LABEL.into(), "true".into());
+            }
+            n
+        })
+        .collect()
+}
+
+/// The label (never written to a node) that marks, for the planner alone,
+/// the nodes a takeover allows the agent on.
+const ALLOWED_LABEL: &str = "nodeagent.io/planner-allowed";
+
+/// The planner's template: the agent's, required onto allowed nodes.
+fn restrict(t: &mut PodTemplateSpec) {
+    let req = NodeSelectorRequirement { key: ALLOWED_LABEL.into(), operator: "In".into(), values: Some(vec!["true".into()]) };
+    let spec = t.spec.get_or_insert_with(Default::default);
+    let affinity = spec.affinity.get_or_insert_with(Default::default);
+    let na = affinity.node_affinity.get_or_insert_with(Default::default);
+    let required = na.required_during_scheduling_ignored_during_execution.get_or_insert_with(|| NodeSelector { node_selector_terms: vec![] });
+    if required.node_selector_terms.is_empty() {
+        required.node_selector_terms.push(NodeSelectorTerm::default());
+    }
+    for term in &mut required.node_selector_terms {
+        term.match_expressions.get_or_insert_with(Vec::new).push(req.clone());
+    }
+}
+
+/// The takeover's decision: the gate failure of a moving node (a pod on a
+/// taken node past its deadline, other than the update revision's while a
+/// rollout rolls: the rollout's halt judges those), then `migration::plan`.
+#[allow(clippy::too_many_arguments)]
+fn migration_plan(
+    o: &Observed,
+    r: &super::crd::Replaces,
+    seen: Replaced,
+    spec: &plan::Spec,
+    order: &[(usize, String)],
+    update_hash: &str,
+    rolling: bool,
+    owned: &[&Pod],
+) -> Result<migration::Plan, Invalid> {
+    let agent = o.agent;
+    let min_ready = spec.min_ready_seconds;
+    let taken: BTreeSet<&str> = o.nodes.iter().filter(|n| migration::taken(n)).filter_map(|n| n.metadata.name.as_deref()).collect();
+    let live = |p: &&&Pod| p.metadata.deletion_timestamp.is_none();
+    let mut gate_failed = None;
+    if let Some(g) = &agent.spec.rollout.health_gate {
+        for p in owned.iter().filter(live) {
+            let Some(node) = plan::target_node(p) else { continue };
+            let newest = label(&p.metadata, REVISION_LABEL).as_deref() == Some(update_hash);
+            if !taken.contains(node.as_str()) || gate_passed(p) || o.gate.get(&p.name_any()) == Some(&GateResult::Pass) || (rolling && newest) {
+                continue;
+            }
+            if let Some(why) = overdue(p, g, o) {
+                gate_failed = Some((node, why));
+                break;
+            }
+        }
+    }
+    let done = |node: &str| {
+        owned.iter().filter(live).any(|p| {
+            plan::target_node(p).as_deref() == Some(node)
+                && (gate_passed(p) || o.gate.get(&p.name_any()) == Some(&GateResult::Pass))
+                && plan::is_available(p, min_ready, o.now)
+        })
+    };
+    let present = |node: &str| owned.iter().any(|p| plan::target_node(p).as_deref() == Some(node));
+    let status = agent.status.clone().unwrap_or_default();
+    let halted_before = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "RolloutHalted" && c.status == "True" && c.reason == migration::REASON_HALTED)
+        .map(|_| status.migration.as_ref().and_then(|m| m.halted_node.clone()).unwrap_or_default());
+    let wave_names: Vec<String> = agent.spec.rollout.waves.iter().map(|w| w.name.clone()).collect();
+    let max_moving = spec.rolling_counts(order.len()).1.max(1);
+    Ok(migration::plan(&migration::Input {
+        replaces: r,
+        daemonset: seen.daemonset,
+        old_pods: seen.pods,
+        nodes: o.nodes,
+        order,
+        wave_names: &wave_names,
+        partition: agent.spec.rollout.partition.unwrap_or(0).max(0) as usize,
+        paused: agent.spec.rollout.paused,
+        max_moving,
+        halted_before,
+        agent_done: &done,
+        agent_pod: &present,
+        gate_failed,
+    }))
+}
+
 /// Decides one sync.
 pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     let agent = o.agent;
@@ -402,9 +549,15 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
         Some(_) => None,
     };
 
-    let ds = as_daemonset(agent, &agent.spec.template);
-    let spec = plan::Spec::from_daemonset(&ds)?;
+    let mut ds = as_daemonset(agent, &agent.spec.template);
+    let mut spec = plan::Spec::from_daemonset(&ds)?;
     let min_ready = spec.min_ready_seconds;
+    if agent.spec.replaces.is_some() && agent.spec.rollout.health_gate.is_none() {
+        return Err(Invalid {
+            field: "spec.rollout.healthGate".into(),
+            msg: "is required with spec.replaces: each node's move is gated on the agent serving what the old exporter served".into(),
+        });
+    }
     if spec.rolling_counts(1).0 > 0 && uses_host_ports(&spec.template) {
         return Err(Invalid {
             field: "spec.updateStrategy.rollingUpdate.maxSurge".into(),
@@ -431,16 +584,38 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
         })
     };
 
-    // Eligible nodes in rollout order: wave, then name.
-    let mut eligible: Vec<(usize, String)> = Vec::new();
-    for n in o.nodes {
-        let d = planner::scheduling::should_run(&spec.template, n)
-            .map_err(|m| Invalid { field: "spec.template.spec.affinity".into(), msg: m })?;
-        if d.should_run {
-            eligible.push((wave_of(agent, n)?, n.metadata.name.clone().unwrap_or_default()));
+    // The nodes the agent should run on, in rollout order: wave, then name.
+    let order = |spec: &plan::Spec, nodes: &[Node]| -> Result<Vec<(usize, String)>, Invalid> {
+        let mut eligible = Vec::new();
+        for n in nodes {
+            let d = planner::scheduling::should_run(&spec.template, n)
+                .map_err(|m| Invalid { field: "spec.template.spec.affinity".into(), msg: m })?;
+            if d.should_run {
+                eligible.push((wave_of(agent, n)?, n.metadata.name.clone().unwrap_or_default()));
+            }
         }
-    }
-    eligible.sort();
+        eligible.sort();
+        Ok(eligible)
+    };
+
+    // A takeover: the nodes the agent may run on now, and the nodes moving.
+    let migration = match (&agent.spec.replaces, o.replaced) {
+        (Some(r), Some(seen)) => Some(migration_plan(o, r, seen, &spec, &order(&spec, o.nodes)?, &update_hash, rolling, &owned)?),
+        _ => None,
+    };
+    let marked: Vec<Node>;
+    let nodes: &[Node] = match &migration {
+        Some(m) => {
+            marked = allow(o.nodes, &m.allowed);
+            if let Some(s) = ds.spec.as_mut() {
+                restrict(&mut s.template);
+            }
+            spec = plan::Spec::from_daemonset(&ds)?;
+            &marked
+        }
+        None => o.nodes,
+    };
+    let eligible = order(&spec, nodes)?;
     let partition = agent.spec.rollout.partition.unwrap_or(0).max(0) as usize;
     let in_partition = eligible.len().saturating_sub(partition);
     let mut rollable: BTreeSet<String> = BTreeSet::new();
@@ -476,27 +651,8 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
             {
                 continue;
             }
-            let node = plan::target_node(p).unwrap_or_default();
-            // The deadline counts from the last resume at the earliest.
-            let resumed = old_status.resumed_at.as_ref().map(|t| t.0.as_second());
-            let overdue = |t: Option<Timestamp>| {
-                t.is_some_and(|t| o.now.as_second() - t.as_second().max(resumed.unwrap_or(i64::MIN)) > g.deadline_seconds)
-            };
-            let message = match condition_since(p, "ContainersReady") {
-                Some(since) if overdue(since) => Some(match o.gate.get(&p.name_any()) {
-                    Some(GateResult::Fail(why)) => {
-                        format!("pod {} on node {node} failed the health gate for {}s: {why}", p.name_any(), g.deadline_seconds)
-                    }
-                    _ => format!("pod {} on node {node} has not passed the health gate within {}s", p.name_any(), g.deadline_seconds),
-                }),
-                Some(_) => None,
-                None if overdue(p.metadata.creation_timestamp.as_ref().map(|t| t.0)) => {
-                    Some(format!("pod {} on node {node} has not become ready within {}s", p.name_any(), g.deadline_seconds))
-                }
-                None => None,
-            };
-            if let Some(message) = message {
-                halt = Some(Halt { pod: p.name_any(), node, message });
+            if let Some(message) = overdue(p, g, o) {
+                halt = Some(Halt { pod: p.name_any(), node: plan::target_node(p).unwrap_or_default(), message });
                 break;
             }
         }
@@ -513,7 +669,16 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     };
 
     // The planner, with the held nodes and the NodeAgent as owner.
-    let p = plan::plan_with(&ds, o.nodes, o.pods, o.now, Some(&update_hash), &Options { owner_kind: "NodeAgent", held: &held })?;
+    let p = plan::plan_with(&ds, nodes, o.pods, o.now, Some(&update_hash), &Options { owner_kind: "NodeAgent", held: &held })?;
+    // In a takeover, the agent's pods carry the replaced pods' labels, so
+    // the Service, ServiceMonitor or PodMonitor that selected those selects
+    // them (a pod another controller owns is never adopted).
+    let replaced_labels = o
+        .replaced
+        .and_then(|r| r.daemonset)
+        .and_then(|d| d.spec.as_ref())
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.clone());
     let mut creates = Vec::new();
     let mut deletes = Vec::new();
     let mut backed_off = 0;
@@ -521,7 +686,11 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
         match a {
             Action::Create { node } => {
                 let (hash, template) = if held(node) { (&current_hash, &current_template) } else { (&update_hash, &agent.spec.template) };
-                creates.push(Create { node: node.clone(), hash: hash.clone(), pod: pod_for(agent, node, hash, template) });
+                let mut pod = pod_for(agent, node, hash, template);
+                if let Some(labels) = &replaced_labels {
+                    inherit(&mut pod, labels);
+                }
+                creates.push(Create { node: node.clone(), hash: hash.clone(), pod });
             }
             Action::Delete { node, pod, reason } => {
                 let failed = reason == "failed";
@@ -562,12 +731,19 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     };
     let still_halted = (halted && !complete) || rolled_back_earlier;
     let halt_reason = if rollback.is_some() || rolled_back_earlier { REASON_ROLLED_BACK } else { "HealthGateFailed" };
-    conditions.set(
-        "RolloutHalted",
-        still_halted,
-        if still_halted { halt_reason } else { "NotHalted" },
-        if still_halted { halted_message.unwrap_or_default() } else { String::new() },
-    );
+    let migration_halted = migration.as_ref().filter(|m| m.halted && !still_halted);
+    match migration_halted {
+        Some(m) => {
+            let message = m.halt.as_ref().map(|(_, why)| why.clone()).or_else(|| old_halt.map(|c| c.message.clone()));
+            conditions.set("RolloutHalted", true, migration::REASON_HALTED, message.unwrap_or_default());
+        }
+        None => conditions.set(
+            "RolloutHalted",
+            still_halted,
+            if still_halted { halt_reason } else { "NotHalted" },
+            if still_halted { halted_message.unwrap_or_default() } else { String::new() },
+        ),
+    }
     let halted_revision = if rolled_back_earlier { old_status.halted_revision.clone() } else { Some(update_hash.clone()) };
     let (progressing, reason, message) = if rolled_back_earlier {
         (
@@ -580,6 +756,18 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
                 s.desired_number_scheduled
             ),
         )
+    } else if let Some(m) = migration.as_ref().filter(|m| !matches!(m.status.phase.as_str(), "Complete" | "GivenBack" | "Replaced")) {
+        let st = &m.status;
+        let what = format!(
+            "taking over {}: {} node(s) moved, {} moving, {} on the old exporter",
+            st.replaced, st.node_agent_nodes, st.moving_nodes, st.old_exporter_nodes
+        );
+        match st.phase.as_str() {
+            "Halted" => (false, "MigrationHalted", what),
+            "Paused" => (false, "RolloutPaused", what),
+            "GivingBack" => (true, "GivingBack", what),
+            _ => (true, "Migrating", what),
+        }
     } else if complete {
         (false, "RolloutComplete", format!("revision {update_hash} runs on all {} nodes", s.desired_number_scheduled))
     } else if still_halted {
@@ -612,6 +800,7 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
         current_wave: if complete || agent.spec.rollout.waves.is_empty() { None } else { current_wave },
         resumed_at: old_status.resumed_at.clone(),
         conditions: conditions.out,
+        migration: migration.as_ref().map(|m| m.status.clone()),
     };
     let gate_pending = !gate_targets(agent, o.pods).is_empty();
     let work = !creates.is_empty() || !deletes.is_empty() || backed_off > 0 || gate_pending || revision.is_some();
@@ -627,7 +816,8 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
         halt,
         rollback,
         status,
-        progressing: work || (!complete && !still_halted && !paused),
+        progressing: work || (!complete && !still_halted && !paused) || migration.as_ref().is_some_and(|m| m.progressing),
+        migration,
     })
 }
 
@@ -754,7 +944,7 @@ mod tests {
             running(&a, "d", "h", true, false, None),
         ];
         let t = gate_targets(&a, &pods);
-        assert_eq!(t, vec![GateTarget { pod: pods[0].name_any(), node: "a".into(), ip: "10.0.0.1".into() }]);
+        assert_eq!(t, vec![GateTarget { pod: pods[0].name_any(), node: "a".into(), ip: "10.0.0.1".into(), expect: None }]);
         assert!(gate_targets(&agent(false), &pods).is_empty());
     }
 
@@ -778,6 +968,7 @@ mod tests {
                 gate,
                 backoff: &|_| false,
                 now: at(now),
+                replaced: None,
             })
             .unwrap()
         };
@@ -817,7 +1008,7 @@ mod tests {
         let pods = [failed];
         let nodes = [node("a", &[], &[])];
         let run = |backoff: &dyn Fn(&str) -> bool| {
-            decide(&Observed { agent: &a, nodes: &nodes, pods: &pods, revisions: &[], gate: &BTreeMap::new(), backoff, now: at(300) })
+            decide(&Observed { agent: &a, nodes: &nodes, pods: &pods, revisions: &[], gate: &BTreeMap::new(), backoff, now: at(300), replaced: None })
                 .unwrap()
         };
         let d = run(&|_| false);

@@ -519,6 +519,85 @@ fn overlay_controller() -> String {
     )
 }
 
+/// The replaced DaemonSet of deploy/overlays/takeover: the
+/// prometheus-community Helm chart's, released as `prometheus-node-exporter`
+/// (kube-prometheus-stack names it `<release>-prometheus-node-exporter`).
+const REPLACED: (&str, &str) = (NAMESPACE, "prometheus-node-exporter");
+
+fn overlay_takeover() -> String {
+    let (ns, name) = REPLACED;
+    kustomization(
+        &format!(
+            "overlays/controller taking over node_exporter's DaemonSet {ns}/{name} (the\n\
+             Helm chart's) node by node: see docs/controller.md, \"Taking over from\n\
+             node_exporter\". For another DaemonSet, change its namespace and name here\n\
+             and in takeover-rbac.yaml (the Role's namespace and resourceNames)."
+        ),
+        &["../controller", "takeover-rbac.yaml"],
+        &format!(
+            "patches:\n  - target:\n      kind: NodeAgent\n      name: node-agent\n    patch: |-\n      - op: add\n        path: /spec/replaces\n        value:\n          namespace: {ns}\n          name: {name}\n          port: 9100\n"
+        ),
+    )
+}
+
+fn takeover_rbac() -> String {
+    let (ns, name) = REPLACED;
+    format!(
+        r#"{HEADER}# What a takeover adds to the controller's rights, and nothing more: get and
+# patch the one DaemonSet it replaces (set to OnDelete and to exclude the
+# nodes taken, then put back), and patch nodes (the label
+# nodeagent.io/exporter and the old exporter's families in annotations;
+# RBAC cannot narrow a node patch to one label).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: node-agent-controller-takeover
+  namespace: {ns}
+rules:
+  - apiGroups: [apps]
+    resources: [daemonsets]
+    resourceNames: [{name}]
+    verbs: [get, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: node-agent-controller-takeover
+  namespace: {ns}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: node-agent-controller-takeover
+subjects:
+  - kind: ServiceAccount
+    name: node-agent-controller
+    namespace: {NAMESPACE}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: node-agent-controller-takeover
+rules:
+  - apiGroups: [""]
+    resources: [nodes]
+    verbs: [patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: node-agent-controller-takeover
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: node-agent-controller-takeover
+subjects:
+  - kind: ServiceAccount
+    name: node-agent-controller
+    namespace: {NAMESPACE}
+"#
+    )
+}
+
 fn overlay_prometheus_operator() -> String {
     kustomization(
         "The agent plus prometheus-operator objects: ServiceMonitor, PodMonitor and\nthe alerting rules as a PrometheusRule (needs the operator's CRDs).",
@@ -638,6 +717,8 @@ pub fn render(rules_yml: &str) -> Result<Vec<(String, String)>, serde_yaml_ng::E
         ("deploy/overlays/seccomp-profile/kustomization.yaml".into(), overlay_seccomp_profile()),
         ("deploy/overlays/controller/kustomization.yaml".into(), overlay_controller()),
         ("deploy/overlays/prometheus-operator/kustomization.yaml".into(), overlay_prometheus_operator()),
+        ("deploy/overlays/takeover/kustomization.yaml".into(), overlay_takeover()),
+        ("deploy/overlays/takeover/takeover-rbac.yaml".into(), takeover_rbac()),
         (
             "deploy/prometheus/operator/kustomization.yaml".into(),
             kustomization(
