@@ -33,7 +33,12 @@
 //! - what taking nodes over from a node_exporter DaemonSet relies on in
 //!   the real DaemonSet controller: an `OnDelete` DaemonSet given an
 //!   exclusion term keeps its pods, gives up one labelled node alone,
-//!   adopts no pod another controller owns, and takes the node back.
+//!   adopts no pod another controller owns, and takes the node back;
+//! - the takeover itself (`spec.replaces`) of the Helm chart's rendered
+//!   node_exporter DaemonSet with deploy/overlays/takeover's RBAC: node by
+//!   node, canary first, gated on a real node_exporter's families, never two
+//!   exporters on a node, a failing node sent back and the takeover halted,
+//!   `giveBack` returning every node and the DaemonSet's spec put back.
 //!
 //! Without ../shared these tests skip with a message, except in CI.
 
@@ -325,8 +330,8 @@ fn kubelet(admin: kube::Client) -> tokio::task::JoinHandle<()> {
                 }
                 let now = node_agent_tests::apiserver::now();
                 let bad = spec.containers.first().and_then(|c| c.image.as_deref()) == Some("agent:bad");
-                let daemon_on_n3 = spec.node_name.as_deref() == Some("n3")
-                    && p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+                let daemon_on_n3 =
+                    spec.node_name.as_deref() == Some("n3") && p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
                 let ip = if bad {
                     "127.0.0.2"
                 } else if daemon_on_n3 {
@@ -1229,7 +1234,9 @@ fn a_node_exporter_daemonset_is_taken_over_node_by_node_and_given_back_on_a_real
     ok(&cp, &["-n", "monitoring", "create", "serviceaccount", "default"]);
     const TAKEOVER_NODES: usize = 5;
     for i in 0..TAKEOVER_NODES {
-        let labels: &[(&str, &str)] = if i == 2 { &[("nodeagent.io/wave", "canary")] } else { &[] };
+        // The chart's DaemonSet selects kubernetes.io/os=linux.
+        let labels: &[(&str, &str)] =
+            if i == 2 { &[("kubernetes.io/os", "linux"), ("nodeagent.io/wave", "canary")] } else { &[("kubernetes.io/os", "linux")] };
         cp.node(&format!("n{i}"), labels).expect("node");
     }
     let sa = cp.token_kubeconfig("monitoring", "node-agent-controller").expect("the controller's token");
@@ -1241,11 +1248,10 @@ fn a_node_exporter_daemonset_is_taken_over_node_by_node_and_given_back_on_a_real
     let agent = node_agent_tests::gate::agent().expect("agent");
     let gate_port = agent.addrs[0].port();
 
-    // node_exporter as the prometheus-community chart renders it, in short.
-    let ds = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: prometheus-node-exporter, namespace: monitoring}\nspec:\n  selector: {matchLabels: {app.kubernetes.io/name: prometheus-node-exporter, app.kubernetes.io/instance: prometheus-node-exporter}}\n  updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 1}}\n  template:\n    metadata: {labels: {app.kubernetes.io/name: prometheus-node-exporter, app.kubernetes.io/instance: prometheus-node-exporter, jobLabel: node-exporter}}\n    spec:\n      hostNetwork: true\n      containers: [{name: node-exporter, image: \"quay.io/prometheus/node-exporter:v1.12.1\", ports: [{name: metrics, containerPort: 9100, hostPort: 9100}]}]\n";
-    let file = tempfile::NamedTempFile::new().expect("tempfile");
-    std::fs::write(file.path(), ds).expect("write");
-    ok(&cp, &["apply", "-f", &file.path().display().to_string()]);
+    // node_exporter as the prometheus-community chart renders it (with its
+    // ServiceAccount, which the chart renders too).
+    ok(&cp, &["-n", "monitoring", "create", "serviceaccount", "prometheus-node-exporter"]);
+    ok(&cp, &["apply", "-f", &dir("tests/fixtures/takeover/helm-daemonset.yaml")]);
     let spec_before = ok(&cp, &["-n", "monitoring", "get", "daemonset", "prometheus-node-exporter", "-o", "jsonpath={.spec}"]);
     let selector = "app.kubernetes.io/name=prometheus-node-exporter";
     let na = format!(
@@ -1275,16 +1281,13 @@ fn a_node_exporter_daemonset_is_taken_over_node_by_node_and_given_back_on_a_real
             serde_json::from_str(&ok(cp, &["-n", "monitoring", "get", "nodeagent", "e2e", "-o", "json"])).unwrap_or_default()
         };
         // The canary node first; then a new leader carries on.
-        wait_for(cp, "the canary node taken over", 60, async || {
-            status(cp)["status"]["migration"]["nodeAgentNodes"] == 1
-        })
-        .await;
+        wait_for(cp, "the canary node taken over", 60, async || status(cp)["status"]["migration"]["nodeAgentNodes"] == 1).await;
         assert_eq!(agent_order(), vec!["n2".to_string()], "the canary wave first");
         leaders.next(cp).await;
         let halted = async |cp: &ControlPlane| {
-            status(cp)["status"]["conditions"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["type"] == "RolloutHalted" && c["status"] == "True" && c["reason"] == "MigrationGateFailed"))
+            status(cp)["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter().any(|c| c["type"] == "RolloutHalted" && c["status"] == "True" && c["reason"] == "MigrationGateFailed")
+            })
         };
         wait_for(cp, "n0 and n1 taken over, n3's gate failed and n3 given back, n4 kept", 120, async || {
             let s = status(cp);
@@ -1326,7 +1329,10 @@ fn a_node_exporter_daemonset_is_taken_over_node_by_node_and_given_back_on_a_real
             assert_eq!(p["metadata"]["labels"]["app.kubernetes.io/instance"], "prometheus-node-exporter", "{p}");
             assert_eq!(p["metadata"]["ownerReferences"][0]["kind"], "NodeAgent", "{p}");
         }
-        let desired = ok(cp, &["-n", "monitoring", "get", "daemonset", "prometheus-node-exporter", "-o", "jsonpath={.status.desiredNumberScheduled}"]);
+        let desired = ok(
+            cp,
+            &["-n", "monitoring", "get", "daemonset", "prometheus-node-exporter", "-o", "jsonpath={.status.desiredNumberScheduled}"],
+        );
         assert_eq!(desired, "2", "the DaemonSet keeps n3 and n4 alone");
         assert_eq!(s["status"]["migration"]["oldExporterNodes"], 2, "{s:#}");
 
@@ -1339,22 +1345,31 @@ fn a_node_exporter_daemonset_is_taken_over_node_by_node_and_given_back_on_a_real
         // Done when every node runs node_exporter again and the DaemonSet
         // reports every pod from its own template.
         wait_for(cp, "every node given back, the DaemonSet put back and its pods rolled", 120, async || {
-            let ds = ok(cp, &["-n", "monitoring", "get", "daemonset", "prometheus-node-exporter", "-o", "jsonpath={.status.updatedNumberScheduled}/{.status.numberReady}"]);
-            status(cp)["status"]["migration"]["phase"] == "GivenBack" && ready_old().await && ds == format!("{TAKEOVER_NODES}/{TAKEOVER_NODES}")
+            let ds = ok(
+                cp,
+                &[
+                    "-n",
+                    "monitoring",
+                    "get",
+                    "daemonset",
+                    "prometheus-node-exporter",
+                    "-o",
+                    "jsonpath={.status.updatedNumberScheduled}/{.status.numberReady}",
+                ],
+            );
+            status(cp)["status"]["migration"]["phase"] == "GivenBack"
+                && ready_old().await
+                && ds == format!("{TAKEOVER_NODES}/{TAKEOVER_NODES}")
         })
         .await;
         watcher.abort();
-        let w = watch.lock().expect("watch");
-        assert_eq!(w.worst_pods, 1, "a node had two exporter pods at once while given back");
+        let (worst_pods, longest_gap) = watch.lock().map(|w| (w.worst_pods, w.longest_gap.clone())).expect("watch");
+        assert_eq!(worst_pods, 1, "a node had two exporter pods at once while given back");
         // n3 came back to node_exporter at the halt, while the DaemonSet
         // excluded taken nodes: its pod is from the changed template, and the
         // DaemonSet's own rolling update replaces it once its spec is back.
-        for (node, gap) in &w.longest_gap {
-            assert!(
-                *gap <= Duration::from_secs(15),
-                "{node} had no Ready exporter for {gap:?} while given back:\n{}",
-                ok(cp, &["-n", "monitoring", "get", "events", "--sort-by=.lastTimestamp", "-o", "custom-columns=T:.lastTimestamp,R:.reason,O:.involvedObject.name,N:.note,M:.message"])
-            );
+        for (node, gap) in &longest_gap {
+            assert!(*gap <= Duration::from_secs(15), "{node} had no Ready exporter for {gap:?} while given back:\n{}", state(cp));
         }
         assert_eq!(daemon_pods(cp, selector).get("n4"), before.get("n4"), "n4's pod, never moved, was restarted");
         assert_eq!(
@@ -1364,7 +1379,7 @@ fn a_node_exporter_daemonset_is_taken_over_node_by_node_and_given_back_on_a_real
         );
         let labels = ok(cp, &["get", "nodes", "-o", "jsonpath={.items[*].metadata.labels}"]);
         assert!(!labels.contains("nodeagent.io/exporter"), "{labels}");
-        eprintln!("give-back: the longest time without a Ready exporter, by node: {:?}", w.longest_gap);
+        eprintln!("give-back: the longest time without a Ready exporter, by node: {longest_gap:?}");
         leaders.stop().await;
         kubelet.abort();
     });

@@ -419,9 +419,15 @@ mod tests {
             }
             scan.finish()
         };
-        assert_eq!(run(HEALTHY), GateResult::Fail("families the replaced exporter served on this node are not served: node_uname_info".into()));
+        assert_eq!(
+            run(HEALTHY),
+            GateResult::Fail("families the replaced exporter served on this node are not served: node_uname_info".into())
+        );
         let with_uname = format!("{HEALTHY}# TYPE node_uname_info gauge\nnode_uname_info{{sysname=\"Linux\"}} 1\n");
-        assert_eq!(run(&with_uname), GateResult::Fail("collectors that succeeded in the replaced exporter on this node do not: uname".into()));
+        assert_eq!(
+            run(&with_uname),
+            GateResult::Fail("collectors that succeeded in the replaced exporter on this node do not: uname".into())
+        );
         let all = format!("{with_uname}node_scrape_collector_success{{collector=\"uname\"}} 1\n");
         assert_eq!(run(&all), GateResult::Pass);
         // The old exporter's snapshot: its TYPE lines and the collectors that succeeded.

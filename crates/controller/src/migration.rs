@@ -145,7 +145,8 @@ fn exclusion() -> NodeSelectorRequirement {
 pub fn excluding(affinity: Option<&Affinity>) -> Affinity {
     let mut a = affinity.cloned().unwrap_or_default();
     let mut na = a.node_affinity.take().unwrap_or_default();
-    let mut required = na.required_during_scheduling_ignored_during_execution.take().unwrap_or(NodeSelector { node_selector_terms: vec![] });
+    let mut required =
+        na.required_during_scheduling_ignored_during_execution.take().unwrap_or(NodeSelector { node_selector_terms: vec![] });
     if required.node_selector_terms.is_empty() {
         required.node_selector_terms.push(NodeSelectorTerm::default());
     }
@@ -361,8 +362,10 @@ pub fn plan(i: &Input) -> Plan {
         out.status.waiting = Some("paused".into());
     } else if done {
         out.status.phase = "Complete".into();
-        out.status.waiting =
-            Some(format!("{replaced} runs no pod on the agent's nodes: delete it (kubectl -n {} delete daemonset {})", r.namespace, r.name));
+        out.status.waiting = Some(format!(
+            "{replaced} runs no pod on the agent's nodes: delete it (kubectl -n {} delete daemonset {})",
+            r.namespace, r.name
+        ));
     } else {
         out.status.phase = "Migrating".into();
         for n in candidates.iter().take(budget) {
@@ -473,8 +476,9 @@ mod tests {
             let s = d.spec.as_mut().unwrap();
             s.update_strategy = Some(DaemonSetUpdateStrategy { type_: Some("OnDelete".into()), rolling_update: None });
             s.template.spec.as_mut().unwrap().affinity = Some(excluding(None));
-            d.metadata.annotations =
-                Some([(ORIGINAL_ANNOTATION.to_string(), r#"{"updateStrategy":{"type":"RollingUpdate"},"affinity":null}"#.to_string())].into());
+            d.metadata.annotations = Some(
+                [(ORIGINAL_ANNOTATION.to_string(), r#"{"updateStrategy":{"type":"RollingUpdate"},"affinity":null}"#.to_string())].into(),
+            );
         }
         d
     }
@@ -489,7 +493,11 @@ mod tests {
             spec: Some(PodSpec { node_name: Some(node.into()), ..Default::default() }),
             status: Some(PodStatus {
                 pod_ip: Some(format!("10.0.0.{}", node.len())),
-                conditions: Some(vec![PodCondition { type_: "Ready".into(), status: if ready_ { "True" } else { "False" }.into(), ..Default::default() }]),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready_ { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
                 ..Default::default()
             }),
         }
@@ -748,8 +756,11 @@ mod tests {
         assert_eq!(p["metadata"]["annotations"][FAMILIES_ANNOTATION], "node_cpu_seconds_total");
         let mut n = labelled("a", Some(TAKEN));
         n.metadata.annotations = Some(
-            [(FAMILIES_ANNOTATION.to_string(), "node_cpu_seconds_total".to_string()), (COLLECTORS_ANNOTATION.to_string(), "cpu".to_string())]
-                .into(),
+            [
+                (FAMILIES_ANNOTATION.to_string(), "node_cpu_seconds_total".to_string()),
+                (COLLECTORS_ANNOTATION.to_string(), "cpu".to_string()),
+            ]
+            .into(),
         );
         let e = expected(&n).unwrap();
         assert_eq!(e.families, ["node_cpu_seconds_total".to_string()].into());

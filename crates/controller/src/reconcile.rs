@@ -319,7 +319,7 @@ async fn sync(agent: &NodeAgent, ctx: &Context, ns: &str, name: &str) -> Result<
         now,
         replaced: seen,
     })
-        .map_err(|e| Error::Invalid(format!("{ns}/{name}"), e.to_string()))?;
+    .map_err(|e| Error::Invalid(format!("{ns}/{name}"), e.to_string()))?;
     let outcome = act(agent, ctx, ns, &d, now).await;
     let (created, deleted) = match &outcome {
         Ok(done) | Err((done, _)) => done.clone(),
@@ -376,7 +376,8 @@ async fn migrate(agent: &NodeAgent, ctx: &Context, m: &migration::Plan) -> Resul
     if let Some(patch) = &m.daemonset_patch {
         let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &r.namespace);
         let (what, result) = if patch.is_array() {
-            let p: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| Error::Invalid(replaced.clone(), e.to_string()))?;
+            let p: json_patch::Patch =
+                serde_json::from_value(patch.clone()).map_err(|e| Error::Invalid(replaced.clone(), e.to_string()))?;
             ("put back as it was", api.patch(&r.name, &merge, &Patch::Json::<()>(p)).await)
         } else {
             ("set to OnDelete and to exclude the nodes taken", api.patch(&r.name, &merge, &Patch::Merge(patch)).await)
@@ -397,13 +398,29 @@ async fn migrate(agent: &NodeAgent, ctx: &Context, m: &migration::Plan) -> Resul
         nodes.patch(n, &merge, &Patch::Merge(migration::give_back_patch())).await?;
     }
     if !m.give_back.is_empty() {
-        publish(recorder, agent, EventType::Normal, "MigrationGivingBack", "Migrate", format!("giving back to {replaced}: {}", names(m.give_back.iter().cloned()))).await;
+        publish(
+            recorder,
+            agent,
+            EventType::Normal,
+            "MigrationGivingBack",
+            "Migrate",
+            format!("giving back to {replaced}: {}", names(m.give_back.iter().cloned())),
+        )
+        .await;
     }
     for n in &m.release {
         nodes.patch(n, &merge, &Patch::Merge(migration::release_patch())).await?;
     }
     if !m.release.is_empty() {
-        publish(recorder, agent, EventType::Normal, "MigrationGivenBack", "Migrate", format!("given back to {replaced}: {}", names(m.release.iter().cloned()))).await;
+        publish(
+            recorder,
+            agent,
+            EventType::Normal,
+            "MigrationGivenBack",
+            "Migrate",
+            format!("given back to {replaced}: {}", names(m.release.iter().cloned())),
+        )
+        .await;
     }
     for t in &m.take {
         let snapshot = match &t.read {
@@ -464,6 +481,13 @@ async fn act_steps(agent: &NodeAgent, ctx: &Context, ns: &str, d: &Decision, now
     let agents: Api<NodeAgent> = Api::namespaced(ctx.client.clone(), ns);
     let name = agent.name_any();
 
+    // A node that failed its gate goes back, and the halt is what says why:
+    // it is in the status before the node's label changes, so no failed
+    // write can send the node back without halting the takeover.
+    let halt_first = d.migration.as_ref().is_some_and(|m| m.halt.is_some());
+    if halt_first && agent.status.as_ref() != Some(&d.status) {
+        write_status(ctx, &agents, agent, &d.status).await?;
+    }
     if let Some(m) = &d.migration {
         migrate(agent, ctx, m).await?;
     }
@@ -632,9 +656,10 @@ async fn act_steps(agent: &NodeAgent, ctx: &Context, ns: &str, d: &Decision, now
         }
     }
 
-    // (With a rollback the status went out before it, and the object has
-    // moved on since: the next sync writes the next one.)
-    if agent.status.as_ref() != Some(&d.status) && d.rollback.is_none() {
+    // (With a rollback or a takeover's halt the status went out before
+    // them, and the object has moved on since: the next sync writes the
+    // next one.)
+    if agent.status.as_ref() != Some(&d.status) && d.rollback.is_none() && !halt_first {
         write_status(ctx, &agents, agent, &d.status).await?;
     }
     Ok(())

@@ -82,13 +82,7 @@ pub fn migration_line(a: &NodeAgent) -> Option<String> {
         "Replaced" => "replaced",
         _ => "taking over",
     };
-    let mut line = format!(
-        "{verb} {} ({}): {} node(s) on node-agent, {} moving",
-        m.replaced,
-        m.phase,
-        m.node_agent_nodes,
-        m.moving_nodes
-    );
+    let mut line = format!("{verb} {} ({}): {} node(s) on node-agent, {} moving", m.replaced, m.phase, m.node_agent_nodes, m.moving_nodes);
     if !m.moving.is_empty() {
         let _ = write!(line, " ({})", m.moving.join(", "));
     }
@@ -150,7 +144,8 @@ pub fn progress(a: &NodeAgent) -> (String, Outcome) {
             let _ = write!(line, "\nrollout {what}: revision {}: {}", s.halted_revision.as_deref().unwrap_or("?"), h.message);
         }
         Outcome::Halted
-    } else if !migrating && s.update_revision.is_some() && s.current_revision == s.update_revision && s.number_available as usize >= desired {
+    } else if !migrating && s.update_revision.is_some() && s.current_revision == s.update_revision && s.number_available as usize >= desired
+    {
         line.push_str("\nrollout complete");
         Outcome::Complete
     } else {

@@ -5,11 +5,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::crd::HealthGate;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet};
 use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodReadinessGate, PodTemplateSpec,
 };
-use super::crd::HealthGate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use k8s_openapi::jiff::Timestamp;
@@ -419,7 +419,8 @@ fn restrict(t: &mut PodTemplateSpec) {
     let spec = t.spec.get_or_insert_with(Default::default);
     let affinity = spec.affinity.get_or_insert_with(Default::default);
     let na = affinity.node_affinity.get_or_insert_with(Default::default);
-    let required = na.required_during_scheduling_ignored_during_execution.get_or_insert_with(|| NodeSelector { node_selector_terms: vec![] });
+    let required =
+        na.required_during_scheduling_ignored_during_execution.get_or_insert_with(|| NodeSelector { node_selector_terms: vec![] });
     if required.node_selector_terms.is_empty() {
         required.node_selector_terms.push(NodeSelectorTerm::default());
     }
@@ -451,7 +452,11 @@ fn migration_plan(
         for p in owned.iter().filter(live) {
             let Some(node) = plan::target_node(p) else { continue };
             let newest = label(&p.metadata, REVISION_LABEL).as_deref() == Some(update_hash);
-            if !taken.contains(node.as_str()) || gate_passed(p) || o.gate.get(&p.name_any()) == Some(&GateResult::Pass) || (rolling && newest) {
+            if !taken.contains(node.as_str())
+                || gate_passed(p)
+                || o.gate.get(&p.name_any()) == Some(&GateResult::Pass)
+                || (rolling && newest)
+            {
                 continue;
             }
             if let Some(why) = overdue(p, g, o) {
@@ -1008,8 +1013,17 @@ mod tests {
         let pods = [failed];
         let nodes = [node("a", &[], &[])];
         let run = |backoff: &dyn Fn(&str) -> bool| {
-            decide(&Observed { agent: &a, nodes: &nodes, pods: &pods, revisions: &[], gate: &BTreeMap::new(), backoff, now: at(300), replaced: None })
-                .unwrap()
+            decide(&Observed {
+                agent: &a,
+                nodes: &nodes,
+                pods: &pods,
+                revisions: &[],
+                gate: &BTreeMap::new(),
+                backoff,
+                now: at(300),
+                replaced: None,
+            })
+            .unwrap()
         };
         let d = run(&|_| false);
         assert_eq!(d.deletes.len(), 1);
