@@ -67,6 +67,7 @@ const APPLIED: &[&str] = &[
     "deploy/overlays/seccomp-profile",
     "deploy/crd",
     "deploy/overlays/controller",
+    "deploy/overlays/takeover",
 ];
 
 fn ok(cp: &ControlPlane, args: &[&str]) -> String {
