@@ -22,6 +22,8 @@ pub mod netns;
 pub mod pods;
 #[cfg(feature = "agent")]
 pub mod prometheus;
+#[cfg(feature = "agent")]
+pub mod sim;
 pub mod web;
 
 /// Bytes aligned for the ELF parser, as aya's `include_bytes_aligned!`.

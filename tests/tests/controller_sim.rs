@@ -13,11 +13,12 @@ use controller::crd::{
 use controller::gate;
 use controller::rollout::{self, decide, gate_targets, template_hash, Expectations, GateResult, Observed};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Container, Node, Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec, PodStatus, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use node_agent_tests::sim::{self, cond, set_cond, Rng};
 use planner::builders::{at, node};
 use planner::plan::{target_node, REVISION_LABEL};
 
@@ -26,20 +27,6 @@ const CANARIES: usize = 10;
 const MAX_UNAVAILABLE: i32 = 10;
 const DEADLINE: i64 = 30;
 const START_DELAY: i64 = 2;
-
-struct Rng(u64);
-impl Rng {
-    fn chance(&mut self, p: f64) -> bool {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % 1_000_000) as f64 / 1_000_000.0 < p
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.chance(0.0);
-        self.0 % n
-    }
-}
 
 fn template(image: &str) -> PodTemplateSpec {
     PodTemplateSpec {
@@ -99,24 +86,15 @@ fn image(p: &Pod) -> String {
     p.spec.as_ref().and_then(|s| s.containers.first()).and_then(|c| c.image.clone()).unwrap_or_default()
 }
 
-fn cond(p: &Pod, t: &str) -> bool {
-    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == t && c.status == "True"))
-}
-
-fn set_cond(p: &mut Pod, t: &str, on: bool, now: Timestamp) {
-    let st = p.status.get_or_insert_with(PodStatus::default);
-    let conds = st.conditions.get_or_insert_with(Vec::new);
-    let status = if on { "True" } else { "False" };
-    match conds.iter_mut().find(|c| c.type_ == t) {
-        Some(c) if c.status == status => {}
-        Some(c) => {
-            c.status = status.into();
-            c.last_transition_time = Some(Time(now));
-        }
-        None => {
-            conds.push(PodCondition { type_: t.into(), status: status.into(), last_transition_time: Some(Time(now)), ..Default::default() })
-        }
+/// One write under the faults: Ok, or Err(applied anyway).
+fn fault(rng: &mut Rng, f: &Faults) -> Result<(), bool> {
+    if rng.chance(f.write_failure) {
+        return Err(false);
     }
+    if rng.chance(f.lost_response) {
+        return Err(true);
+    }
+    Ok(())
 }
 
 #[derive(Default)]
@@ -178,7 +156,7 @@ impl Cluster {
             history: Vec::new(),
             view_at: 0,
             expectations: Expectations::default(),
-            rng: Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
+            rng: Rng::new(seed),
             faults: Faults::default(),
             max_unavailable_seen: 0,
             max_pods_on_a_node: 0,
@@ -256,13 +234,7 @@ impl Cluster {
 
     /// An API write: Ok(applied) or Err(applied anyway) under the faults.
     fn write(&mut self) -> Result<(), bool> {
-        if self.rng.chance(self.faults.write_failure) {
-            return Err(false);
-        }
-        if self.rng.chance(self.faults.lost_response) {
-            return Err(true);
-        }
-        Ok(())
+        fault(&mut self.rng, &self.faults)
     }
 
     /// One reconcile, as `reconcile::sync` runs it.
@@ -308,15 +280,8 @@ impl Cluster {
             }
             applied.map_err(|_| ())?;
         }
-        for p in &d.gate_passed {
-            let applied = self.write();
-            if applied.is_ok() || applied == Err(true) {
-                if let Some(pod) = self.pods.get_mut(p) {
-                    set_cond(pod, GATE_CONDITION, true, now);
-                }
-            }
-            applied.map_err(|_| ())?;
-        }
+        let (rng, faults) = (&mut self.rng, &self.faults);
+        sim::gate_writes(&mut self.pods, d, now, &mut || fault(rng, faults)).map_err(|_| ())?;
         if d.halt.is_some() {
             self.halts += 1;
         }
@@ -331,37 +296,14 @@ impl Cluster {
             }
             applied.map_err(|_| ())?;
         }
-        for c in &d.creates {
-            let applied = self.write();
-            if applied.is_ok() || applied == Err(true) {
-                let name = c.pod.name_any();
-                let mut pod = c.pod.clone();
-                if !self.pods.contains_key(&name) {
-                    pod.metadata.creation_timestamp = Some(Time(now));
-                    // The scheduler binds it to the node its affinity names.
-                    let node = target_node(&pod).expect("node affinity");
-                    pod.spec.as_mut().expect("spec").node_name = Some(node.clone());
-                    self.creates.push((self.now, node, c.hash.clone()));
-                    self.pods.insert(name.clone(), pod);
-                }
-                if applied.is_ok() {
-                    created.push(name);
-                }
-            }
-            applied.map_err(|_| ())?;
-        }
-        for del in &d.deletes {
-            let applied = self.write();
-            if applied.is_ok() || applied == Err(true) {
-                if let Some(p) = self.pods.get_mut(&del.pod) {
-                    p.metadata.deletion_timestamp.get_or_insert(Time(now));
-                }
-                if applied.is_ok() {
-                    deleted.push(del.pod.clone());
-                }
-            }
-            applied.map_err(|_| ())?;
-        }
+        let (rng, faults, creates, tick) = (&mut self.rng, &self.faults, &mut self.creates, self.now);
+        let mut place = |pod: &mut Pod, c: &rollout::Create| {
+            // The scheduler binds it to the node its affinity names.
+            let node = target_node(pod).expect("node affinity");
+            pod.spec.as_mut().expect("spec").node_name = Some(node.clone());
+            creates.push((tick, node, c.hash.clone()));
+        };
+        sim::pod_writes(&mut self.pods, d, now, &mut || fault(rng, faults), &mut place, created, deleted).map_err(|_| ())?;
         for r in &d.prune {
             let applied = self.write();
             if applied.is_ok() || applied == Err(true) {

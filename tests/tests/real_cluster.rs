@@ -38,7 +38,9 @@
 //!   node_exporter DaemonSet with deploy/overlays/takeover's RBAC: node by
 //!   node, canary first, gated on a real node_exporter's families, never two
 //!   exporters on a node, a failing node sent back and the takeover halted,
-//!   `giveBack` returning every node and the DaemonSet's spec put back.
+//!   `giveBack` returning every node and the DaemonSet's spec put back;
+//!   and a real Prometheus scraping the chart's Service through one job
+//!   while real node_exporters give way to real agents, missing no scrape.
 //!
 //! Without ../shared these tests skip with a message, except in CI.
 
@@ -1385,4 +1387,258 @@ fn a_node_exporter_daemonset_is_taken_over_node_by_node_and_given_back_on_a_real
         kubelet.abort();
     });
     drop(agent);
+}
+
+/// A bridge (no ports: an interface of its own) holding the Prometheus test's node addresses
+/// (10.244.92.10, .11, …: the API server refuses loopback addresses in
+/// EndpointSlices), removed when dropped.
+struct NodeAddresses(&'static str);
+
+impl NodeAddresses {
+    const LINK: &'static str = "na-takeover0";
+
+    fn add(n: usize) -> Result<NodeAddresses, String> {
+        let ip = |args: &[&str]| {
+            let out = std::process::Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+            }
+        };
+        let _ = ip(&["link", "del", Self::LINK]);
+        ip(&["link", "add", Self::LINK, "type", "bridge"])?;
+        let link = NodeAddresses(Self::LINK);
+        for i in 0..n {
+            ip(&["addr", "add", &format!("{}/32", node_address(i)), "dev", Self::LINK])?;
+        }
+        ip(&["link", "set", Self::LINK, "up"])?;
+        Ok(link)
+    }
+}
+
+impl Drop for NodeAddresses {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip").args(["link", "del", self.0]).output();
+    }
+}
+
+/// Node nX's address in the Prometheus test.
+fn node_address(x: usize) -> String {
+    format!("10.244.92.{}", 10 + x)
+}
+
+/// The kubelet's part for the Prometheus test, with real processes: a pod
+/// bound to node nX runs at node nX's address as a real exporter on `port` —
+/// the DaemonSet's as Debian's node_exporter, the NodeAgent's as node-agent
+/// (both with loadavg and meminfo) — started when the pod is bound and
+/// Ready once it listens (and its readiness gates are True); a pod being
+/// deleted has its process killed, then its deletion confirmed.
+fn process_kubelet(admin: kube::Client, port: u16) -> tokio::task::JoinHandle<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+    // Built before the first pod starts, not while it does.
+    let agent = node_agent_tests::agent_binary();
+    tokio::spawn(async move {
+        let pods: Api<Pod> = Api::namespaced(admin, "monitoring");
+        let mut running: std::collections::BTreeMap<String, node_agent_tests::Kill> = std::collections::BTreeMap::new();
+        loop {
+            for p in pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                if p.metadata.deletion_timestamp.is_some() {
+                    running.remove(&name);
+                    let _ = pods.delete(&name, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await;
+                    continue;
+                }
+                let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else { continue };
+                let ip = node_address(node.trim_start_matches('n').parse().unwrap_or(0));
+                if !running.contains_key(&name) {
+                    let kind = p.metadata.owner_references.iter().flatten().next().map(|o| o.kind.clone()).unwrap_or_default();
+                    let bin = if kind == "NodeAgent" { agent.clone() } else { "prometheus-node-exporter".into() };
+                    let child = std::process::Command::new(bin)
+                        .args(["--collector.disable-defaults", "--collector.loadavg", "--collector.meminfo"])
+                        .arg(format!("--web.listen-address={ip}:{port}"))
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::null())
+                        .spawn()
+                        .expect("an exporter process");
+                    running.insert(name.clone(), node_agent_tests::Kill(child));
+                }
+                if std::net::TcpStream::connect((ip.as_str(), port)).is_err() {
+                    continue;
+                }
+                let conds = p.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+                let is_true = |t: &str| conds.iter().any(|c| c.type_ == t && c.status == "True");
+                let ready =
+                    p.spec.as_ref().and_then(|s| s.readiness_gates.clone()).unwrap_or_default().iter().all(|g| is_true(&g.condition_type));
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                if phase && is_true("ContainersReady") && is_true("Ready") == ready {
+                    continue;
+                }
+                let now = node_agent_tests::apiserver::now();
+                let patch = serde_json::json!({"status": {
+                    "phase": "Running", "hostIP": ip, "podIP": ip, "podIPs": [{"ip": ip}],
+                    "conditions": [
+                        {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                        {"type": "Ready", "status": if ready { "True" } else { "False" }, "lastTransitionTime": now},
+                    ],
+                }});
+                let _ = pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+/// The Service's targets as Prometheus's `kubernetes_sd_configs` (role
+/// endpointslice) finds them, written for a `file_sd_configs` job (Debian
+/// builds Prometheus without Kubernetes discovery): every endpoint of the
+/// Service's EndpointSlices, ready or not (Prometheus keeps not-ready ones,
+/// labelled, and kube-prometheus-stack's ServiceMonitor drops none), as
+/// `address:port`, rewritten (atomically) whenever the slices change.
+fn endpoints_to_file_sd(admin: kube::Client, service: &'static str, file: PathBuf) -> tokio::task::JoinHandle<()> {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::{Api, ListParams};
+    tokio::spawn(async move {
+        let slices: Api<EndpointSlice> = Api::namespaced(admin, "monitoring");
+        let mut last = String::new();
+        loop {
+            let selector = format!("kubernetes.io/service-name={service}");
+            if let Ok(list) = slices.list(&ListParams::default().labels(&selector)).await {
+                let mut targets = BTreeSet::new();
+                for s in &list.items {
+                    let Some(port) = s.ports.iter().flatten().find_map(|p| p.port) else { continue };
+                    for e in &s.endpoints {
+                        targets.extend(e.addresses.iter().map(|a| format!("{a}:{port}")));
+                    }
+                }
+                let text = serde_json::json!([{ "targets": targets, "labels": {} }]).to_string();
+                if text != last {
+                    let tmp = file.with_extension("tmp");
+                    if std::fs::write(&tmp, &text).and_then(|_| std::fs::rename(&tmp, &file)).is_ok() {
+                        last = text;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
+/// Issue #50's Prometheus check: a real Prometheus (Debian's) scrapes the
+/// Helm chart's Service through an unchanged job — its ready endpoints as
+/// kube-controller-manager's EndpointSlice controller keeps them, handed to
+/// Prometheus as `kubernetes_sd_configs` would (see
+/// `endpoints_to_file_sd`) — every 5 s while the controller takes three
+/// nodes over from real node_exporters to real agents: every node misses
+/// at most one scrape, and `up` and `node_load1` keep one series per node
+/// with the same `job` and `instance` from before to after.
+#[test]
+fn prometheus_keeps_every_node_through_a_takeover_on_a_real_cluster() {
+    let Some(prom) = node_agent_tests::prometheus::need("prometheus") else { return };
+    let Some(mut cp) = ControlPlane::start_or_skip("Prometheus through a takeover against a real control plane") else { return };
+    cp.start_scheduler().expect("kube-scheduler");
+    cp.start_controller_manager("daemonset-controller,endpointslice-controller").expect("kube-controller-manager");
+    ok(&cp, &["apply", "-k", &dir("deploy/crd")]);
+    ok(&cp, &["wait", "--for=condition=Established", "crd/nodeagents.nodeagent.io", "--timeout=60s"]);
+    ok(&cp, &["apply", "-k", &dir("deploy/overlays/takeover")]);
+    ok(&cp, &["-n", "monitoring", "delete", "nodeagent", "node-agent"]);
+    ok(&cp, &["-n", "monitoring", "create", "serviceaccount", "default"]);
+    ok(&cp, &["-n", "monitoring", "create", "serviceaccount", "prometheus-node-exporter"]);
+    const N: usize = 3;
+    for i in 0..N {
+        cp.node(&format!("n{i}"), &[("kubernetes.io/os", "linux")]).expect("node");
+    }
+    let sa = cp.token_kubeconfig("monitoring", "node-agent-controller").expect("the controller's token");
+    let _addresses = match NodeAddresses::add(N) {
+        Ok(a) => a,
+        Err(e) => {
+            assert!(std::env::var_os("CI").is_none(), "the node addresses (root in CI): {e}");
+            eprintln!("SKIP: node addresses on an interface of their own need root: {e}");
+            return;
+        }
+    };
+    // The exporters listen on the node addresses, on a free port (9100 may
+    // be another test's); the Service's targetPort says so.
+    let port = free_addr().port();
+    ok(&cp, &["apply", "-f", &dir("tests/fixtures/takeover/helm-daemonset.yaml")]);
+    ok(&cp, &["apply", "-f", &dir("tests/fixtures/takeover/helm-service.yaml")]);
+    let target = format!(r#"[{{"op":"replace","path":"/spec/ports/0/targetPort","value":{port}}}]"#);
+    ok(&cp, &["-n", "monitoring", "patch", "service", "prometheus-node-exporter", "--type=json", "-p", &target]);
+    let na = format!(
+        "apiVersion: nodeagent.io/v1alpha1\nkind: NodeAgent\nmetadata:\n  name: e2e\n  namespace: monitoring\nspec:\n  selector:\n    matchLabels: {{app: e2e}}\n  template:\n    metadata:\n      labels: {{app: e2e}}\n    spec:\n      hostNetwork: true\n      containers:\n      - {{name: agent, image: \"agent:1\", ports: [{{name: metrics, containerPort: 9100}}]}}\n  updateStrategy:\n    rollingUpdate: {{maxUnavailable: 1}}\n  replaces: {{namespace: monitoring, name: prometheus-node-exporter, port: {port}}}\n  rollout:\n    healthGate: {{port: {port}, requiredCollectors: [loadavg, meminfo], deadlineSeconds: 60, minPrograms: 0}}\n"
+    );
+    let na_file = tempfile::NamedTempFile::new().expect("tempfile");
+    std::fs::write(na_file.path(), na).expect("write");
+    const INTERVAL: u64 = 5;
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let sd = pdir.path().join("targets.json");
+    std::fs::write(&sd, "[]").expect("write");
+    let config = format!(
+        "global: {{scrape_interval: {INTERVAL}s, scrape_timeout: 4s}}\nscrape_configs:\n  - job_name: node-exporter\n    file_sd_configs:\n      - files: [{}]\n",
+        sd.display()
+    );
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let admin = kube_client(&cp.kubeconfig).await;
+        let kubelet = process_kubelet(admin.clone(), port);
+        let discovery = endpoints_to_file_sd(admin.clone(), "prometheus-node-exporter", sd.clone());
+        let cp = &cp;
+        let p = node_agent_tests::prometheus::Prometheus::start(&prom, pdir.path(), &config, &[]);
+        let instances: BTreeSet<String> = (0..N).map(|i| format!("{}:{port}", node_address(i))).collect();
+        let up_everywhere = |p: &node_agent_tests::prometheus::Prometheus, samples: usize| {
+            let r = p.query(&format!("count_over_time(up{{job=\"node-exporter\"}}[5m]) >= {samples}")).unwrap_or_default();
+            r.len() == N
+        };
+        wait_for(cp, "Prometheus scraping node_exporter on every node", 90, async || up_everywhere(&p, 2)).await;
+        let start = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64();
+
+        let mut leaders = Leaders { sa: sa.clone(), n: 0, current: None };
+        leaders.next(cp).await;
+        ok(cp, &["apply", "-f", &na_file.path().display().to_string()]);
+        wait_for(cp, "the takeover complete", 120, async || {
+            let v: serde_json::Value =
+                serde_json::from_str(&ok(cp, &["-n", "monitoring", "get", "nodeagent", "e2e", "-o", "json"])).unwrap_or_default();
+            v["status"]["migration"]["phase"] == "Complete"
+        })
+        .await;
+        // Three scrapes of the agents after.
+        tokio::time::sleep(Duration::from_secs(3 * INTERVAL + 2)).await;
+        let end = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64();
+        leaders.stop().await;
+
+        // Every `up` sample from the start of the takeover on, by series.
+        let window = format!("{}s", (end - start).ceil() as u64 + 1);
+        let series = p.query(&format!("up{{job=\"node-exporter\"}}[{window}]")).expect("up");
+        let labels: BTreeSet<String> = series.iter().map(|s| s["metric"].to_string()).collect();
+        assert_eq!(series.len(), N, "one `up` series per node, its labels unchanged: {labels:?}");
+        let mut worst = 0.0f64;
+        for s in &series {
+            let m = &s["metric"];
+            assert_eq!(m.as_object().map(|o| o.len()), Some(3), "only __name__, job and instance: {m}");
+            assert!(instances.contains(m["instance"].as_str().unwrap_or_default()), "{m}");
+            // The longest time between two successful scrapes (and from the
+            // window's start and to its end).
+            let mut last = start;
+            for v in s["values"].as_array().into_iter().flatten() {
+                let t = v[0].as_f64().unwrap_or_default();
+                if v[1] == "1" {
+                    worst = worst.max(t - last);
+                    last = t;
+                }
+            }
+            worst = worst.max(end - last);
+        }
+        let missed = (worst / INTERVAL as f64).round() as i64 - 1;
+        eprintln!("prometheus: the longest time between two successful scrapes of a node {worst:.1} s at a {INTERVAL} s interval ({missed} missed)");
+        assert!(missed <= 1, "a node missed {missed} scrapes in a row ({worst:.1} s without a successful one)");
+        // The agents' series are node_exporter's: node_load1 keeps one series per node.
+        let load = p.query(&format!("count by (job, instance) (count_over_time(node_load1[{window}]))")).expect("node_load1");
+        assert_eq!(load.len(), N, "{load:?}");
+        let agent_served = p.query("node_scrape_collector_success{collector=\"loadavg\"}").expect("query");
+        assert_eq!(agent_served.len(), N, "{agent_served:?}");
+        discovery.abort();
+        kubelet.abort();
+    });
 }

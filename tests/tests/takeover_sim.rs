@@ -19,13 +19,14 @@ use controller::migration::{self, EXPORTER_LABEL};
 use controller::rollout::{self, decide, gate_targets, Expectations, GateResult, Observed, Replaced};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodCondition, PodSpec,
-    PodStatus, PodTemplateSpec,
+    Container, ContainerPort, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, PodStatus,
+    PodTemplateSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use node_agent_tests::sim::{self, cond, set_cond, Rng};
 use planner::builders::{at, node};
 use planner::plan::{self, target_node, REVISION_LABEL};
 use serde_json::Value;
@@ -44,16 +45,6 @@ fn root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-struct Rng(u64);
-impl Rng {
-    fn chance(&mut self, p: f64) -> bool {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % 1_000_000) as f64 / 1_000_000.0 < p
-    }
-}
-
 /// What a family list looks like on /metrics: a TYPE line and a sample
 /// each, and the collectors' success.
 fn exposition(families: &[&str], collectors: &[&str]) -> String {
@@ -66,25 +57,6 @@ fn exposition(families: &[&str], collectors: &[&str]) -> String {
         s.push_str(&format!("node_scrape_collector_success{{collector=\"{c}\"}} 1\n"));
     }
     s
-}
-
-fn cond(p: &Pod, t: &str) -> bool {
-    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == t && c.status == "True"))
-}
-
-fn set_cond(p: &mut Pod, t: &str, on: bool, now: Timestamp) {
-    let conds = p.status.get_or_insert_with(PodStatus::default).conditions.get_or_insert_with(Vec::new);
-    let status = if on { "True" } else { "False" };
-    match conds.iter_mut().find(|c| c.type_ == t) {
-        Some(c) if c.status == status => {}
-        Some(c) => {
-            c.status = status.into();
-            c.last_transition_time = Some(Time(now));
-        }
-        None => {
-            conds.push(PodCondition { type_: t.into(), status: status.into(), last_transition_time: Some(Time(now)), ..Default::default() })
-        }
-    }
 }
 
 fn owner_kind(p: &Pod) -> String {
@@ -201,7 +173,7 @@ impl World {
             history: Vec::new(),
             view_at: 0,
             expectations: Expectations::default(),
-            rng: Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
+            rng: Rng::new(seed),
             restart: 0.0,
             lag: 0.0,
             write_failure: 0.0,
@@ -244,7 +216,8 @@ impl World {
 
     /// A write under the faults: Ok, or Err(applied anyway: a lost response).
     fn write(&mut self) -> Result<(), bool> {
-        if self.rng.chance(self.write_failure) {
+        let p = self.write_failure;
+        if self.rng.chance(p) {
             return Err(self.rng.chance(0.5));
         }
         Ok(())
@@ -487,42 +460,10 @@ impl World {
             self.revisions.retain(|r| r.name_any() != rev.name_any());
             self.revisions.push(rev.clone());
         }
-        for p in &d.gate_passed {
-            let applied = self.write();
-            if applied.is_ok() || applied == Err(true) {
-                if let Some(pod) = self.pods.get_mut(p) {
-                    set_cond(pod, GATE_CONDITION, true, now);
-                }
-            }
-            applied.map_err(|_| ())?;
-        }
-        for c in &d.creates {
-            let applied = self.write();
-            if applied.is_ok() || applied == Err(true) {
-                let name = c.pod.name_any();
-                if !self.pods.contains_key(&name) {
-                    let mut pod = c.pod.clone();
-                    pod.metadata.creation_timestamp = Some(Time(now));
-                    self.pods.insert(name.clone(), pod);
-                }
-                if applied.is_ok() {
-                    created.push(name);
-                }
-            }
-            applied.map_err(|_| ())?;
-        }
-        for del in &d.deletes {
-            let applied = self.write();
-            if applied.is_ok() || applied == Err(true) {
-                if let Some(p) = self.pods.get_mut(&del.pod) {
-                    p.metadata.deletion_timestamp.get_or_insert(Time(now));
-                }
-                if applied.is_ok() {
-                    deleted.push(del.pod.clone());
-                }
-            }
-            applied.map_err(|_| ())?;
-        }
+        let (rng, p) = (&mut self.rng, self.write_failure);
+        let mut write = || if rng.chance(p) { Err(rng.chance(0.5)) } else { Ok(()) };
+        sim::gate_writes(&mut self.pods, d, now, &mut write).map_err(|_| ())?;
+        sim::pod_writes(&mut self.pods, d, now, &mut write, &mut |_, _| {}, created, deleted).map_err(|_| ())?;
         if !halt_first && self.agent.status.as_ref() != Some(&d.status) && self.write().is_ok() {
             self.agent.status = Some(d.status.clone());
         }

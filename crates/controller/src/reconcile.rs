@@ -207,7 +207,7 @@ pub fn failure_condition(e: &Error) -> Option<(&'static str, String)> {
         Error::Kube(kube::Error::Api(s)) if s.code == 403 => Some((
             "Forbidden",
             format!(
-                "{}: the controller's ServiceAccount may not do this; the ClusterRole in deploy/overlays/controller grants what the controller needs",
+                "{}: the controller's ServiceAccount may not do this; the ClusterRole in deploy/overlays/controller grants what the controller needs, and deploy/overlays/takeover what taking over a DaemonSet adds",
                 s.message
             ),
         )),

@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::crd::HealthGate;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet};
 use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodReadinessGate, PodTemplateSpec,
@@ -15,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
-use super::crd::{NodeAgent, NodeAgentStatus, GATE_CONDITION};
+use super::crd::{HealthGate, NodeAgent, NodeAgentStatus, GATE_CONDITION};
 use super::migration;
 use planner::plan::{self, Action, Invalid, Options, REVISION_LABEL};
 use planner::scheduling::daemon_tolerations;
@@ -606,7 +605,12 @@ pub fn decide(o: &Observed) -> Result<Decision, Invalid> {
     // A takeover: the nodes the agent may run on now, and the nodes moving.
     let migration = match (&agent.spec.replaces, o.replaced) {
         (Some(r), Some(seen)) => Some(migration_plan(o, r, seen, &spec, &order(&spec, o.nodes)?, &update_hash, rolling, &owned)?),
-        _ => None,
+        // Deciding without the replaced DaemonSet's view would start the
+        // agent beside node_exporter everywhere.
+        (Some(_), None) => {
+            return Err(Invalid { field: "spec.replaces".into(), msg: "the replaced DaemonSet was not read this sync".into() });
+        }
+        (None, _) => None,
     };
     let marked: Vec<Node>;
     let nodes: &[Node] = match &migration {
