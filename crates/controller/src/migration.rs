@@ -144,21 +144,26 @@ fn exclusion() -> NodeSelectorRequirement {
 /// own when there is none): a node with the label matches no term.
 pub fn excluding(affinity: Option<&Affinity>) -> Affinity {
     let mut a = affinity.cloned().unwrap_or_default();
-    let mut na = a.node_affinity.take().unwrap_or_default();
-    let mut required =
-        na.required_during_scheduling_ignored_during_execution.take().unwrap_or(NodeSelector { node_selector_terms: vec![] });
+    require_in_every_term(&mut a, &exclusion());
+    a
+}
+
+/// Adds `req` (once) to every required node-affinity term of `affinity`
+/// (terms are ORed, so each must carry it), a term of its own when there
+/// is none.
+pub fn require_in_every_term(affinity: &mut Affinity, req: &NodeSelectorRequirement) {
+    let na = affinity.node_affinity.get_or_insert_with(NodeAffinity::default);
+    let required =
+        na.required_during_scheduling_ignored_during_execution.get_or_insert_with(|| NodeSelector { node_selector_terms: vec![] });
     if required.node_selector_terms.is_empty() {
         required.node_selector_terms.push(NodeSelectorTerm::default());
     }
     for t in &mut required.node_selector_terms {
         let exprs = t.match_expressions.get_or_insert_with(Vec::new);
-        if !exprs.contains(&exclusion()) {
-            exprs.push(exclusion());
+        if !exprs.contains(req) {
+            exprs.push(req.clone());
         }
     }
-    na.required_during_scheduling_ignored_during_execution = Some(required);
-    a.node_affinity = Some(NodeAffinity { ..na });
-    a
 }
 
 /// The DaemonSet excludes taken nodes and replaces no pod by itself.

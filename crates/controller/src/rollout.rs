@@ -415,17 +415,8 @@ const ALLOWED_LABEL: &str = "nodeagent.io/planner-allowed";
 /// The planner's template: the agent's, required onto allowed nodes.
 fn restrict(t: &mut PodTemplateSpec) {
     let req = NodeSelectorRequirement { key: ALLOWED_LABEL.into(), operator: "In".into(), values: Some(vec!["true".into()]) };
-    let spec = t.spec.get_or_insert_with(Default::default);
-    let affinity = spec.affinity.get_or_insert_with(Default::default);
-    let na = affinity.node_affinity.get_or_insert_with(Default::default);
-    let required =
-        na.required_during_scheduling_ignored_during_execution.get_or_insert_with(|| NodeSelector { node_selector_terms: vec![] });
-    if required.node_selector_terms.is_empty() {
-        required.node_selector_terms.push(NodeSelectorTerm::default());
-    }
-    for term in &mut required.node_selector_terms {
-        term.match_expressions.get_or_insert_with(Vec::new).push(req.clone());
-    }
+    let affinity = t.spec.get_or_insert_with(Default::default).affinity.get_or_insert_with(Default::default);
+    migration::require_in_every_term(affinity, &req);
 }
 
 /// The takeover's decision: the gate failure of a moving node (a pod on a
