@@ -60,7 +60,9 @@ print(counts[8080][0], counts[8080][1], counts[9090][0], counts[9090][1], flush=
 /// (writing 1000 + i bytes each, reading B's answer) and 4 to B's closed
 /// port 8081; "fail" makes 3 connects to 10.79.0.1 (no neighbour answers:
 /// unreachable), 2 to 10.80.0.1 with one SYN retry (nothing answers: timed
-/// out) and 5 non-blocking ones to 10.80.0.1 closed at once (aborted);
+/// out) and 5 non-blocking ones to 10.80.0.1 closed at once (aborted), and
+/// prints instead: connects made, those to 10.79.0.1 that failed
+/// unreachable and timed out, those to 10.80.0.1 that timed out;
 /// "service" makes 3 connects to the Service db/pg's ClusterIP
 /// 10.96.7.7, port 9090 (20 bytes each); "crowd" makes one connect to each of 1,000 addresses of
 /// 10.78.0.0/22 on port 9090 (10 bytes each). Every connect from
@@ -88,6 +90,7 @@ def one(addr, port, payload):
             break
         read += len(d)
     s.close()
+seen = {}
 def failing(addr, syncnt, wait):
     global made
     s = socket.socket()
@@ -97,8 +100,8 @@ def failing(addr, syncnt, wait):
     if wait:
         try:
             s.connect((addr, 80))
-        except OSError:
-            pass
+        except OSError as e:
+            seen[(addr, e.errno)] = seen.get((addr, e.errno), 0) + 1
     else:
         s.setblocking(False)
         try:
@@ -113,6 +116,12 @@ if sys.argv[1] == "fail":
         failing("10.80.0.1", 1, True)
     for i in range(5):
         failing("10.80.0.1", 1, False)
+    # What the first three connects got: EHOSTUNREACH (113) from the ICMP
+    # the failed neighbour makes, or ETIMEDOUT (110) where no ICMP came
+    # (the kernel's ICMP rate limits are shared with the whole node).
+    u, t = seen.get(("10.79.0.1", 113), 0), seen.get(("10.79.0.1", 110), 0)
+    print(made, u, t, seen.get(("10.80.0.1", 110), 0), flush=True)
+    sys.exit(0)
 elif sys.argv[1] == "service":
     for i in range(3):
         one("10.96.7.7", 9090, b"s" * 20)
@@ -296,12 +305,17 @@ fn connects_bytes_and_peers_are_the_pods_own() {
     assert_eq!(b_in("node_ebpf_pod_tcp_peer_sent_bytes_total"), Some(read), "bytes B wrote");
 
     // Phase 2: connects that fail, by reason.
-    let [made_f, ..] = client(&a, &ns, &client_py, "fail");
-    assert_eq!(made_f, 10.0);
+    // Each of the three connects to 10.79.0.1 fails as the client saw it:
+    // unreachable when the kernel's ICMP came, timed out when a node-wide
+    // ICMP rate limit (shared with whatever else the node runs) ate it.
+    let [made_f, unreachable, timed_out, timed_out_80] = client(&a, &ns, &client_py, "fail");
+    assert_eq!((made_f, unreachable + timed_out, timed_out_80), (10.0, 3.0, 2.0), "the client's own counts");
+    assert!(unreachable >= 1.0, "no connect to 10.79.0.1 got the kernel's ICMP host unreachable: nothing to check the reason against");
     std::thread::sleep(Duration::from_millis(200));
     let connects = out("node_ebpf_pod_tcp_peer_connects_total");
     eprintln!("phase 2, web-0: connects {:?}", connects.iter().filter(|(_, v)| **v > 0.0).collect::<Vec<_>>());
-    assert_eq!(connects.get("out external 10.79.0.1 80 unreachable"), Some(&3.0));
+    assert_eq!(connects.get("out external 10.79.0.1 80 unreachable"), Some(&unreachable));
+    assert_eq!(connects.get("out external 10.79.0.1 80 timeout").copied().unwrap_or(0.0), timed_out);
     assert_eq!(connects.get("out external blackhole 80 timeout"), Some(&2.0));
     assert_eq!(connects.get("out external blackhole 80 aborted"), Some(&5.0));
     assert_eq!(out("node_ebpf_pod_tcp_peer_connect_attempts_total").get("out external blackhole 80"), Some(&7.0));
