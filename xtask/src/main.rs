@@ -214,7 +214,8 @@ fn fetch_all() -> Result<()> {
 }
 
 /// rustfmt on every crate (rustfmt.toml), and clippy with warnings denied:
-/// the host workspace with every target, the eBPF crate for its own target.
+/// the host workspace with every target, the agent's build without the
+/// cluster commands, the eBPF crate for its own target.
 fn lint() -> Result<()> {
     for w in WORKSPACES {
         let mut c = Command::new(cargo());
@@ -222,6 +223,17 @@ fn lint() -> Result<()> {
         run(&mut c).map_err(|e| anyhow::anyhow!("{e}: run `cargo fmt --all --manifest-path {w}`"))?;
     }
     run(Command::new(cargo()).current_dir(root()).args(["clippy", "--workspace", "--all-targets", "--quiet", "--", "-D", "warnings"]))?;
+    // The agent image's build: node-agent without the cluster commands.
+    run(Command::new(cargo()).current_dir(root()).args([
+        "clippy",
+        "-p",
+        "node-agent",
+        "--no-default-features",
+        "--quiet",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     run(Command::new("bash").arg(root().join("crates/agent-ebpf/build.sh")).arg(root().join("target/ebpf-clippy")).arg("").arg("clippy"))
 }
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -462,10 +474,11 @@ fn build_ebpf() -> Result<()> {
     Ok(())
 }
 
-/// The release build, with the committed PGO profile (see `pgo.rs`).
+/// The release build, with the committed PGO profile (see `pgo.rs`): the
+/// agent's binary, as its image has it (without the cluster commands).
 fn build_release() -> Result<PathBuf> {
     let mut c = Command::new(cargo());
-    c.current_dir(root()).args(["build", "--release", "-p", "node-agent"]);
+    c.current_dir(root()).args(["build", "--release", "-p", "node-agent", "--no-default-features"]);
     c.env("CARGO_ENCODED_RUSTFLAGS", pgo::use_flags(&root()).unwrap_or_else(|| pgo::RELR_ARG.to_string()));
     run(&mut c)?;
     Ok(root().join("target/release/node-agent"))

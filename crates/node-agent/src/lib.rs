@@ -16,6 +16,7 @@ pub mod descriptors;
 pub mod ebpf;
 pub mod httpstats;
 pub mod logging;
+#[cfg(feature = "cluster")]
 pub mod manifests;
 pub mod pods;
 pub mod probes;

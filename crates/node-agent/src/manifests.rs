@@ -13,9 +13,15 @@ pub const PORT: u16 = crate::config::DEFAULT_PORT;
 pub const CONTROLLER_METRICS_PORT: u16 = 9101;
 pub const IMAGE_REPOSITORY: &str = "ghcr.io/node-agent/node-agent";
 
-/// The image of this build.
+/// The agent's image of this version.
 pub fn image() -> String {
     format!("{IMAGE_REPOSITORY}:{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The controller's image of this version: the whole binary, where the
+/// agent's leaves the cluster commands out (the Dockerfile's two stages).
+pub fn controller_image() -> String {
+    format!("{IMAGE_REPOSITORY}-controller:{}", env!("CARGO_PKG_VERSION"))
 }
 
 /// A Linux capability the agent is granted, and why.
@@ -380,7 +386,7 @@ spec:
             allowPrivilegeEscalation: false
             capabilities: {{drop: [ALL]}}
 "#,
-        image = image()
+        image = controller_image()
     )
 }
 

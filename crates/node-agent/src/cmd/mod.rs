@@ -1,21 +1,34 @@
 //! The `node-agent` command line: one module per subcommand, each with
 //! `command()` and `run()`. With no subcommand, node-agent serves (taking
-//! `serve`'s flags), as node_exporter does.
+//! `serve`'s flags), as node_exporter does. The cluster-side commands are
+//! in builds with the `cluster` feature (the default, and the controller
+//! image's); the agent image's build names them and says where they are.
 
 use std::process::ExitCode;
 
 use clap::{ArgMatches, Command, FromArgMatches};
 
+#[cfg(feature = "cluster")]
 pub mod controller;
+#[cfg(feature = "cluster")]
 pub mod crd;
+#[cfg(feature = "cluster")]
 pub mod explain;
+#[cfg(feature = "cluster")]
 pub mod manifests;
+#[cfg(feature = "cluster")]
 pub mod plan;
+#[cfg(feature = "cluster")]
 pub mod rollout;
 pub mod seccomp_profile;
 pub mod serve;
+#[cfg(feature = "cluster")]
 pub mod simulate;
+#[cfg(feature = "cluster")]
 pub mod status;
+
+/// The commands of the `cluster` feature.
+pub const CLUSTER_COMMANDS: [&str; 8] = ["plan", "explain", "simulate", "controller", "crd", "manifests", "status", "rollout"];
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +38,7 @@ pub enum Error {
     Usage(String),
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    #[cfg(feature = "cluster")]
     #[error(transparent)]
     Controller(#[from] controller_crate::Error),
     #[error(transparent)]
@@ -33,6 +47,7 @@ pub enum Error {
     Failed(String),
 }
 
+#[cfg(feature = "cluster")]
 use ::controller as controller_crate;
 
 impl Error {
@@ -51,8 +66,9 @@ pub fn command() -> Command {
         .version(env!("CARGO_PKG_VERSION"))
         .about("Node metrics compatible with node_exporter, kernel events through eBPF, and DaemonSet planning.")
         .args_conflicts_with_subcommands(true);
-    serve::with_args(root)
-        .subcommand(serve::command())
+    let root = serve::with_args(root).subcommand(serve::command()).subcommand(seccomp_profile::command());
+    #[cfg(feature = "cluster")]
+    let root = root
         .subcommand(plan::command())
         .subcommand(explain::command())
         .subcommand(simulate::command())
@@ -60,27 +76,50 @@ pub fn command() -> Command {
         .subcommand(crd::command())
         .subcommand(manifests::command())
         .subcommand(status::command())
-        .subcommand(rollout::command())
-        .subcommand(seccomp_profile::command())
+        .subcommand(rollout::command());
+    #[cfg(not(feature = "cluster"))]
+    let root = CLUSTER_COMMANDS.iter().fold(root, |root, name| {
+        root.subcommand(
+            Command::new(*name)
+                .hide(true)
+                .disable_help_flag(true)
+                .arg(clap::Arg::new("args").num_args(0..).trailing_var_arg(true).allow_hyphen_values(true).action(clap::ArgAction::Append)),
+        )
+    });
+    root
 }
 
 /// Runs the command the matches name.
 pub fn run(mut m: ArgMatches) -> Result<ExitCode, Error> {
     let Some((name, sub)) = m.remove_subcommand() else { return serve::run(m) };
     match name.as_str() {
+        #[cfg(feature = "cluster")]
         "plan" => plan::run(&sub),
+        #[cfg(feature = "cluster")]
         "explain" => explain::run(&sub),
+        #[cfg(feature = "cluster")]
         "simulate" => simulate::run(&sub),
+        #[cfg(feature = "cluster")]
         "controller" => controller::run(&sub),
+        #[cfg(feature = "cluster")]
         "crd" => crd::run(&sub),
+        #[cfg(feature = "cluster")]
         "manifests" => manifests::run(&sub),
+        #[cfg(feature = "cluster")]
         "status" => status::run(&sub),
+        #[cfg(feature = "cluster")]
         "rollout" => rollout::run(&sub),
         "seccomp-profile" => seccomp_profile::run(&sub),
+        #[cfg(not(feature = "cluster"))]
+        other if CLUSTER_COMMANDS.contains(&other) => Err(Error::Usage(format!(
+            "`node-agent {other}` is not in this build: this is the agent image's binary, which serves metrics only. \
+             Run it from the controller image (ghcr.io/node-agent/node-agent-controller) or a full build (`cargo install --path crates/node-agent`)."
+        ))),
         _ => serve::run(sub),
     }
 }
 
+#[cfg(feature = "cluster")]
 /// A multi-threaded runtime for the API commands.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| Error::Failed(format!("tokio runtime: {e}")))
@@ -93,6 +132,7 @@ pub(crate) fn args<T: FromArgMatches>(m: &ArgMatches) -> Result<T, Error> {
     T::from_arg_matches(m).map_err(|e| Error::Usage(e.to_string()))
 }
 
+#[cfg(feature = "cluster")]
 // The `--namespace` of a NodeAgent.
 #[derive(clap::Args)]
 pub(crate) struct NamespaceArg {
@@ -100,6 +140,7 @@ pub(crate) struct NamespaceArg {
     pub namespace: String,
 }
 
+#[cfg(feature = "cluster")]
 // `--output json|table` (value name `output`: derive's default is `OUTPUT`).
 #[derive(clap::Args)]
 pub(crate) struct OutputArg {
@@ -107,6 +148,7 @@ pub(crate) struct OutputArg {
     pub output: Output,
 }
 
+#[cfg(feature = "cluster")]
 /// The format of `--output`.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Output {
@@ -114,6 +156,7 @@ pub(crate) enum Output {
     Table,
 }
 
+#[cfg(feature = "cluster")]
 /// Reads the one DaemonSet of a file.
 pub(crate) fn one_daemonset(path: &std::path::Path) -> Result<k8s_openapi::api::apps::v1::DaemonSet, Error> {
     let mut v: Vec<k8s_openapi::api::apps::v1::DaemonSet> =
