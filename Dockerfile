@@ -33,19 +33,33 @@ ARG NODE_AGENT_REVISION=unknown
 # true with the mounted registry of `cargo xtask image`.
 ARG CARGO_NET_OFFLINE=false
 # With the committed PGO profile, as `cargo xtask run` builds it (see
-# xtask/src/pgo.rs): rustc-web's LLVM is 22, the profile's. The build's
-# product is copied out of target/, which `cargo xtask image` may mount.
+# xtask/src/pgo.rs): rustc-web's LLVM is 22, the profile's. Two builds of
+# node-agent: the agent's, without the cluster commands (the `cluster`
+# feature: controller, plan, explain, simulate, status, rollout, crd,
+# manifests), and the controller's, with everything. Their products are
+# copied out of target/, which `cargo xtask image` may mount.
 RUN gzip -dc pgo/node-agent.profdata.gz > /tmp/node-agent.profdata \
- && RUSTFLAGS="-Cprofile-use=/tmp/node-agent.profdata -Cllvm-args=-no-pgo-warn-mismatch -Cllvm-args=-profile-summary-cold-count=0 -Clink-arg=-Wl,-z,keep-text-section-prefix -Clink-arg=-Wl,-z,pack-relative-relocs" \
+ && export RUSTFLAGS="-Cprofile-use=/tmp/node-agent.profdata -Cllvm-args=-no-pgo-warn-mismatch -Cllvm-args=-profile-summary-cold-count=0 -Clink-arg=-Wl,-z,keep-text-section-prefix -Clink-arg=-Wl,-z,pack-relative-relocs" \
     NODE_AGENT_REVISION="$NODE_AGENT_REVISION" CARGO_NET_OFFLINE="$CARGO_NET_OFFLINE" \
-    cargo build --release --locked -p node-agent \
- && install -D -m 0755 target/release/node-agent /out/node-agent
+ && cargo build --release --locked -p node-agent --no-default-features \
+ && install -D -m 0755 target/release/node-agent /out/agent/node-agent \
+ && cargo build --release --locked -p node-agent \
+ && install -D -m 0755 target/release/node-agent /out/controller/node-agent
 
 # distroless/cc: Debian 12's glibc 2.36 and libgcc, CA certificates, no
-# shell, no package manager. The agent runs as uid 0 in its container (to
-# read root-only tracefs) with only the capabilities the manifests grant;
-# the controller runs as 65532 (its Deployment sets runAsUser).
-FROM ${RUNTIME_BASE}
-COPY --from=build /out/node-agent /usr/bin/node-agent
-EXPOSE 9100 9101
+# shell, no package manager.
+
+# The controller's image (`--target controller`): the whole binary; the
+# controller Deployment runs it as 65532 (its runAsUser).
+FROM ${RUNTIME_BASE} AS controller
+COPY --from=build /out/controller/node-agent /usr/bin/node-agent
+EXPOSE 9101
+ENTRYPOINT ["/usr/bin/node-agent"]
+
+# The agent's image, the default stage: the agent runs as uid 0 in its
+# container (to read root-only tracefs) with only the capabilities the
+# manifests grant.
+FROM ${RUNTIME_BASE} AS agent
+COPY --from=build /out/agent/node-agent /usr/bin/node-agent
+EXPOSE 9100
 ENTRYPOINT ["/usr/bin/node-agent"]

@@ -10,7 +10,10 @@
 //!    base-files, netbase, ca-certificates' bundle; root, nonroot and
 //!    nobody; no shell, no dpkg, no apt), one layer built `FROM scratch`
 //!    with a fixed time stamp, cached the same way.
-//! 3. **The image**: the Dockerfile on those two bases, with no network:
+//! 3. **The images**: the Dockerfile on those two bases, with no network,
+//!    twice from one build stage: the agent's (stage `agent`, built without
+//!    the cluster commands) and the controller's (stage `controller`, the
+//!    whole binary), tagged `REPO:V` and `REPO-controller:V`;
 //!    crates come from the host's cargo registry (fetched beforehand),
 //!    mounted; `target/` is a volume under `target/image/` kept between
 //!    builds. Every time stamp is `SOURCE_DATE_EPOCH` (the last commit's
@@ -31,6 +34,15 @@ use anyhow::{bail, Context, Result};
 /// The image the manifests name.
 pub fn default_tag() -> String {
     format!("ghcr.io/node-agent/node-agent:{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The controller's image beside the agent's `tag`: the same repository
+/// with `-controller`, the same version (`REPO:V` gives `REPO-controller:V`).
+pub fn controller_tag(tag: &str) -> String {
+    match tag.rsplit_once(':').filter(|(repo, version)| !version.contains('/') && !repo.is_empty()) {
+        Some((repo, version)) => format!("{repo}-controller:{version}"),
+        None => format!("{tag}-controller"),
+    }
 }
 
 /// What `cargo xtask image` installs on the host.
@@ -257,8 +269,9 @@ fn cargo_registry() -> PathBuf {
     home.join("registry")
 }
 
-/// One build of the image; `fresh`: no layer cache, an empty target dir.
-fn build_once(root: &Path, tag: &str, bases: (&str, &str), epoch: &str, fresh: bool) -> Result<()> {
+/// One build of the image of the Dockerfile's stage `stage`; `fresh`: no
+/// layer cache, an empty target dir.
+fn build_once(root: &Path, tag: &str, stage: &str, bases: (&str, &str), epoch: &str, fresh: bool) -> Result<()> {
     let target = root.join(if fresh { "target/image/cargo-target-fresh" } else { "target/image/cargo-target" });
     if fresh {
         let _ = std::fs::remove_dir_all(&target);
@@ -278,7 +291,7 @@ fn build_once(root: &Path, tag: &str, bases: (&str, &str), epoch: &str, fresh: b
         .arg(format!("{}:/root/.cargo/registry", cargo_registry().display()))
         .arg("-v")
         .arg(format!("{}:/src/target", target.display()))
-        .args(["-t", tag, "-f", "Dockerfile", "."]);
+        .args(["--target", stage, "-t", tag, "-f", "Dockerfile", "."]);
     if fresh {
         c.arg("--no-cache");
     }
@@ -297,7 +310,11 @@ pub fn build(root: &Path, opts: &Options) -> Result<Built> {
     let bases = (build_base(root, opts.refresh)?, runtime_base(root, opts.refresh)?);
     let epoch = source_date_epoch(root)?;
     let t = std::time::Instant::now();
-    build_once(root, &opts.tag, (&bases.0, &bases.1), &epoch, false)?;
+    build_once(root, &opts.tag, "agent", (&bases.0, &bases.1), &epoch, false)?;
+    // The controller's: the same build stage, from the layer cache (or, if
+    // it runs again, from the kept target directory).
+    let controller = controller_tag(&opts.tag);
+    build_once(root, &controller, "controller", (&bases.0, &bases.1), &epoch, false)?;
     let built = Built {
         tag: opts.tag.clone(),
         id: inspect(&opts.tag, "{{.Id}}")?,
@@ -321,11 +338,14 @@ pub fn build(root: &Path, opts: &Options) -> Result<Built> {
         "seconds": t.elapsed().as_secs(),
         "runtime_base_size": inspect(&bases.1, "{{.Size}}")?.parse::<u64>().unwrap_or(0),
         "binary_size": binary_size(&built.tag).unwrap_or(0),
+        "controller_tag": controller,
+        "controller_size": inspect(&controller, "{{.Size}}")?.parse::<u64>().unwrap_or(0),
+        "controller_binary_size": binary_size(&controller).unwrap_or(0),
     });
     if opts.twice {
         let again = format!("{}-rebuilt", opts.tag);
         let t = std::time::Instant::now();
-        build_once(root, &again, (&bases.0, &bases.1), &epoch, true)?;
+        build_once(root, &again, "agent", (&bases.0, &bases.1), &epoch, true)?;
         let (id, digest) = (inspect(&again, "{{.Id}}")?, inspect(&again, "{{.Digest}}")?);
         let _ = Command::new("podman").args(["rmi", &again]).stdout(Stdio::null()).stderr(Stdio::null()).status();
         eprintln!("xtask: rebuilt from nothing in {:.0} s: ID {id}, digest {digest}", t.elapsed().as_secs_f64());
@@ -366,6 +386,13 @@ mod tests {
         assert_eq!(key(&["a"]), "089be207b544f1e4");
         assert_ne!(key(&["a", "b"]), key(&["ab"]));
         assert_ne!(key(&["a", "b"]), key(&["a", "c"]));
+    }
+
+    #[test]
+    fn the_controller_image_is_the_repository_with_controller() {
+        assert_eq!(controller_tag("ghcr.io/node-agent/node-agent:0.1.0"), "ghcr.io/node-agent/node-agent-controller:0.1.0");
+        assert_eq!(controller_tag("localhost:5000/na"), "localhost:5000/na-controller");
+        assert_eq!(controller_tag("localhost:5000/na:1"), "localhost:5000/na-controller:1");
     }
 
     #[test]

@@ -3363,7 +3363,19 @@ fn image_section() -> Res<String> {
         "| … its runtime base (glibc, libgcc, CA certificates, users: distroless/cc's content) | {} |",
         mb(num("runtime_base_size"))
     );
-    let _ = writeln!(md, "| … its binary, /usr/bin/node-agent (eBPF programs embedded) | {} |", mb(num("binary_size")));
+    let _ = writeln!(
+        md,
+        "| … its binary, /usr/bin/node-agent (eBPF programs embedded; built without the cluster commands, symbols stripped) | {} |",
+        mb(num("binary_size"))
+    );
+    if let Some(controller) = r["controller_tag"].as_str() {
+        let _ = writeln!(md, "| the controller's image `{controller}` (same build stage and base) | {} |", mb(num("controller_size")));
+        let _ = writeln!(
+            md,
+            "| … its binary, the whole node-agent (controller, plan, explain, simulate, status, rollout, crd, manifests too) | {} |",
+            mb(num("controller_binary_size"))
+        );
+    }
     let _ = writeln!(md, "| node_exporter's binary, {} | {} |", ne.display(), mb(ne_size));
     let _ = writeln!(md, "\nThe build took {} s (the Debian bases cached; the build stage's time depends on what its kept target directory already holds, and on what else the machine runs).", num("seconds"));
     if let Some(again) = r["rebuilt_from_nothing_seconds"].as_u64() {
