@@ -66,7 +66,7 @@ pub fn command() -> Command {
         .version(env!("CARGO_PKG_VERSION"))
         .about("Node metrics compatible with node_exporter, kernel events through eBPF, and DaemonSet planning.")
         .args_conflicts_with_subcommands(true);
-    let root = serve::with_args(root).subcommand(serve::command()).subcommand(seccomp_profile::command());
+    let root = serve::with_args(root).subcommand(serve::command());
     #[cfg(feature = "cluster")]
     let root = root
         .subcommand(plan::command())
@@ -86,7 +86,7 @@ pub fn command() -> Command {
                 .arg(clap::Arg::new("args").num_args(0..).trailing_var_arg(true).allow_hyphen_values(true).action(clap::ArgAction::Append)),
         )
     });
-    root
+    root.subcommand(seccomp_profile::command())
 }
 
 /// Runs the command the matches name.
