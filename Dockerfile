@@ -33,7 +33,9 @@ ARG NODE_AGENT_REVISION=unknown
 # true with the mounted registry of `cargo xtask image`.
 ARG CARGO_NET_OFFLINE=false
 # With the committed PGO profile, as `cargo xtask run` builds it (see
-# xtask/src/pgo.rs): rustc-web's LLVM is 22, the profile's. Two builds of
+# xtask/src/pgo.rs): rustc-web's LLVM is 22, the profile's (but the profile
+# is from rustup's rustc 1.95 and does not take under rustc-web 1.96: see
+# docs/development.md). Two builds of
 # node-agent: the agent's, without the cluster commands (the `cluster`
 # feature: controller, plan, explain, simulate, status, rollout, crd,
 # manifests), and the controller's, with everything. Their products are
