@@ -761,7 +761,7 @@ fn the_agent_image_leaves_the_cluster_commands_to_the_controller_image() {
     let controller = controller_image(&image);
     let deployment = kustomize("deploy/overlays/controller");
     assert!(
-        deployment.contains(&format!("image: {}", controller_image(&node_agent::manifests::image()))),
+        deployment.contains(&format!("image: {}", node_agent::manifests::controller_image())),
         "deploy/overlays/controller runs the controller's image"
     );
     assert!(podman(&["image", "exists", &controller]).status.success(), "no controller image {controller} beside {image}");
