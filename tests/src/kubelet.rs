@@ -522,6 +522,10 @@ state = "{d}/containerd/state"
   # No CAP_SYS_RESOURCE here: a container's oom_score_adj may not go
   # below containerd's own.
   restrict_oom_score_adj = true
+  # The pods' network namespaces under the state directory, not
+  # /run/netns: the node unmounts them when dropped (a namespace kept
+  # mounted outlives containerd, and with it the pod's veth).
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -632,6 +636,17 @@ impl Drop for Node {
         for pid in shims(&self.socket) {
             // SAFETY: SIGKILL to a shim of the containerd this node started.
             unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        // The pods' network namespaces (netns_mounts_under_state_dir): each
+        // is a bind mount that keeps the namespace, and its veth, alive.
+        if let Ok(rd) = std::fs::read_dir(self.dir.path().join("containerd/state/io.containerd.grpc.v1.cri/netns")) {
+            for e in rd.flatten() {
+                if let Ok(path) = std::ffi::CString::new(e.path().as_os_str().as_encoded_bytes()) {
+                    // SAFETY: a NUL-terminated path; detaching a mount has no other effect.
+                    unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
+                }
+                let _ = std::fs::remove_file(e.path());
+            }
         }
         remove_kube_chains(&self.kube_chains_before);
         for (table, chain, rule) in &self.rules {
