@@ -33,14 +33,17 @@ ARG NODE_AGENT_REVISION=unknown
 # true with the mounted registry of `cargo xtask image`.
 ARG CARGO_NET_OFFLINE=false
 # With the committed PGO profile, as `cargo xtask run` builds it (see
-# xtask/src/pgo.rs): rustc-web's LLVM is 22, the profile's (but the profile
-# is from rustup's rustc 1.95 and does not take under rustc-web 1.96: see
-# docs/development.md). Two builds of
-# node-agent: the agent's, without the cluster commands (the `cluster`
-# feature: controller, plan, explain, simulate, status, rollout, crd,
-# manifests), and the controller's, with everything. Their products are
-# copied out of target/, which `cargo xtask image` may mount.
+# xtask/src/pgo.rs): the profile names functions by symbols whose hashes
+# come from the toolchain's version and the crate's features, so it was
+# trained with this toolchain (pgo/toolchain) on the agent's build; another
+# toolchain builds the same code without the profile taking (a warning says
+# so). Two builds of node-agent: the agent's, without the cluster commands
+# (the `cluster` feature: controller, plan, explain, simulate, status,
+# rollout, crd, manifests), and the controller's, with everything. Their
+# products are copied out of target/, which `cargo xtask image` may mount.
 RUN gzip -dc pgo/node-agent.profdata.gz > /tmp/node-agent.profdata \
+ && if [ "$(rustc -V; cargo -V)" != "$(cat pgo/toolchain)" ]; then \
+      echo "warning: pgo/toolchain is not this toolchain ($(rustc -V), $(cargo -V)): the PGO profile will not take" >&2; fi \
  && export RUSTFLAGS="-Cprofile-use=/tmp/node-agent.profdata -Cllvm-args=-no-pgo-warn-mismatch -Cllvm-args=-profile-summary-cold-count=0 -Clink-arg=-Wl,-z,keep-text-section-prefix -Clink-arg=-Wl,-z,pack-relative-relocs" \
     NODE_AGENT_REVISION="$NODE_AGENT_REVISION" CARGO_NET_OFFLINE="$CARGO_NET_OFFLINE" \
  && cargo build --release --locked -p node-agent --no-default-features \

@@ -185,6 +185,22 @@ fn build_base(root: &Path, refresh: bool) -> Result<String> {
     Ok(name)
 }
 
+/// Warns when the build base's cargo and rustc-web are not those the PGO
+/// profile was trained with (the profile would not take: xtask/src/pgo.rs).
+fn check_toolchain(root: &Path, base: &str) {
+    let out = podman("run").args(["--rm", "--network=none", base, "sh", "-c", "rustc -V; cargo -V"]).output();
+    let have = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let want = crate::pgo::trained_toolchain(root).unwrap_or_default();
+    if have != want {
+        eprintln!(
+            "xtask: warning: the build base has {:?}, the PGO profile was trained with {:?}: it will not take \
+             (`cargo xtask image --refresh` remakes the base, `cargo xtask pgo` the profile)",
+            have.trim(),
+            want.trim()
+        );
+    }
+}
+
 /// The runtime base, made unless cached: one layer from Debian's .debs.
 fn runtime_base(root: &Path, refresh: bool) -> Result<String> {
     let script = root.join("xtask/image/runtime-root.sh");
@@ -308,6 +324,7 @@ pub fn build(root: &Path, opts: &Options) -> Result<Built> {
     // Every crate of the build, into the registry the build mounts.
     crate::fetch_all()?;
     let bases = (build_base(root, opts.refresh)?, runtime_base(root, opts.refresh)?);
+    check_toolchain(root, &bases.0);
     let epoch = source_date_epoch(root)?;
     let t = std::time::Instant::now();
     build_once(root, &opts.tag, "agent", (&bases.0, &bases.1), &epoch, false)?;

@@ -476,12 +476,16 @@ fn build_ebpf() -> Result<()> {
 
 /// The release build, with the committed PGO profile (see `pgo.rs`): the
 /// agent's binary, as its image has it (without the cluster commands).
-fn build_release() -> Result<PathBuf> {
-    let mut c = Command::new(cargo());
-    c.current_dir(root()).args(["build", "--release", "-p", "node-agent", "--no-default-features"]);
-    c.env("CARGO_ENCODED_RUSTFLAGS", pgo::use_flags(&root()).unwrap_or_else(|| pgo::RELR_ARG.to_string()));
+/// The agent's release binary, and whether the PGO profile went into it.
+fn build_release() -> Result<(PathBuf, bool)> {
+    // The image's toolchain, which the profile was trained with (xtask/src/pgo.rs).
+    let mut c = pgo::image_cargo(&root());
+    c.args(["build", "--release", "-p", "node-agent", "--no-default-features"]);
+    let flags = pgo::use_flags(&root());
+    let pgo = flags.is_some();
+    c.env("CARGO_ENCODED_RUSTFLAGS", flags.unwrap_or_else(|| pgo::RELR_ARG.to_string()));
     run(&mut c)?;
-    Ok(root().join("target/release/node-agent"))
+    Ok((root().join("target/release/node-agent"), pgo))
 }
 
 /// The truth suites that check probes and collectors against the kernel.
@@ -590,7 +594,7 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Cmd::Setup => setup().map(|_| true),
         Cmd::BuildEbpf => build_ebpf().map(|_| true),
-        Cmd::Run { flags } => setup_ebpf().and_then(|_| build_release()).and_then(|bin| {
+        Cmd::Run { flags } => setup_ebpf().and_then(|_| build_release()).and_then(|(bin, _)| {
             let mut c = Command::new(bin);
             c.args(flags);
             run(&mut c).map(|_| true)
@@ -652,19 +656,24 @@ fn main() -> ExitCode {
             c.args(["--kubelet", &built.tag, "--out"]).arg(root().join("BENCHMARKS.md"));
             run(&mut c).map(|_| true)
         }),
-        Cmd::Bench { quick, image_only: false, growth, kubelet: false } => setup().and_then(|_| build_release()).and_then(|agent| {
-            let mut c = tool("node-agent-bench");
-            c.arg("--agent").arg(&agent);
-            if growth {
-                c.args(["--only", "growth"]);
-            } else {
-                c.arg("--out").arg(root().join("BENCHMARKS.md"));
-            }
-            if quick {
-                c.arg("--quick");
-            }
-            run(&mut c).map(|_| true)
-        }),
+        Cmd::Bench { quick, image_only: false, growth, kubelet: false } => {
+            setup().and_then(|_| build_release()).and_then(|(agent, pgo)| {
+                let mut c = tool("node-agent-bench");
+                c.arg("--agent").arg(&agent);
+                if pgo {
+                    c.arg("--pgo");
+                }
+                if growth {
+                    c.args(["--only", "growth"]);
+                } else {
+                    c.arg("--out").arg(root().join("BENCHMARKS.md"));
+                }
+                if quick {
+                    c.arg("--quick");
+                }
+                run(&mut c).map(|_| true)
+            })
+        }
         Cmd::Fuzz { seconds, afl: true, .. } => fuzz_afl(seconds).map(|_| true),
         Cmd::Fuzz { seconds, seed, afl: false } => setup_ebpf().and_then(|_| {
             let mut c = tool("node-agent-fuzz");
@@ -680,7 +689,7 @@ fn main() -> ExitCode {
             let bench = if bench { Some(build_tool("node-agent-bench")?) } else { None };
             kernels::run(&root(), &cargo(), &kernels::Options { only, tests, table, all, bench })
         }),
-        Cmd::Pgo => setup().and_then(|_| pgo::generate(&root(), &cargo())).map(|_| true),
+        Cmd::Pgo => setup().and_then(|_| pgo::generate(&root())).map(|_| true),
         Cmd::Manifests => setup_ebpf().and_then(|_| {
             let mut c = Command::new(cargo());
             c.current_dir(root()).args(["run", "-q", "-p", "node-agent", "--", "manifests", "--root"]).arg(root());

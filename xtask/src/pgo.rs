@@ -18,9 +18,17 @@
 //! The profile stays usable as the code changes: a function whose code
 //! changed since the training simply has no counts (LLVM drops a mismatched
 //! function's profile), it is compiled as without PGO. Rerun `cargo xtask pgo`
-//! after larger changes; `cargo xtask bench` reports the result. A rustc whose
-//! LLVM major version is not the profile's cannot read it: the build then
-//! goes on without it, with a warning.
+//! after larger changes; `cargo xtask bench` reports the result.
+//!
+//! A profile names functions by their mangled symbols, and those carry a
+//! hash of the crate that cargo derives from the compiler's version and the
+//! crate's features. So the training, the bench's build and the image's
+//! build all use one toolchain, the image's: Debian's cargo and rustc-web
+//! (installed with the eBPF toolchain), through [`image_cargo`], and one
+//! feature set, the agent's (`--no-default-features`). `pgo/toolchain`
+//! records the toolchain the profile was trained with; a build with another
+//! goes on without the profile (every function would miss it), with a
+//! warning.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,31 +39,53 @@ use anyhow::{bail, Context, Result};
 pub const PROFILE: &str = "pgo/node-agent.profdata.gz";
 /// Where builds read it from, unpacked.
 const UNPACKED: &str = "target/pgo/node-agent.profdata";
-/// The LLVM major version the profile was written with (rustc's).
-const PROFILE_LLVM: &str = "pgo/llvm-version";
+/// `rustc -V` and `cargo -V` of the toolchain the profile was trained with.
+const PROFILE_TOOLCHAIN: &str = "pgo/toolchain";
+/// The image's toolchain (Dockerfile): Debian's cargo and rustc-web.
+pub const IMAGE_CARGO: &str = "/usr/bin/cargo";
+pub const IMAGE_RUSTC: &str = "/usr/bin/rustc";
 const PROFDATA_TOOL: &str = "llvm-profdata-22";
 
-/// The LLVM major version of the `rustc` cargo uses.
-fn rustc_llvm_major() -> Option<String> {
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let out = Command::new(rustc).arg("-vV").output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let v = text.lines().find_map(|l| l.strip_prefix("LLVM version: "))?;
-    v.split('.').next().map(str::to_string)
+/// A cargo command of the image's toolchain in `root`: Debian's cargo with
+/// Debian's rustc-web, whatever rustup has in PATH.
+pub fn image_cargo(root: &Path) -> Command {
+    let mut c = Command::new(IMAGE_CARGO);
+    c.current_dir(root).env("RUSTC", IMAGE_RUSTC).env_remove("RUSTUP_TOOLCHAIN").env_remove("RUSTC_WRAPPER");
+    c
+}
+
+/// `rustc -V` and `cargo -V` of the toolchain the committed profile was
+/// trained with, one per line.
+pub fn trained_toolchain(root: &Path) -> Option<String> {
+    std::fs::read_to_string(root.join(PROFILE_TOOLCHAIN)).ok()
+}
+
+/// `rustc -V` and `cargo -V` of the image's toolchain, one per line.
+fn image_toolchain() -> Option<String> {
+    let version = |bin: &str| {
+        let out = Command::new(bin).arg("-V").env_remove("RUSTUP_TOOLCHAIN").output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    Some(format!("{}\n{}\n", version(IMAGE_RUSTC)?, version(IMAGE_CARGO)?))
 }
 
 /// `CARGO_ENCODED_RUSTFLAGS` for a release build with the committed profile,
-/// or `None` (with a warning) when this rustc cannot use it.
+/// with the image's toolchain, or `None` (with a warning) when the profile
+/// is from another toolchain.
 pub fn use_flags(root: &Path) -> Option<String> {
     let packed = root.join(PROFILE);
     if !packed.exists() {
         eprintln!("xtask: warning: no {PROFILE} (`cargo xtask pgo` writes it); building without PGO");
         return None;
     }
-    let want = std::fs::read_to_string(root.join(PROFILE_LLVM)).unwrap_or_default().trim().to_string();
-    let have = rustc_llvm_major().unwrap_or_default();
-    if want.is_empty() || want != have {
-        eprintln!("xtask: warning: {PROFILE} is from LLVM {want:?}, rustc has LLVM {have:?}; building without PGO");
+    let want = trained_toolchain(root).unwrap_or_default();
+    let have = image_toolchain().unwrap_or_default();
+    if want.trim().is_empty() || want != have {
+        eprintln!(
+            "xtask: warning: {PROFILE} is from {:?}, the image's toolchain is {:?}; building without PGO (run `cargo xtask pgo`)",
+            want.trim(),
+            have.trim()
+        );
         return None;
     }
     let profile = match unpack(&packed, &root.join(UNPACKED)) {
@@ -106,13 +136,14 @@ fn encoded(flags: &[&str]) -> String {
 }
 
 /// Builds node-agent instrumented, trains it, and writes the merged profile.
-pub fn generate(root: &Path, cargo: &str) -> Result<()> {
+pub fn generate(root: &Path) -> Result<()> {
     let target = root.join("target/pgo");
     let raw = target.join("raw");
     let instrument = encoded(&[&format!("-Cprofile-generate={}", raw.display()), LINK_ARG, RELR_ARG]);
-    let status = Command::new(cargo)
-        .current_dir(root)
-        .args(["build", "--release", "-p", "node-agent", "--target-dir"])
+    let toolchain = image_toolchain().context("reading the image toolchain's versions (Debian's rustc-web and cargo)")?;
+    // The agent's build, as the image and the bench build it.
+    let status = image_cargo(root)
+        .args(["build", "--release", "-p", "node-agent", "--no-default-features", "--target-dir"])
         .arg(&target)
         .env("CARGO_ENCODED_RUSTFLAGS", instrument)
         .status()
@@ -154,8 +185,7 @@ pub fn generate(root: &Path, cargo: &str) -> Result<()> {
     if !status.success() {
         bail!("gzip {} failed ({status})", merged.display());
     }
-    let major = rustc_llvm_major().context("reading rustc's LLVM version")?;
-    std::fs::write(root.join(PROFILE_LLVM), format!("{major}\n")).context("writing the profile's LLVM version")?;
+    std::fs::write(root.join(PROFILE_TOOLCHAIN), toolchain).context("writing the profile's toolchain")?;
     eprintln!("xtask: wrote {} from {} profile file(s) of the training", out.display(), profiles.len());
     Ok(())
 }
@@ -196,6 +226,10 @@ mod tests {
             assert!(flags.contains(&want), "{want} is not among the Dockerfile's {flags:?}");
         }
         assert!(flags.iter().any(|f| f.starts_with("-Cprofile-use=")), "{flags:?}");
+        // The agent's build, which the profile was trained on; and a build
+        // by another toolchain says it runs without the profile.
+        assert!(dockerfile.contains("cargo build --release --locked -p node-agent --no-default-features"));
+        assert!(dockerfile.contains(r#"[ "$(rustc -V; cargo -V)" != "$(cat pgo/toolchain)" ]"#));
     }
 
     #[test]
@@ -205,9 +239,10 @@ mod tests {
         std::fs::create_dir_all(root.join("pgo")).unwrap();
         let gz = std::process::Command::new("sh").arg("-c").arg(format!("printf x | gzip -c > {}", root.join(PROFILE).display())).status();
         assert!(gz.unwrap().success());
-        std::fs::write(root.join(PROFILE_LLVM), "0\n").unwrap();
-        assert_eq!(use_flags(&root), None, "another LLVM's profile is not used");
-        std::fs::write(root.join(PROFILE_LLVM), format!("{}\n", rustc_llvm_major().unwrap())).unwrap();
+        let have = image_toolchain().expect("the image's toolchain (Debian's rustc-web and cargo) is installed");
+        std::fs::write(root.join(PROFILE_TOOLCHAIN), have.replacen("rustc ", "rustc 0", 1)).unwrap();
+        assert_eq!(use_flags(&root), None, "another toolchain's profile is not used");
+        std::fs::write(root.join(PROFILE_TOOLCHAIN), &have).unwrap();
         let flags = use_flags(&root).expect("flags");
         let flags: Vec<&str> = flags.split('\x1f').collect();
         assert_eq!(flags[0], format!("-Cprofile-use={}", root.join(UNPACKED).display()));

@@ -306,12 +306,27 @@ fn wait_for_sample(url: &str, name: &str, value: f64) -> Res<()> {
 
 /// How the agent was built: with the PGO profile (`cargo xtask bench` builds
 /// it so) its cold code is in a `.text.unlikely` section of its own.
-fn build_kind(agent: &Path) -> &'static str {
-    let sections = Command::new("readelf").arg("-SW").arg(agent).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
-    if sections.is_ok_and(|s| s.contains(".text.unlikely")) {
-        "release build with profile-guided optimization (`pgo/node-agent.profdata.gz`; the code its training never ran in `.text.unlikely`, apart)"
+/// How the agent was built: `--pgo` when `cargo xtask bench` built it with
+/// the PGO profile (GNU ld, the image's linker, groups the never-run code at
+/// the start of `.text` without a section of its own, so the binary does
+/// not tell).
+fn build_kind(pgo: bool) -> &'static str {
+    if pgo {
+        "release build with profile-guided optimization (`pgo/node-agent.profdata.gz`, trained with the image's toolchain on the agent's build; the code its training never ran grouped apart)"
     } else {
         "release build (without profile-guided optimization)"
+    }
+}
+
+/// The commit the bench measures, `+ uncommitted changes` when the work
+/// tree differs from it (the figures are then of no commit).
+fn commit() -> String {
+    let git = |args: &[&str]| Command::new("git").args(args).output().ok().filter(|o| o.status.success());
+    let Some(rev) = git(&["rev-parse", "--short=12", "HEAD"]) else { return "unknown (no git)".into() };
+    let rev = String::from_utf8_lossy(&rev.stdout).trim().to_string();
+    match git(&["status", "--porcelain", "--untracked-files=no"]) {
+        Some(o) if o.stdout.is_empty() => rev,
+        _ => format!("{rev} + uncommitted changes"),
     }
 }
 
@@ -3131,8 +3146,9 @@ fn run() -> Res<()> {
     );
     let _ = writeln!(md, "- Machine: {}", machine());
     let _ = writeln!(md, "- Date: {date}");
+    let _ = writeln!(md, "- Commit: {}", commit());
     let _ = writeln!(md, "- Peer: {} (Debian), default collectors; both with `{}`", ne_version.trim(), COMMON_FLAGS.join(" "));
-    let _ = writeln!(md, "- node-agent: {}; first without its eBPF collectors (the same families as node_exporter where both have them), then with every probe attached and pod attribution on: an in-memory API server lists {BENCH_PODS} pods on the agent's node (and {BENCH_PODS} elsewhere), which the agent watches.", build_kind(&agent));
+    let _ = writeln!(md, "- node-agent: {}; first without its eBPF collectors (the same families as node_exporter where both have them), then with every probe attached and pod attribution on: an in-memory API server lists {BENCH_PODS} pods on the agent's node (and {BENCH_PODS} elsewhere), which the agent watches.", build_kind(args.iter().any(|a| a == "--pgo")));
     let _ = writeln!(md, "- These machines are noisy: compare ratios within one run.\n");
     let _ = writeln!(md, "## Scrapes, side by side\n");
     let _ = writeln!(md, "CPU per scrape from /proc/PID/stat over interleaved rounds of sequential keep-alive scrapes; latency of those scrapes; wrk for {}s at 1 and 4 connections; peak RSS (VmHWM) over the process's whole life and during the load only (VmHWM reset through /proc/PID/clear_refs once both have started and answered 20 scrapes), and the RSS after the load and {} s idle (as between two of Prometheus's scrapes) split into anonymous memory (heap, stacks, eBPF maps) and file-backed pages (the binary's and libraries' code and data, shared with the page cache).\n", if quick { 3 } else { 10 }, settle_secs(quick));
