@@ -475,8 +475,8 @@ fn build_ebpf() -> Result<()> {
 }
 
 /// The release build, with the committed PGO profile (see `pgo.rs`): the
-/// agent's binary, as its image has it (without the cluster commands).
-/// The agent's release binary, and whether the PGO profile went into it.
+/// agent's binary, as its image has it (without the cluster commands), and
+/// whether the profile went into it.
 fn build_release() -> Result<(PathBuf, bool)> {
     // The image's toolchain, which the profile was trained with (xtask/src/pgo.rs).
     let mut c = pgo::image_cargo(&root());
