@@ -3189,15 +3189,16 @@ fn run() -> Res<()> {
     let _ = writeln!(md, "\nTargets (issue #51): total CPU per scrape ≤ 0.15× node_exporter's without eBPF: {cpu:.2}× ({}); ≤ 0.20× with every probe and pod attribution: {cpu_e:.2}× ({}). The part node-agent controls, its user time (everything but the kernel generating the files), against node_exporter's total: {user:.2}× without eBPF, {user_e:.2}× with every probe. Memory targets are the kubelet's, in the next section.", verdict(cpu, 0.15), verdict(cpu_e, 0.20));
     let _ = writeln!(md, "\nFamilies differ where only one side has them (node-agent's `node_ebpf_*`, `node_filesystem_mount_info` and newer netstat/softnet fields; node_exporter's `go_*`): see `cargo xtask compare-node-exporter`.\n");
     md.push_str(&kubelet_memory_section(quick, [&a, &n, &ae, &ne2]));
-    // Written by `cargo xtask bench --kubelet`: kept as it is.
-    if let Some(kept) = std::fs::read_to_string(&out_path).ok().as_deref().and_then(|old| section_of(old, KUBELET_HEADING)) {
-        md.push('\n');
-        md.push_str(kept.trim_end());
-        md.push('\n');
-    }
+    // A subsection of the memory section: before the next `## ` heading,
+    // which `--kubelet` rewrites up to the heading after it.
     md.push('\n');
     md.push_str(&tricks_section(quick, &tricks));
     md.push('\n');
+    // Written by `cargo xtask bench --kubelet`: kept as it is.
+    if let Some(kept) = std::fs::read_to_string(&out_path).ok().as_deref().and_then(|old| section_of(old, KUBELET_HEADING)) {
+        md.push_str(kept.trim_end());
+        md.push_str("\n\n");
+    }
     let _ = writeln!(md, "## Where a scrape's CPU goes\n");
     let _ = writeln!(md, "{COLLECTOR_COST_METHOD}\n");
     md.push_str(&collector_cost_table(empty, all, &collectors));
