@@ -21,11 +21,13 @@
 //! after larger changes; `cargo xtask bench` reports the result.
 //!
 //! A profile names functions by their mangled symbols, and those carry a
-//! hash of the crate that cargo derives from the compiler's version and the
-//! crate's features. So the training, the bench's build and the image's
+//! hash of the crate that cargo derives from the compiler's and cargo's
+//! versions, the crate's features and the build profile's settings (not
+//! RUSTFLAGS). So the training, the bench's build and the image's
 //! build all use one toolchain, the image's: Debian's cargo and rustc-web
 //! (installed with the eBPF toolchain), through [`image_cargo`], and one
-//! feature set, the agent's (`--no-default-features`). `pgo/toolchain`
+//! feature set, the agent's (`--no-default-features`), with the release
+//! profile as Cargo.toml has it. `pgo/toolchain`
 //! records the toolchain the profile was trained with; a build with another
 //! goes on without the profile (every function would miss it), with a
 //! warning.
@@ -42,8 +44,8 @@ const UNPACKED: &str = "target/pgo/node-agent.profdata";
 /// `rustc -V` and `cargo -V` of the toolchain the profile was trained with.
 const PROFILE_TOOLCHAIN: &str = "pgo/toolchain";
 /// The image's toolchain (Dockerfile): Debian's cargo and rustc-web.
-pub const IMAGE_CARGO: &str = "/usr/bin/cargo";
-pub const IMAGE_RUSTC: &str = "/usr/bin/rustc";
+const IMAGE_CARGO: &str = "/usr/bin/cargo";
+const IMAGE_RUSTC: &str = "/usr/bin/rustc";
 const PROFDATA_TOOL: &str = "llvm-profdata-22";
 
 /// A cargo command of the image's toolchain in `root`: Debian's cargo with
